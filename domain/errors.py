@@ -1,0 +1,153 @@
+"""Named errors: each carries a stable code and a remedy an operator can act on.
+
+The tree (adapters add their own leaves under these, translated at their edge)::
+
+    ScratchbankError
+    ├── TimelineUnreadable        code TIMELINE_UNREADABLE   (R15, A6)
+    ├── TimelineConflict          code TIMELINE_CONFLICT     (optimistic concurrency lost)
+    ├── BankError
+    │   ├── BankGone              code BANK_GONE             (X4: the bank is not there)
+    │   ├── BankReadFailed        code BANK_READ_FAILED      (X5: read again)
+    │   ├── BankWriteFailed       code BANK_WRITE_FAILED     (T8/T10: retry may cure)
+    │   └── HostileArchive        code HOSTILE_ARCHIVE       (X2/X4: refused on the host)
+    ├── SandboxError
+    │   ├── SandboxGone           code SANDBOX_GONE          (T19: cannot even list)
+    │   ├── ExecFailed            code EXEC_FAILED           (T8: an exec blip)
+    │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
+    └── InvalidRunId              code INVALID_RUN_ID
+
+Errors are values the domain can name; raising and catching them happens in the
+application layer and at adapter edges. The domain raises only TimelineUnreadable,
+from the wire decoder, because a record it cannot read must never be read as absent.
+"""
+
+from __future__ import annotations
+
+
+class ScratchbankError(Exception):
+    """Base of every error scratchbank raises on purpose.
+
+    Raised when: a named failure is met. Not raised for: programming errors
+    (those stay TypeError / ValueError and are bugs).
+    """
+
+    code: str = "SCRATCHBANK_ERROR"
+    remedy: str = "see the message"
+
+    def __init__(self, message: str, *, remedy: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if remedy is not None:
+            self.remedy = remedy
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message} (remedy: {self.remedy})"
+
+
+class TimelineUnreadable(ScratchbankError):
+    """The run's timeline cannot be read, or holds a known record that is malformed.
+
+    Raised when: the store cannot be read, a line is not JSON, a known record lacks a
+    field or carries one of the wrong type, or a record is of a newer version than this
+    build knows. Not raised for: record types this build does not know (they are kept
+    as UnknownRecord and passed over by the fold).
+    """
+
+    code = "TIMELINE_UNREADABLE"
+    remedy = "repair or restore the run's timeline, then resume again; nothing was moved"
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        where = f"record {position + 1}: " if position is not None else ""
+        super().__init__(where + message)
+        self.position = position
+
+
+class TimelineConflict(ScratchbankError):
+    """Another writer appended to the run's timeline first.
+
+    Raised when: an append expected the timeline at one length and found it longer.
+    Not raised for: an unreadable store (TimelineUnreadable).
+    """
+
+    code = "TIMELINE_CONFLICT"
+    remedy = "read the timeline again and decide on what it now holds"
+
+
+class InvalidRunId(ScratchbankError):
+    """A run id that could address something outside its run's own place.
+
+    Raised when: the id is empty, too long, or holds characters outside
+    [A-Za-z0-9._-] or is '.' / '..'. Not raised for: ids of runs that do not exist.
+    """
+
+    code = "INVALID_RUN_ID"
+    remedy = "use the run id the engine assigned: letters, digits, '.', '_' and '-' only"
+
+
+class BankError(ScratchbankError):
+    """A bank store failure."""
+
+    code = "BANK_ERROR"
+
+
+class BankGone(BankError):
+    """The run's bank is not in the store (S3: only NoSuchKey; filesystem: no file).
+
+    Raised when: the store answers that the object does not exist. Not raised for: a
+    missing bucket, a bare 404, a 5xx or a network error (those are BankReadFailed).
+    """
+
+    code = "BANK_GONE"
+    remedy = "relaunch the run fresh, or resume accepting the scratch's loss"
+
+
+class BankReadFailed(BankError):
+    """Reading the bank failed on the way; a later read may succeed (X5)."""
+
+    code = "BANK_READ_FAILED"
+    remedy = "resume again once the store answers; the runner redelivers"
+
+
+class BankWriteFailed(BankError):
+    """Writing or deleting the bank failed; a retry on the same archive may cure it."""
+
+    code = "BANK_WRITE_FAILED"
+    remedy = "check the bank store's reachability and space"
+
+
+class HostileArchive(BankError):
+    """A bank the host-side check refused: it must not be extracted anywhere.
+
+    Raised when: the archive breaks the allow-list (absolute or '..' names, links out,
+    devices, duplicates, bombs, trailing data, corrupt gzip, size or digest mismatch).
+    """
+
+    code = "HOSTILE_ARCHIVE"
+    remedy = "relaunch the run fresh, or resume accepting the scratch's loss"
+
+
+class SandboxError(ScratchbankError):
+    """A sandbox failure."""
+
+    code = "SANDBOX_ERROR"
+
+
+class SandboxGone(SandboxError):
+    """The sandbox no longer exists: its scratch cannot even be listed (T19)."""
+
+    code = "SANDBOX_GONE"
+    remedy = "nothing to do: the teardown records 'unknown' and an earlier bank still decides"
+
+
+class ExecFailed(SandboxError):
+    """A command could not be run in the sandbox; another try may cure it (T8)."""
+
+    code = "EXEC_FAILED"
+    remedy = "check the sandbox engine; banking retries within its budget"
+
+
+class StreamBroken(SandboxError):
+    """The byte stream to or from the sandbox broke before its end (X5)."""
+
+    code = "STREAM_BROKEN"
+    remedy = "resume again; the runner redelivers"

@@ -1,0 +1,235 @@
+"""The fold: a run's timeline -> the state of its scratch. Every decision reads this.
+
+One pass over the records, in order, with no I/O and no clock. The state keeps the
+position (0-based index in the timeline) of each record it rests on, so that every
+decision can name the events behind it.
+
+Why a single fold: teardown, the resume gate, the restore and the operators' status
+all ask the same questions (is there a bank, is it stale, was it forsaken...). One
+function answering them means no surface can disagree with another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .kinds import NO_WORKFLOW, Workflow, kind_writes_scratch
+from .records import (
+    AttemptClaimed,
+    AttemptQueued,
+    NodeFinished,
+    Record,
+    RunResumed,
+    RunRewound,
+    RunStarted,
+    RunStatus,
+    RunStatusChanged,
+    SandboxShared,
+    ScratchBanked,
+    ScratchForsaken,
+    ScratchRestored,
+    UnknownRecord,
+)
+
+
+@attrs.frozen
+class Evidence:
+    """One record a decision rests on: its position in the timeline and its wire name."""
+
+    position: int
+    type: str
+
+    def __str__(self) -> str:
+        return f"#{self.position + 1} {self.type}"
+
+
+def _ev(position: int, record: Record) -> Evidence:
+    return Evidence(position, record.type if isinstance(record, UnknownRecord) else record.WIRE)
+
+
+@attrs.frozen
+class Bank:
+    """The bank a resume would restore: its record, and since when writes make it stale.
+
+    ``current_since`` is the bank's own record, or a later restore that made it the
+    run's scratch again (A2, R7).
+    """
+
+    evidence: Evidence
+    record: ScratchBanked
+    current_since: int
+
+
+@attrs.frozen
+class StaleWrite:
+    """A counted finish after the bank: restoring would revert what it wrote (R2).
+
+    ``on_cycle`` is what the finish (or, failing that, the workflow) said; None when
+    nobody said, which a rewind reads as "on a cycle" (it may have run passes the
+    rewind does not replay).
+    """
+
+    evidence: Evidence
+    node: str
+    on_cycle: bool | None
+
+
+@attrs.frozen
+class Adoption:
+    """This run is a child adopted into its parent's sandbox (S2, S3, A5)."""
+
+    evidence: Evidence
+    scratch_container_local: bool
+    parent_copy_based: bool
+
+
+@attrs.frozen
+class ScratchState:
+    """What the timeline says of the run's scratch. Built only by ``fold``."""
+
+    records: int = 0
+    bank: Bank | None = None
+    stale_writes: tuple[StaleWrite, ...] = ()
+    unbanked: Evidence | None = None
+    unbanked_reason: str = ""
+    forsaken: Evidence | None = None
+    host_backed: Evidence | None = None
+    last_teardown: Evidence | None = None
+    latest_execution: Evidence | None = None
+    adoption: Adoption | None = None
+    hold: Evidence | None = None
+    queued_attempt: AttemptQueued | None = None
+    claimed_attempt: str | None = None
+    status: RunStatus | None = None
+    unknown_records: int = 0
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.bank and self.stale_writes)
+
+    @property
+    def may_still_be_banking(self) -> bool:
+        """The latest execution wrote no teardown record yet (R10, A1)."""
+        if self.last_teardown is None:
+            return True
+        execution = self.latest_execution
+        return execution is not None and execution.position > self.last_teardown.position
+
+    @property
+    def lone_child(self) -> Adoption | None:
+        """The adoption that refuses this child's lone resume, if any (S2)."""
+        adoption = self.adoption
+        return adoption if adoption and adoption.scratch_container_local else None
+
+
+def counts_as_write(record: NodeFinished, workflow: Workflow) -> bool:
+    """Does this finish make an earlier bank stale? (R2-R5)."""
+    if not record.succeeded or record.answered:
+        return False
+    if record.in_sandbox is not None:
+        return record.in_sandbox
+    if record.kind is not None:
+        return kind_writes_scratch(record.kind)
+    if workflow.knows(record.node):
+        return kind_writes_scratch(workflow.kinds[record.node])
+    return True
+
+
+def _on_cycle(record: NodeFinished, workflow: Workflow) -> bool | None:
+    if record.on_cycle is not None:
+        return record.on_cycle
+    if workflow.knows(record.node):
+        return record.node in workflow.on_cycle
+    return None
+
+
+def _taken_back(write: StaleWrite, rewind: RunRewound) -> bool:
+    """A rewind takes back a dropped node's write unless the node lies on a cycle (R6)."""
+    if write.node not in rewind.dropped_nodes:
+        return False
+    if rewind.on_cycle is not None:
+        return write.node not in rewind.on_cycle
+    return write.on_cycle is False
+
+
+def _clear_bank(state: ScratchState, **changes: Any) -> ScratchState:
+    return attrs.evolve(state, bank=None, stale_writes=(), unbanked=None, **changes)
+
+
+def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> ScratchState:
+    state = attrs.evolve(state, last_teardown=ev)
+    if rec.banked:
+        bank = Bank(ev, rec, ev.position)
+        return _clear_bank(state, bank=bank, forsaken=None, host_backed=None)
+    if rec.empty or rec.finished:
+        return _clear_bank(state, host_backed=None)
+    if rec.unknown:
+        return state  # T19 / R14: nobody knows; an earlier bank still decides
+    return attrs.evolve(state, unbanked=ev, unbanked_reason=rec.reason, host_backed=None)
+
+
+def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> ScratchState:
+    if rec.restored and rec.host_backed:
+        return _clear_bank(state, host_backed=ev)  # X6
+    if rec.restored:
+        if state.bank is None:
+            return state
+        bank = attrs.evolve(state.bank, current_since=ev.position)  # A2
+        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
+    if rec.accepted:
+        return _clear_bank(state, forsaken=ev)  # R7, R13, A3
+    return attrs.evolve(state, hold=ev)  # X3: a failed restore holds the bank
+
+
+def _on_finished(state: ScratchState, ev: Evidence, rec: NodeFinished, wf: Workflow) -> ScratchState:
+    if state.bank is None or not counts_as_write(rec, wf):
+        return state
+    write = StaleWrite(ev, rec.node, _on_cycle(rec, wf))
+    return attrs.evolve(state, stale_writes=(*state.stale_writes, write))
+
+
+def _on_rewound(state: ScratchState, rec: RunRewound) -> ScratchState:
+    kept = tuple(w for w in state.stale_writes if not _taken_back(w, rec))
+    return attrs.evolve(state, stale_writes=kept)
+
+
+def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) -> ScratchState:
+    """Fold one more record into the state."""
+    ev = _ev(state.records, record)
+    state = attrs.evolve(state, records=state.records + 1)
+    match record:
+        case RunStarted() | RunResumed():
+            return attrs.evolve(state, latest_execution=ev, hold=None)
+        case NodeFinished():
+            return _on_finished(state, ev, record, workflow)
+        case RunRewound():
+            return _on_rewound(state, record)
+        case ScratchBanked():
+            return _on_banked(state, ev, record)
+        case ScratchRestored():
+            return _on_restored(state, ev, record)
+        case SandboxShared():
+            local = bool(record.scratch_container_local)
+            adoption = Adoption(ev, local, record.parent_copy_based)
+            return attrs.evolve(state, adoption=adoption)
+        case ScratchForsaken():
+            return attrs.evolve(state, adoption=None)  # S4
+        case AttemptQueued():
+            return attrs.evolve(state, queued_attempt=record, claimed_attempt=None)
+        case AttemptClaimed():
+            return attrs.evolve(state, claimed_attempt=record.attempt)
+        case RunStatusChanged():
+            return attrs.evolve(state, status=record.status)
+        case _:
+            return attrs.evolve(state, unknown_records=state.unknown_records + 1)
+
+
+def fold(records: Iterable[Record], workflow: Workflow = NO_WORKFLOW) -> ScratchState:
+    """The run's scratch state after every record, in order."""
+    state = ScratchState()
+    for record in records:
+        state = step(state, record, workflow)
+    return state

@@ -1,0 +1,230 @@
+"""The records of a run's timeline that the scratch rules read, as frozen values.
+
+Each record has a stable wire name (the ADR's own: ``node_finished``,
+``sandbox_scratch_banked``, ...) and a version. The wire codec (``wire.py``) reads
+the field specs declared here, so a field's wire name, type and whether it is
+required live next to the field itself. Records are keyword-only so that adding an
+optional field later never reorders a constructor.
+
+Why plain values and not eventsourcing aggregates: an engine that already keeps an
+event log implements the timeline port over its own log; the fold must not care
+where records came from.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar
+
+import attrs
+
+# Field kinds the codec understands. "?" marks a field that may be absent or null.
+BOOL, INT, STR, STRS, STATUS, TIME = "bool", "int", "str", "strs", "status", "time"
+
+
+def wire(
+    kind: str,
+    *,
+    name: str | None = None,
+    required: bool = True,
+    default: Any = attrs.NOTHING,
+) -> Any:
+    """Declare a record field with its wire name, kind and presence rule."""
+    meta = {"wire_kind": kind, "wire_name": name, "required": required}
+    if default is attrs.NOTHING and not required:
+        default = None
+    return attrs.field(default=default, metadata=meta)
+
+
+class RunStatus(enum.Enum):
+    """A run's status as the engine reports it."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FAILED = "failed"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """Base of every timeline record. ``at`` is when the engine wrote it, if it said."""
+
+    WIRE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    at: datetime | None = wire(TIME, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Record):
+    """A first execution of the run began (a new sandbox; R10 reads it)."""
+
+    WIRE = "run_started"
+    execution: str | None = wire(STR, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class RunResumed(Record):
+    """A resume began a new execution, with the consents it was given (C3)."""
+
+    WIRE = "run_resumed"
+    attempt: str | None = wire(STR, required=False)
+    force: bool = wire(BOOL, required=False, default=False)
+    accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
+
+
+@attrs.frozen(kw_only=True)
+class NodeFinished(Record):
+    """A node's finish, with where it ran as the executing workflow said (R3).
+
+    ``in_sandbox`` / ``on_cycle`` are the metadata written at finish time
+    (``_in_sandbox``, ``_on_cycle``); None means the writer did not record them and
+    the reader falls back to the record's kind, then to the current workflow.
+    """
+
+    WIRE = "node_finished"
+    node: str = wire(STR)
+    succeeded: bool = wire(BOOL)
+    kind: str | None = wire(STR, required=False)
+    answered: bool = wire(BOOL, required=False, default=False)
+    in_sandbox: bool | None = wire(BOOL, name="_in_sandbox", required=False)
+    on_cycle: bool | None = wire(BOOL, name="_on_cycle", required=False)
+
+
+@attrs.frozen(kw_only=True)
+class RunRewound(Record):
+    """A rewind, naming the nodes it dropped and which of them lie on a cycle (R6).
+
+    ``on_cycle`` None means the writer did not say; the reader falls back to the
+    nodes' finish metadata, then the workflow, then counts the node as on a cycle.
+    """
+
+    WIRE = "run_rewound"
+    dropped_nodes: tuple[str, ...] = wire(STRS)
+    on_cycle: tuple[str, ...] | None = wire(STRS, name="_on_cycle", required=False)
+
+
+@attrs.frozen(kw_only=True)
+class ScratchBanked(Record):
+    """What one teardown did with the scratch (T6).
+
+    Exactly one outcome holds: ``banked`` (an archive is stored), ``empty`` (nothing
+    to keep; any earlier bank was deleted), ``unknown`` (the scratch could not even
+    be listed), ``finished`` (a finished run keeps no bank, T5) — or none of them: the
+    scratch held files that could not be banked, and ``reason`` says why (R1).
+    """
+
+    WIRE = "sandbox_scratch_banked"
+    banked: bool = wire(BOOL)
+    empty: bool = wire(BOOL)
+    unknown: bool = wire(BOOL)
+    bytes: int = wire(INT)
+    reason: str = wire(STR, required=False, default="")
+    finished: bool = wire(BOOL, required=False, default=False)
+    raced: tuple[str, ...] = wire(STRS, required=False, default=())
+    raced_count: int = wire(INT, required=False, default=0)
+    unquiesced: bool = wire(BOOL, required=False, default=False)
+    quiesce_reason: str = wire(STR, required=False, default="")
+    sha256: str | None = wire(STR, required=False)
+    manifest_entries: int | None = wire(INT, required=False)
+    manifest_bytes: int | None = wire(INT, required=False)
+    manifest_sha256: str | None = wire(STR, required=False)
+
+    def outcomes(self) -> int:
+        """How many of the exclusive outcomes this record claims (valid: 0 or 1)."""
+        return sum((self.banked, self.empty, self.unknown, self.finished))
+
+    @property
+    def files_unbanked(self) -> bool:
+        """The teardown saw files it could not bank (R1)."""
+        return self.outcomes() == 0
+
+
+@attrs.frozen(kw_only=True)
+class ScratchRestored(Record):
+    """What one resume did about the bank (X1, R13, X6)."""
+
+    WIRE = "sandbox_scratch_restored"
+    restored: bool = wire(BOOL)
+    stale: bool = wire(BOOL)
+    accepted: bool = wire(BOOL)
+    bytes: int = wire(INT, required=False, default=0)
+    reason: str = wire(STR, required=False, default="")
+    host_backed: bool = wire(BOOL, required=False, default=False)
+    raced: tuple[str, ...] = wire(STRS, required=False, default=())
+
+
+@attrs.frozen(kw_only=True)
+class SandboxShared(Record):
+    """A child was adopted into its parent's sandbox (S2).
+
+    ``scratch_container_local`` None: an engine without the lineage record wrote it;
+    the child's lone resume is then not refused (the ADR's "not covered").
+    """
+
+    WIRE = "sandbox_shared"
+    scratch_container_local: bool | None = wire(BOOL, required=False)
+    parent_copy_based: bool = wire(BOOL, required=False, default=False)
+    parent_run: str | None = wire(STR, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class ScratchForsaken(Record):
+    """A lone child's resume ran past its adoption's refusal, with these consents (S4)."""
+
+    WIRE = "scratch_forsaken"
+    forced: bool = wire(BOOL)
+    accepted: bool = wire(BOOL)
+
+
+@attrs.frozen(kw_only=True)
+class AttemptQueued(Record):
+    """A resume was published and queued the run for this attempt (C5, C6)."""
+
+    WIRE = "attempt_queued"
+    attempt: str = wire(STR)
+    force: bool = wire(BOOL, required=False, default=False)
+    accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
+
+
+@attrs.frozen(kw_only=True)
+class AttemptClaimed(Record):
+    """The engine claimed the queued run for this attempt (C4, C5)."""
+
+    WIRE = "attempt_claimed"
+    attempt: str = wire(STR)
+
+
+@attrs.frozen(kw_only=True)
+class RunStatusChanged(Record):
+    """The run's status changed."""
+
+    WIRE = "run_status_changed"
+    status: RunStatus = wire(STATUS)
+
+
+@attrs.frozen(kw_only=True)
+class UnknownRecord(Record):
+    """A record of a type this build does not read: kept, never dropped, passed over."""
+
+    WIRE = ""
+    type: str
+    data: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+KNOWN_RECORDS: tuple[type[Record], ...] = (
+    RunStarted,
+    RunResumed,
+    NodeFinished,
+    RunRewound,
+    ScratchBanked,
+    ScratchRestored,
+    SandboxShared,
+    ScratchForsaken,
+    AttemptQueued,
+    AttemptClaimed,
+    RunStatusChanged,
+)

@@ -1,0 +1,239 @@
+"""The resume gate: restore, go on without the scratch, refuse, or leave it to the engine.
+
+Decided before anything moves the run (R1-R15, S2-S4, C1-C2, C9, A1-A12). The
+scratch's refusals come first and name every other cause at once (R8, A10); a
+consent covers only its own kind of cause (C1, C2).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import Any
+
+import attrs
+
+from .consent import Consents
+from .fold import Bank, Evidence, ScratchState
+from .records import Record, ScratchForsaken, ScratchRestored
+
+SCRATCH_NOT_PORTABLE = "SCRATCH_NOT_PORTABLE"
+RESUME_INVALID = "RESUME_INVALID"
+
+
+class CauseKind(enum.Enum):
+    """Why a resume may be refused. The first three need the scratch's consent."""
+
+    SCRATCH_UNBANKED = "scratch_unbanked"  # R1
+    SCRATCH_STALE = "scratch_stale"  # R2
+    LONE_CHILD = "lone_child"  # S2
+    SOURCE_CHANGED = "source_changed"  # R8
+    ARTIFACT_CONTRACT_CHANGED = "artifact_contract_changed"  # R9
+    COPY_BASED_DIVERGENCE = "copy_based_divergence"  # S3, A5, A11
+
+    @property
+    def needs_scratch_consent(self) -> bool:
+        return self in _SCRATCH_CAUSES
+
+
+_SCRATCH_CAUSES = {CauseKind.SCRATCH_UNBANKED, CauseKind.SCRATCH_STALE, CauseKind.LONE_CHILD}
+
+
+@attrs.frozen
+class Cause:
+    kind: CauseKind
+    rule: str
+    detail: str
+    evidence: tuple[Evidence, ...] = ()
+
+
+class Verdict(enum.Enum):
+    RESTORE = "restore"
+    GO_ON_WITHOUT = "go_on_without"
+    REFUSE = "refuse"
+    DEFER_TO_ENGINE = "defer_to_engine"
+
+
+class Where(enum.Enum):
+    """Who asks: an operator-facing surface, or the engine under the run's lock (R10)."""
+
+    SURFACE = "surface"
+    ENGINE = "engine"
+
+
+@attrs.frozen
+class ResumeRequest:
+    """One resume call: its consents (this call's only, C3) and the engine's own checks."""
+
+    consents: Consents = Consents()
+    source_changed: bool = False
+    artifact_contract_changed: bool = False
+    where: Where = Where.ENGINE
+
+
+@attrs.frozen
+class ResumeDecision:
+    """A decision that explains itself: the verdict, the rule, the causes and events."""
+
+    verdict: Verdict
+    rule: str
+    explanation: str
+    code: str | None = None
+    causes: tuple[Cause, ...] = ()
+    consents: Consents = Consents()
+    bank: Bank | None = None
+    stale: bool = False
+    records: tuple[Record, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+
+    @property
+    def force_causes(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if not c.kind.needs_scratch_consent)
+
+    @property
+    def scratch_causes(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if c.kind.needs_scratch_consent)
+
+    @property
+    def also_needs_force(self) -> bool:
+        """The refusal names a change --force accepts and this call lacked --force (C9)."""
+        return bool(self.force_causes) and not self.consents.force
+
+    @property
+    def keep_force(self) -> bool:
+        """The call had --force and still needs it once the scratch is consented (A9)."""
+        return bool(self.force_causes) and self.consents.force
+
+    @property
+    def keep_accept_scratch_loss(self) -> bool:
+        return bool(self.scratch_causes) and self.consents.accept_scratch_loss
+
+    @property
+    def refused(self) -> bool:
+        return self.verdict is Verdict.REFUSE
+
+
+def _scratch_causes(state: ScratchState) -> list[Cause]:
+    causes: list[Cause] = []
+    child = state.lone_child
+    if child is not None:
+        detail = "this child ran in its parent's sandbox, whose scratch is container-local"
+        causes.append(Cause(CauseKind.LONE_CHILD, "S2", detail, (child.evidence,)))
+    if state.host_backed is not None:
+        return causes  # X6: a host directory holds the scratch; no bank decides
+    if state.unbanked is not None:
+        detail = f"the last teardown could not bank a non-empty scratch ({state.unbanked_reason})"
+        causes.append(Cause(CauseKind.SCRATCH_UNBANKED, "R1", detail, (state.unbanked,)))
+    elif state.bank is not None and state.stale_writes:
+        nodes = ", ".join(dict.fromkeys(w.node for w in state.stale_writes))
+        detail = f"node(s) {nodes} finished in the sandbox after the bank; restoring would revert them"
+        evidence = (state.bank.evidence, *(w.evidence for w in state.stale_writes))
+        causes.append(Cause(CauseKind.SCRATCH_STALE, "R2", detail, evidence))
+    return causes
+
+
+def _force_causes(state: ScratchState, request: ResumeRequest) -> list[Cause]:
+    causes: list[Cause] = []
+    if request.source_changed:
+        detail = "the workflow source changed (its digest or a shared dependency)"
+        causes.append(Cause(CauseKind.SOURCE_CHANGED, "R8", detail))
+    if request.artifact_contract_changed:
+        detail = "the artifact contract changed"
+        causes.append(Cause(CauseKind.ARTIFACT_CONTRACT_CHANGED, "R9", detail))
+    adoption = state.adoption
+    if adoption is not None and adoption.parent_copy_based:
+        detail = "the parent's sandbox is copy-based: this child's tree diverges from it"
+        rule = "S3" if adoption.scratch_container_local else "A5"
+        causes.append(Cause(CauseKind.COPY_BASED_DIVERGENCE, rule, detail, (adoption.evidence,)))
+    return causes
+
+
+def _all_evidence(causes: list[Cause]) -> tuple[Evidence, ...]:
+    return tuple(dict.fromkeys(e for c in causes for e in c.evidence))
+
+
+def _refuse(code: str, causes: list[Cause], consents: Consents) -> ResumeDecision:
+    first = causes[0]
+    named = "; ".join(c.detail for c in causes)
+    return ResumeDecision(
+        Verdict.REFUSE,
+        first.rule,
+        named,
+        code=code,
+        causes=tuple(causes),
+        consents=consents,
+        evidence=_all_evidence(causes),
+    )
+
+
+def _decision(
+    verdict: Verdict,
+    rule: str,
+    why: str,
+    causes: list[Cause],
+    consents: Consents,
+    also: Evidence | None = None,
+    **more: Any,
+) -> ResumeDecision:
+    evidence = _all_evidence(causes) + ((also,) if also is not None else ())
+    return ResumeDecision(
+        verdict, rule, why, causes=tuple(causes), consents=consents, evidence=evidence, **more
+    )
+
+
+def _proceed(state: ScratchState, consents: Consents, causes: list[Cause]) -> ResumeDecision:
+    go = functools.partial(_decision, causes=causes, consents=consents)
+    if state.lone_child is not None:
+        forsake = ScratchForsaken(forced=consents.force, accepted=consents.accept_scratch_loss)
+        why = "the child resumes on its own, without its parent's scratch (loss accepted)"
+        return go(Verdict.GO_ON_WITHOUT, "S2", why, records=(forsake,))
+    if state.host_backed is not None:
+        why = "a host directory holds the scratch since it was handed over; no bank decides"
+        return go(Verdict.GO_ON_WITHOUT, "X6", why, also=state.host_backed)
+    if state.unbanked is not None:
+        reason = f"scratch loss accepted: {state.unbanked_reason}"
+        rec = ScratchRestored(restored=False, stale=False, accepted=True, reason=reason)
+        why = "resumes as it stands, without the scratch its teardown could not bank"
+        return go(Verdict.GO_ON_WITHOUT, "R13", why, also=state.unbanked, records=(rec,))
+    if state.bank is not None:
+        stale = bool(state.stale_writes)
+        rule, why = (
+            ("R7", "restores the stale bank, its loss accepted")
+            if stale
+            else (
+                "X1",
+                "restores the bank before the first node",
+            )
+        )
+        return go(Verdict.RESTORE, rule, why, also=state.bank.evidence, bank=state.bank, stale=stale)
+    if state.forsaken is not None:
+        why = "the scratch was forsaken by an earlier resume that accepted its loss"
+        return go(Verdict.GO_ON_WITHOUT, "R7", why, also=state.forsaken)
+    if state.last_teardown is not None:
+        why = "no bank: the last teardown recorded an empty, unknown or finished scratch"
+        return go(Verdict.GO_ON_WITHOUT, "R14", why, also=state.last_teardown)
+    return go(Verdict.GO_ON_WITHOUT, "T1", "nothing was ever banked for this run")
+
+
+def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision:
+    """May this resume go on, and how? Pure: the state and this call's request only."""
+    consents = request.consents
+    force_causes = _force_causes(state, request)
+    # R10, with R9's exception: a surface about to refuse for a reason --force accepts
+    # judges the scratch on what it has, even while the latest execution may still bank.
+    about_to_refuse_for_force = bool(force_causes) and not consents.force
+    if request.where is Where.SURFACE and state.may_still_be_banking and not about_to_refuse_for_force:
+        why = "the latest execution wrote no teardown record yet; the engine decides"
+        return ResumeDecision(Verdict.DEFER_TO_ENGINE, "R10", why, consents=consents)
+    scratch_causes = _scratch_causes(state)
+    causes = scratch_causes + force_causes
+    if scratch_causes and not consents.accept_scratch_loss:
+        return _refuse(SCRATCH_NOT_PORTABLE, causes, consents)
+    if force_causes and not consents.force:
+        return _refuse(RESUME_INVALID, force_causes, consents)
+    return _proceed(state, consents, causes)
+
+
+def refuse_unreadable(reason: str) -> ResumeDecision:
+    """R15: a timeline that cannot be read refuses the resume, without a code."""
+    return ResumeDecision(Verdict.REFUSE, "R15", f"the timeline cannot be read: {reason}")
