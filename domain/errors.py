@@ -56,10 +56,12 @@ class TimelineUnreadable(ScratchbankError):
     code = "TIMELINE_UNREADABLE"
     remedy = "repair or restore the run's timeline, then resume again; nothing was moved"
 
-    def __init__(self, message: str, *, position: int | None = None) -> None:
+    def __init__(self, message: str, *, position: int | None = None, line: int | None = None) -> None:
         where = f"record {position + 1}: " if position is not None else ""
+        where = f"line {line}: " if line is not None else where
         super().__init__(where + message)
         self.position = position
+        self.line = line
 
 
 class TimelineConflict(ScratchbankError):

@@ -156,7 +156,8 @@ def _taken_back(write: StaleWrite, rewind: RunRewound) -> bool:
 
 
 def _clear_bank(state: ScratchState, **changes: Any) -> ScratchState:
-    return attrs.evolve(state, bank=None, stale_writes=(), unbanked=None, **changes)
+    cleared: dict[str, Any] = {"bank": None, "stale_writes": (), "unbanked": None}
+    return attrs.evolve(state, **{**cleared, **changes})
 
 
 def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> ScratchState:

@@ -152,8 +152,8 @@ def _all_evidence(causes: list[Cause]) -> tuple[Evidence, ...]:
     return tuple(dict.fromkeys(e for c in causes for e in c.evidence))
 
 
-def _refuse(code: str, causes: list[Cause], consents: Consents) -> ResumeDecision:
-    first = causes[0]
+def _refuse(code: str, causes: list[Cause], consents: Consents, first: Cause) -> ResumeDecision:
+    """A refusal naming every cause at once (A10), decided by ``first``."""
     named = "; ".join(c.detail for c in causes)
     return ResumeDecision(
         Verdict.REFUSE,
@@ -228,9 +228,9 @@ def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision
     scratch_causes = _scratch_causes(state)
     causes = scratch_causes + force_causes
     if scratch_causes and not consents.accept_scratch_loss:
-        return _refuse(SCRATCH_NOT_PORTABLE, causes, consents)
+        return _refuse(SCRATCH_NOT_PORTABLE, causes, consents, scratch_causes[0])
     if force_causes and not consents.force:
-        return _refuse(RESUME_INVALID, force_causes, consents)
+        return _refuse(RESUME_INVALID, causes, consents, force_causes[0])
     return _proceed(state, consents, causes)
 
 

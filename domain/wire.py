@@ -106,6 +106,15 @@ def decode(
     upcasters: Mapping[tuple[str, int], Upcaster] = UPCASTERS,
 ) -> Record:
     """Read one wire object into a record, or raise TimelineUnreadable naming why."""
+    try:
+        return _decode(obj, position, upcasters)
+    except TimelineUnreadable as error:
+        if error.position is None and position is not None:
+            raise TimelineUnreadable(error.message, position=position) from None
+        raise
+
+
+def _decode(obj: Any, position: int | None, upcasters: Mapping[tuple[str, int], Upcaster]) -> Record:
     if not isinstance(obj, Mapping):
         raise TimelineUnreadable("a record must be a JSON object", position=position)
     type_name = obj.get("type")

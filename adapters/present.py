@@ -1,0 +1,116 @@
+"""Decisions as plain data and as text, the same for the CLI and the HTTP API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scratchbank.domain.fold import Evidence, ScratchState
+from scratchbank.domain.remedy import remedy
+from scratchbank.domain.resume_gate import ResumeDecision
+from scratchbank.domain.teardown import TeardownPlan
+
+Where = Callable[[Evidence], str]
+
+
+def _at(ev: Evidence) -> str:
+    return f"record {ev.position + 1}"
+
+
+def decision_data(decision: ResumeDecision, where: Where = _at) -> dict[str, Any]:
+    """A resume decision as JSON-ready data (the hint from the one remedy function, C10)."""
+    return {
+        "verdict": decision.verdict.value,
+        "rule": decision.rule,
+        "code": decision.code,
+        "explanation": decision.explanation,
+        "causes": [
+            {
+                "kind": c.kind.value,
+                "rule": c.rule,
+                "detail": c.detail,
+                "evidence": [where(e) for e in c.evidence],
+            }
+            for c in decision.causes
+        ],
+        "also_needs_force": decision.also_needs_force,
+        "keep_force": decision.keep_force,
+        "keep_accept_scratch_loss": decision.keep_accept_scratch_loss,
+        "stale": decision.stale,
+        "evidence": [f"{where(e)} {e.type}" for e in decision.evidence],
+        "hint": remedy(decision),
+    }
+
+
+def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
+    """What the fold says of the scratch, for `status` and `explain`."""
+    bank = state.bank
+    return {
+        "records": state.records,
+        "records_passed_over": state.unknown_records,
+        "bank": None
+        if bank is None
+        else {
+            "at": where(bank.evidence),
+            "bytes": bank.record.bytes,
+            "sha256": bank.record.sha256,
+            "written": bank.record.at.isoformat() if bank.record.at else None,
+            "raced": list(bank.record.raced),
+            "unquiesced": bank.record.unquiesced,
+        },
+        "stale": state.stale,
+        "stale_because": [{"node": w.node, "at": where(w.evidence)} for w in state.stale_writes],
+        "unbanked": None
+        if state.unbanked is None
+        else {"at": where(state.unbanked), "reason": state.unbanked_reason},
+        "forsaken": None if state.forsaken is None else where(state.forsaken),
+        "host_backed": None if state.host_backed is None else where(state.host_backed),
+        "lone_child": state.lone_child is not None,
+        "may_still_be_banking": state.may_still_be_banking,
+    }
+
+
+def plan_data(plan: TeardownPlan) -> dict[str, Any]:
+    return {"action": plan.action.value, "quiesce": plan.quiesce, "rule": plan.rule, "reason": plan.reason}
+
+
+def decision_text(decision: ResumeDecision, where: Where = _at) -> list[str]:
+    head = decision.verdict.value.upper().replace("_", " ")
+    if decision.code:
+        head += f" {decision.code}"
+    out = [f"resume: {head} ({decision.rule}): {decision.explanation}"]
+    for cause in decision.causes:
+        out.append(f"  cause [{cause.rule}] {cause.detail}")
+    if decision.evidence:
+        out.append("  events: " + ", ".join(f"{where(e)} {e.type}" for e in decision.evidence))
+    hint = remedy(decision)
+    if hint:
+        out.append(f"  hint: {hint}")
+    if decision.also_needs_force:
+        out.append("  also needs --force")
+    return out
+
+
+def state_text(state: ScratchState, where: Where = _at) -> list[str]:
+    out = [
+        f"timeline: {state.records} records"
+        + (f" ({state.unknown_records} of types not read here, passed over)" if state.unknown_records else "")
+    ]
+    bank = state.bank
+    if bank is None:
+        out.append("bank: none")
+    else:
+        raced = f", raced: {', '.join(bank.record.raced)}" if bank.record.raced else ""
+        out.append(f"bank: {where(bank.evidence)}, {bank.record.bytes} bytes{raced}")
+        if state.stale_writes:
+            nodes = ", ".join(f"{w.node} ({where(w.evidence)})" for w in state.stale_writes)
+            out.append(f"  stale because of: {nodes}")
+        else:
+            out.append("  not stale")
+    if state.unbanked is not None:
+        out.append(f"unbanked scratch: {where(state.unbanked)} ({state.unbanked_reason})")
+    if state.forsaken is not None:
+        out.append(f"forsaken: {where(state.forsaken)}")
+    if state.host_backed is not None:
+        out.append(f"handed to a host directory: {where(state.host_backed)}")
+    return out
