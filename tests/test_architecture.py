@@ -1,0 +1,84 @@
+"""The architecture holds: the domain does no I/O, and no layer imports a higher one."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: What a pure module may import. Anything else (os, io, pathlib, subprocess, socket,
+#: time, random, docker, boto3, eventsourcing, ...) fails the build.
+PURE_MODULES = {
+    "__future__", "typing", "collections", "collections.abc", "enum", "attrs", "datetime",
+    "re", "functools", "itertools", "math", "types", "abc",
+}
+#: Names that read the clock, the environment, files or the console.
+IMPURE_CALLS = {"open", "print", "input", "now", "utcnow", "today", "getenv", "time"}
+
+
+def io_violations(source: str, filename: str = "<src>") -> list[str]:
+    """Every import or call in ``source`` that a pure domain module must not make."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found += [f"{filename}: import {a.name}" for a in node.names if a.name not in PURE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            if node.module not in PURE_MODULES:
+                found.append(f"{filename}: from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in IMPURE_CALLS:
+                found.append(f"{filename}:{node.lineno}: calls {name}()")
+    return found
+
+
+def test_domain_does_no_io() -> None:
+    """Every module under domain/ imports only pure modules and calls no clock or file."""
+    files = sorted((ROOT / "domain").glob("**/*.py"))
+    assert files, "domain/ has no modules?"
+    found = [v for f in files for v in io_violations(f.read_text(), f.name)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "import os",
+        "from pathlib import Path",
+        "import docker",
+        "from eventsourcing.sqlite import SQLiteDatastore",
+        "import boto3.session",
+        "from datetime import datetime\nx = datetime.now()",
+        "data = open('f').read()",
+        "import time",
+    ],
+)
+def test_the_purity_check_catches_planted_io(planted: str) -> None:
+    assert io_violations(planted) != []
+
+
+def test_layers_never_import_upward() -> None:
+    """import-linter: adapters -> application -> domain, and the domain forbids I/O packages."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    assert exe.exists(), "import-linter is a test dependency"
+    done = subprocess.run([str(exe), "--no-cache"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_installed_distribution_claims_only_scratchbank() -> None:
+    """No generic top-level names (domain, adapters, application) leak into site-packages."""
+    import importlib.util
+
+    import scratchbank.domain
+
+    assert scratchbank.domain.__name__ == "scratchbank.domain"
+    for generic in ("domain", "adapters", "application"):
+        spec = importlib.util.find_spec(generic)
+        assert spec is None or ROOT / generic == Path(spec.origin or "").parent, generic

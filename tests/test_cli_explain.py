@@ -1,0 +1,63 @@
+"""`scratchbank explain TIMELINE.jsonl`: the decision with its rule and events, or a named error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from scratchbank.adapters.jsonl import write_timeline_file
+from scratchbank.domain.records import UnknownRecord
+from scratchbank.testing.builders import banked, node, resumed, started, unbanked
+
+EXE = Path(sys.executable).with_name("scratchbank")
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(EXE), *map(str, args)], capture_output=True, text=True, check=False)
+
+
+def test_explain_prints_the_refusal_with_rule_events_and_hint(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    write_timeline_file(path, [started(), banked(), UnknownRecord(type="llm_usage"), node("measure")])
+    done = run("explain", path)
+    assert done.returncode == 0, done.stderr
+    assert "REFUSE SCRATCH_NOT_PORTABLE (R2)" in done.stdout
+    assert "line 2 sandbox_scratch_banked, line 4 node_finished" in done.stdout
+    assert "hint: relaunch the run fresh" in done.stdout
+    assert "1 of types not read here, passed over" in done.stdout
+
+
+def test_explain_json_carries_the_same_decision(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    write_timeline_file(path, [started(), unbanked("tar failed")])
+    done = run("explain", path, "--json", "--source-changed")
+    out = json.loads(done.stdout)
+    assert out["resume"]["code"] == "SCRATCH_NOT_PORTABLE"
+    assert out["resume"]["also_needs_force"] is True
+    assert out["state"]["unbanked"] == {"at": "line 2", "reason": "tar failed"}
+    done = run("explain", path, "--json", "--accept-scratch-loss")
+    assert json.loads(done.stdout)["resume"]["verdict"] == "go_on_without"
+
+
+def test_explain_surface_defers_while_the_latest_execution_may_bank(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    write_timeline_file(path, [started(), banked(), node("a"), resumed()])
+    assert "DEFER TO ENGINE (R10)" in run("explain", path, "--surface").stdout
+
+
+def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"type": "run_started"}\n\n{"type": "node_finished", "node": "a"}\n')
+    done = run("explain", path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "TIMELINE_UNREADABLE: line 3: node_finished lacks required field 'succeeded'" in done.stderr
+    path.write_text('{"type": "run_started"}\n{not json\n')
+    done = run("explain", path)
+    assert done.returncode == 2 and "line 2: not JSON" in done.stderr
+    done = run("explain", tmp_path / "missing.jsonl")
+    assert done.returncode == 2 and "cannot read" in done.stderr
+    path.write_bytes(b"\xff\xfe\n")
+    assert run("explain", path).returncode == 2
