@@ -221,8 +221,9 @@ def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision
     force_causes = _force_causes(state, request)
     # R10, with R9's exception: a surface about to refuse for a reason --force accepts
     # judges the scratch on what it has, even while the latest execution may still bank.
-    about_to_refuse_for_force = bool(force_causes) and not consents.force
-    if request.where is Where.SURFACE and state.may_still_be_banking and not about_to_refuse_for_force:
+    # A lone child's refusal rests on its adoption record, not on a teardown: never deferred.
+    about_to_refuse = (bool(force_causes) and not consents.force) or state.lone_child is not None
+    if request.where is Where.SURFACE and state.may_still_be_banking and not about_to_refuse:
         why = "the latest execution wrote no teardown record yet; the engine decides"
         return ResumeDecision(Verdict.DEFER_TO_ENGINE, "R10", why, consents=consents)
     scratch_causes = _scratch_causes(state)
