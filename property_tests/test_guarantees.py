@@ -91,8 +91,9 @@ def test_T9_a_later_try_never_lowers_what_an_earlier_saw(tries: list[TryOutcome]
         assert best.stored
 
 
-@given(s.own_timelines, st.lists(st.one_of(s.node_finishes, s.rewinds, s.unknown_types), max_size=10),
-       s.requests)
+@given(
+    s.own_timelines, st.lists(st.one_of(s.node_finishes, s.rewinds, s.unknown_types), max_size=10), s.requests
+)
 def test_R7_A3_a_forsaken_scratch_is_never_restored_or_refused_over_again(
     timeline: list[Record], later: list[Record], request: ResumeRequest
 ) -> None:
@@ -117,7 +118,9 @@ def test_R8_scratch_refusals_come_before_the_source_check_and_name_it(timeline: 
 
 
 @given(s.timelines, s.requests)
-def test_C1_C2_each_consent_covers_only_its_own_causes(timeline: list[Record], request: ResumeRequest) -> None:
+def test_C1_C2_each_consent_covers_only_its_own_causes(
+    timeline: list[Record], request: ResumeRequest
+) -> None:
     """A scratch refusal is never lifted by --force; a --force refusal never by the scratch consent."""
     d = decide_resume(fold(timeline), request)
     if d.code == SCRATCH_NOT_PORTABLE:
@@ -126,7 +129,9 @@ def test_C1_C2_each_consent_covers_only_its_own_causes(timeline: list[Record], r
         assert forced.refused or forced.verdict is Verdict.DEFER_TO_ENGINE
     if d.refused:
         both = Consents(force=True, accept_scratch_loss=True)
-        assert not decide_resume(fold(timeline), attrs.evolve(request, consents=both)).refused or d.rule == "R15"
+        assert (
+            not decide_resume(fold(timeline), attrs.evolve(request, consents=both)).refused or d.rule == "R15"
+        )
 
 
 @given(s.timelines, s.requests, st.data())
@@ -168,12 +173,30 @@ def test_R6_a_rewind_never_takes_back_a_node_it_says_is_on_a_cycle(
 
 
 non_writes = st.one_of(
-    st.builds(NodeFinished, node=s.node_names, succeeded=st.just(False), kind=s.kinds,
-              in_sandbox=s.maybe_bool, on_cycle=s.maybe_bool),
-    st.builds(NodeFinished, node=s.node_names, succeeded=st.booleans(), kind=s.kinds,
-              answered=st.just(True), in_sandbox=s.maybe_bool, on_cycle=s.maybe_bool),
-    st.builds(NodeFinished, node=s.node_names, succeeded=st.booleans(),
-              kind=st.sampled_from(sorted(ENGINE_SIDE_KINDS)), on_cycle=s.maybe_bool),
+    st.builds(
+        NodeFinished,
+        node=s.node_names,
+        succeeded=st.just(False),
+        kind=s.kinds,
+        in_sandbox=s.maybe_bool,
+        on_cycle=s.maybe_bool,
+    ),
+    st.builds(
+        NodeFinished,
+        node=s.node_names,
+        succeeded=st.booleans(),
+        kind=s.kinds,
+        answered=st.just(True),
+        in_sandbox=s.maybe_bool,
+        on_cycle=s.maybe_bool,
+    ),
+    st.builds(
+        NodeFinished,
+        node=s.node_names,
+        succeeded=st.booleans(),
+        kind=st.sampled_from(sorted(ENGINE_SIDE_KINDS)),
+        on_cycle=s.maybe_bool,
+    ),
 )
 
 

@@ -48,17 +48,27 @@ class RunStory(RuleBasedStateMachine):
     # -- while a sandbox runs --------------------------------------------------------
 
     @precondition(lambda self: self.alive)
-    @rule(name=s.node_names, kind=st.sampled_from(sorted(SANDBOX_KINDS)) | s.kinds,
-          ok=st.booleans(), answered=st.booleans(),
-          on_cycle=s.maybe_bool)
+    @rule(
+        name=s.node_names,
+        kind=st.sampled_from(sorted(SANDBOX_KINDS)) | s.kinds,
+        ok=st.booleans(),
+        answered=st.booleans(),
+        on_cycle=s.maybe_bool,
+    )
     def node_finishes(
         self, name: str, kind: str | None, ok: bool, answered: bool, on_cycle: bool | None
     ) -> None:
         in_sandbox = kind in SANDBOX_KINDS
-        self.records.append(NodeFinished(
-            node=name, kind=kind, succeeded=ok, answered=answered, in_sandbox=in_sandbox,
-            on_cycle=on_cycle,
-        ))
+        self.records.append(
+            NodeFinished(
+                node=name,
+                kind=kind,
+                succeeded=ok,
+                answered=answered,
+                in_sandbox=in_sandbox,
+                on_cycle=on_cycle,
+            )
+        )
         if ok and not answered and in_sandbox and self.bank:
             self.writes.append((name, on_cycle))
 
@@ -68,8 +78,9 @@ class RunStory(RuleBasedStateMachine):
         self.alive = False
         if self.hold:
             return  # X3: a failed restore holds the bank; this sandbox banks nothing
-        self.records.append({"banked": banked, "empty": empty, "unknown": unknown,
-                             "unbanked": unbanked}[outcome]())
+        self.records.append(
+            {"banked": banked, "empty": empty, "unknown": unknown, "unbanked": unbanked}[outcome]()
+        )
         if outcome == "banked":
             self.bank, self.writes, self.unbanked, self.host_backed = True, [], False, False
         elif outcome == "empty":
@@ -85,12 +96,14 @@ class RunStory(RuleBasedStateMachine):
     # -- while parked ----------------------------------------------------------------
 
     @precondition(lambda self: not self.alive)
-    @rule(dropped=st.lists(s.node_names, unique=True, min_size=1, max_size=3),
-          said=st.none() | st.lists(s.node_names, unique=True, max_size=2))
+    @rule(
+        dropped=st.lists(s.node_names, unique=True, min_size=1, max_size=3),
+        said=st.none() | st.lists(s.node_names, unique=True, max_size=2),
+    )
     def rewind(self, dropped: list[str], said: list[str] | None) -> None:
-        self.records.append(RunRewound(
-            dropped_nodes=tuple(dropped), on_cycle=None if said is None else tuple(said)
-        ))
+        self.records.append(
+            RunRewound(dropped_nodes=tuple(dropped), on_cycle=None if said is None else tuple(said))
+        )
 
         def on_cycle(node: str, recorded: bool | None) -> bool:
             if said is not None:
@@ -100,9 +113,13 @@ class RunStory(RuleBasedStateMachine):
         self.writes = [(n, c) for n, c in self.writes if n not in dropped or on_cycle(n, c)]
 
     @precondition(lambda self: not self.alive)
-    @rule(accept=st.booleans(), force=st.booleans(), changed=st.booleans(),
-          result=st.sampled_from([RestoreResult.RESTORED] * 6 + list(RestoreResult)),
-          into_host=st.booleans())
+    @rule(
+        accept=st.booleans(),
+        force=st.booleans(),
+        changed=st.booleans(),
+        result=st.sampled_from([RestoreResult.RESTORED] * 6 + list(RestoreResult)),
+        into_host=st.booleans(),
+    )
     def resume(
         self, accept: bool, force: bool, changed: bool, result: RestoreResult, into_host: bool
     ) -> None:

@@ -14,8 +14,19 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What a pure module may import. Anything else (os, io, pathlib, subprocess, socket,
 #: time, random, docker, boto3, eventsourcing, ...) fails the build.
 PURE_MODULES = {
-    "__future__", "typing", "collections", "collections.abc", "enum", "attrs", "datetime",
-    "re", "functools", "itertools", "math", "types", "abc",
+    "__future__",
+    "typing",
+    "collections",
+    "collections.abc",
+    "enum",
+    "attrs",
+    "datetime",
+    "re",
+    "functools",
+    "itertools",
+    "math",
+    "types",
+    "abc",
 }
 #: Names that read the clock, the environment, files or the console.
 IMPURE_CALLS = {"open", "print", "input", "now", "utcnow", "today", "getenv", "time"}

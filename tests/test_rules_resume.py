@@ -36,6 +36,7 @@ from scratchbank.testing.builders import (
     went_on_without,
 )
 
+NONE = Consents()
 FORCE = Consents(force=True)
 ACCEPT = Consents(accept_scratch_loss=True)
 BOTH = Consents(force=True, accept_scratch_loss=True)
@@ -43,7 +44,7 @@ BOTH = Consents(force=True, accept_scratch_loss=True)
 
 def decide(
     *records: Record,
-    consents: Consents = Consents(),
+    consents: Consents = NONE,
     source_changed: bool = False,
     artifact_changed: bool = False,
     where: Where = Where.ENGINE,

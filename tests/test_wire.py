@@ -12,9 +12,17 @@ from scratchbank.domain.records import KNOWN_RECORDS, RunStatus, RunStatusChange
 from scratchbank.testing.builders import banked, node, rewound, shared
 
 WIRE_NAMES = {
-    "run_started", "run_resumed", "node_finished", "run_rewound", "sandbox_scratch_banked",
-    "sandbox_scratch_restored", "sandbox_shared", "scratch_forsaken", "attempt_queued",
-    "attempt_claimed", "run_status_changed",
+    "run_started",
+    "run_resumed",
+    "node_finished",
+    "run_rewound",
+    "sandbox_scratch_banked",
+    "sandbox_scratch_restored",
+    "sandbox_shared",
+    "scratch_forsaken",
+    "attempt_queued",
+    "attempt_claimed",
+    "run_status_changed",
 }
 
 
@@ -24,9 +32,13 @@ def test_wire_names_are_the_adrs_and_stable() -> None:
 
 def test_round_trip_keeps_every_field() -> None:
     at = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-    for rec in (banked(raced=("./a",)), node("a", in_sandbox=True, on_cycle=True),
-                rewound("a", on_cycle=("a",)), shared(copy_based=True),
-                RunStatusChanged(status=RunStatus.PAUSED, at=at)):
+    for rec in (
+        banked(raced=("./a",)),
+        node("a", in_sandbox=True, on_cycle=True),
+        rewound("a", on_cycle=("a",)),
+        shared(copy_based=True),
+        RunStatusChanged(status=RunStatus.PAUSED, at=at),
+    ):
         assert decode(encode(rec)) == rec
 
 
@@ -49,12 +61,18 @@ def test_unknown_record_types_are_kept_not_dropped() -> None:
         ({"type": "node_finished", "node": "a", "succeeded": "yes"}, "should be a boolean"),
         ({"type": "node_finished", "node": "a", "succeeded": 1}, "should be a boolean"),
         ({"type": "node_finished", "node": "a", "succeeded": True, "_in_sandbox": "no"}, "boolean"),
-        ({"type": "sandbox_scratch_banked", "banked": True, "empty": False, "unknown": False},
-         "lacks required field 'bytes'"),
-        ({"type": "sandbox_scratch_banked", "banked": True, "empty": True, "unknown": False,
-          "bytes": 3}, "more than one"),
-        ({"type": "sandbox_scratch_banked", "banked": True, "empty": False, "unknown": False,
-          "bytes": -1}, "non-negative"),
+        (
+            {"type": "sandbox_scratch_banked", "banked": True, "empty": False, "unknown": False},
+            "lacks required field 'bytes'",
+        ),
+        (
+            {"type": "sandbox_scratch_banked", "banked": True, "empty": True, "unknown": False, "bytes": 3},
+            "more than one",
+        ),
+        (
+            {"type": "sandbox_scratch_banked", "banked": True, "empty": False, "unknown": False, "bytes": -1},
+            "non-negative",
+        ),
         ({"type": "run_rewound", "dropped_nodes": "a"}, "list of strings"),
         ({"type": "run_status_changed", "status": "sleeping"}, "run status"),
         ({"type": "node_finished", "v": 2, "node": "a", "succeeded": True}, "newer"),

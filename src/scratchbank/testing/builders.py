@@ -18,8 +18,10 @@ def started() -> RunStarted:
     return RunStarted()
 
 
-def resumed(attempt: str | None = None, **consents: bool) -> RunResumed:
-    return RunResumed(attempt=attempt, **consents)
+def resumed(
+    attempt: str | None = None, *, force: bool = False, accept_scratch_loss: bool = False
+) -> RunResumed:
+    return RunResumed(attempt=attempt, force=force, accept_scratch_loss=accept_scratch_loss)
 
 
 def node(
@@ -33,15 +35,24 @@ def node(
 ) -> NodeFinished:
     """A node's finish; ``in_sandbox`` None leaves the metadata out (fallback to kind)."""
     return NodeFinished(
-        node=name, kind=kind, succeeded=ok, answered=answered, in_sandbox=in_sandbox,
+        node=name,
+        kind=kind,
+        succeeded=ok,
+        answered=answered,
+        in_sandbox=in_sandbox,
         on_cycle=on_cycle,
     )
 
 
 def banked(size: int = 1000, *, raced: tuple[str, ...] = (), sha256: str = "0" * 64) -> ScratchBanked:
     return ScratchBanked(
-        banked=True, empty=False, unknown=False, bytes=size, raced=raced,
-        raced_count=len(raced), sha256=sha256,
+        banked=True,
+        empty=False,
+        unknown=False,
+        bytes=size,
+        raced=raced,
+        raced_count=len(raced),
+        sha256=sha256,
     )
 
 
@@ -62,9 +73,7 @@ def finished_teardown() -> ScratchBanked:
 
 
 def restored(*, stale: bool = False, accepted: bool = False, host_backed: bool = False) -> ScratchRestored:
-    return ScratchRestored(
-        restored=True, stale=stale, accepted=accepted, bytes=1000, host_backed=host_backed
-    )
+    return ScratchRestored(restored=True, stale=stale, accepted=accepted, bytes=1000, host_backed=host_backed)
 
 
 def restore_failed(reason: str = "stream broke") -> ScratchRestored:

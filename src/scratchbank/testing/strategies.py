@@ -27,7 +27,7 @@ from scratchbank.domain.teardown import Archive, Seen, TryOutcome
 
 NODES = ("clone", "build", "measure", "loop", "gate")
 node_names = st.sampled_from(NODES)
-kinds = st.sampled_from(sorted(SANDBOX_KINDS | ENGINE_SIDE_KINDS) + ["brand_new_kind"]) | st.none()
+kinds = st.sampled_from([*sorted(SANDBOX_KINDS | ENGINE_SIDE_KINDS), "brand_new_kind"]) | st.none()
 maybe_bool = st.none() | st.booleans()
 
 node_finishes = st.builds(
@@ -55,24 +55,35 @@ digests = st.text("0123456789abcdef", min_size=64, max_size=64)
 raced_names = st.lists(st.from_regex(r"\./[a-z]{1,8}", fullmatch=True), max_size=3).map(tuple)
 
 banks = st.builds(
-    ScratchBanked, banked=st.just(True), empty=st.just(False), unknown=st.just(False),
-    bytes=sizes, raced=raced_names, unquiesced=st.booleans(), sha256=digests,
+    ScratchBanked,
+    banked=st.just(True),
+    empty=st.just(False),
+    unknown=st.just(False),
+    bytes=sizes,
+    raced=raced_names,
+    unquiesced=st.booleans(),
+    sha256=digests,
 )
 empties = st.just(ScratchBanked(banked=False, empty=True, unknown=False, bytes=0))
 unknowns = st.just(ScratchBanked(banked=False, empty=False, unknown=True, bytes=0, reason="gone"))
 unbankeds = st.builds(
-    ScratchBanked, banked=st.just(False), empty=st.just(False), unknown=st.just(False),
+    ScratchBanked,
+    banked=st.just(False),
+    empty=st.just(False),
+    unknown=st.just(False),
     bytes=st.integers(min_value=0, max_value=1 << 30),
     reason=st.sampled_from(["over the 256 MiB cap", "tar failed", "upload failed"]),
 )
-finisheds = st.just(
-    ScratchBanked(banked=False, empty=False, unknown=False, finished=True, bytes=0)
-)
+finisheds = st.just(ScratchBanked(banked=False, empty=False, unknown=False, finished=True, bytes=0))
 teardowns = st.one_of(banks, empties, unknowns, unbankeds, finisheds)
 
 restores = st.builds(
-    ScratchRestored, restored=st.booleans(), stale=st.booleans(), accepted=st.booleans(),
-    bytes=st.integers(min_value=0, max_value=1 << 20), host_backed=st.booleans(),
+    ScratchRestored,
+    restored=st.booleans(),
+    stale=st.booleans(),
+    accepted=st.booleans(),
+    bytes=st.integers(min_value=0, max_value=1 << 20),
+    host_backed=st.booleans(),
 )
 rewinds = st.builds(
     RunRewound,
@@ -85,17 +96,30 @@ executions = st.one_of(
 )
 adoptions = st.builds(SandboxShared, scratch_container_local=maybe_bool, parent_copy_based=st.booleans())
 forsakes = st.builds(ScratchForsaken, forced=st.booleans(), accepted=st.booleans())
-unknown_types = st.builds(
-    UnknownRecord, type=st.sampled_from(["llm_usage", "artifact_uploaded", "log"])
-)
+unknown_types = st.builds(UnknownRecord, type=st.sampled_from(["llm_usage", "artifact_uploaded", "log"]))
 
 records: st.SearchStrategy[Record] = st.one_of(
-    node_finishes, node_finishes, teardowns, teardowns, restores, rewinds, executions,
-    adoptions, forsakes, unknown_types,
+    node_finishes,
+    node_finishes,
+    teardowns,
+    teardowns,
+    restores,
+    rewinds,
+    executions,
+    adoptions,
+    forsakes,
+    unknown_types,
 )
 #: Timelines that never mention a child adoption: the run's own scratch only.
 own_records: st.SearchStrategy[Record] = st.one_of(
-    node_finishes, node_finishes, teardowns, teardowns, restores, rewinds, executions, unknown_types,
+    node_finishes,
+    node_finishes,
+    teardowns,
+    teardowns,
+    restores,
+    rewinds,
+    executions,
+    unknown_types,
 )
 timelines = st.lists(records, max_size=40)
 own_timelines = st.lists(own_records, max_size=40)
