@@ -5,14 +5,18 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ScratchbankError
     ├── TimelineUnreadable        code TIMELINE_UNREADABLE   (R15, A6)
     ├── TimelineConflict          code TIMELINE_CONFLICT     (optimistic concurrency lost)
+    ├── TimelineWriteFailed       code TIMELINE_WRITE_FAILED (T8: the record is retried)
     ├── BankError
     │   ├── BankGone              code BANK_GONE             (X4: the bank is not there)
     │   ├── BankReadFailed        code BANK_READ_FAILED      (X5: read again)
     │   ├── BankWriteFailed       code BANK_WRITE_FAILED     (T8/T10: retry may cure)
+    │   ├── BankMismatch          code BANK_MISMATCH         (X4: not the bank the record names)
     │   └── HostileArchive        code HOSTILE_ARCHIVE       (X2/X4: refused on the host)
     ├── SandboxError
     │   ├── SandboxGone           code SANDBOX_GONE          (T19: cannot even list)
     │   ├── ExecFailed            code EXEC_FAILED           (T8: an exec blip)
+    │   ├── ArchiveFailed         code ARCHIVE_FAILED        (T8: tar failed in the sandbox)
+    │   ├── RestoreRefused        code RESTORE_REFUSED       (X2/X4: the sandbox's tar refused)
     │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
     └── InvalidRunId              code INVALID_RUN_ID
 
@@ -75,6 +79,17 @@ class TimelineConflict(ScratchbankError):
     remedy = "read the timeline again and decide on what it now holds"
 
 
+class TimelineWriteFailed(ScratchbankError):
+    """Appending to the timeline failed for a reason other than a conflict (store outage).
+
+    Raised when: the store is unreachable or refuses the write. Not raised for: another
+    writer winning the race (TimelineConflict).
+    """
+
+    code = "TIMELINE_WRITE_FAILED"
+    remedy = "check the timeline store; the record is retried within its budget"
+
+
 class InvalidRunId(ScratchbankError):
     """A run id that could address something outside its run's own place.
 
@@ -117,6 +132,18 @@ class BankWriteFailed(BankError):
     remedy = "check the bank store's reachability and space"
 
 
+class BankMismatch(BankError):
+    """The stored bank is not the one the timeline recorded (size or digest differ).
+
+    Raised when: a bank was replaced without its record landing (a teardown killed
+    between upload and record), or the object changed in the store. Not raised for:
+    a bank that is gone (BankGone). Such a bank is never restored as if recorded.
+    """
+
+    code = "BANK_MISMATCH"
+    remedy = "relaunch the run fresh, or resume accepting the scratch's loss"
+
+
 class HostileArchive(BankError):
     """A bank the host-side check refused: it must not be extracted anywhere.
 
@@ -146,6 +173,21 @@ class ExecFailed(SandboxError):
 
     code = "EXEC_FAILED"
     remedy = "check the sandbox engine; banking retries within its budget"
+
+
+class ArchiveFailed(SandboxError):
+    """tar failed in the sandbox for a reason other than a race (T8: tried again)."""
+
+    code = "ARCHIVE_FAILED"
+    remedy = "see the tar output in the message; banking retries within its budget"
+
+
+class RestoreRefused(SandboxError):
+    """The sandbox's tar refused the bank: the scratch cannot be created, a member
+    cannot be recreated, or the disk is full (X2). Not raised for a broken stream."""
+
+    code = "RESTORE_REFUSED"
+    remedy = "free space or fix the scratch's permissions; or resume accepting the scratch's loss"
 
 
 class StreamBroken(SandboxError):

@@ -1,0 +1,125 @@
+"""The timeline on eventsourcing's recorders: SQLite embedded, PostgreSQL shared.
+
+Each run is an event stream keyed by its id; record i is stored at version i + 1 as
+its wire object (JSON), so the storage contract is the wire format, not Python class
+paths. Appends rely on the recorder's unique (stream, version) constraint: of two
+writers racing on one run exactly one wins and the other gets TimelineConflict.
+Every driver error is translated here: a conflict, an unreadable timeline (R15) or a
+failed write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from urllib.parse import unquote, urlparse
+
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    InfrastructureFactory,
+    IntegrityError,
+    PersistenceError,
+    StoredEvent,
+)
+
+from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.records import Record, UnknownRecord
+from scratchbank.domain.runs import check_run_id
+from scratchbank.domain.wire import decode, encode
+
+TOPIC_PREFIX = "scratchbank.wire:"
+APPEND_RETRIES = 5
+
+
+def env_for_url(url: str) -> dict[str, str]:
+    """eventsourcing settings for ``sqlite:///path`` or ``postgresql://user:pw@host:port/db``."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path) if parsed.netloc == "" else parsed.netloc + parsed.path
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": path or ":memory:",
+            "SQLITE_LOCK_TIMEOUT": "10",
+            "ORIGINATOR_ID_TYPE": "text",
+        }
+    if parsed.scheme in ("postgres", "postgresql"):
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": parsed.path.lstrip("/") or "postgres",
+            "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
+            "POSTGRES_PORT": str(parsed.port or 5432),
+            "POSTGRES_USER": unquote(parsed.username or "postgres"),
+            "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+            "POSTGRES_CONNECT_TIMEOUT": "5",
+            "ORIGINATOR_ID_TYPE": "text",
+        }
+    raise ValueError(f"unsupported timeline URL {url!r} (sqlite:///... or postgresql://...)")
+
+
+class EventStoreTimeline:
+    """A Timeline over an eventsourcing aggregate recorder."""
+
+    def __init__(self, url: str, *, env: Mapping[str, str] | None = None) -> None:
+        settings = env_for_url(url) | dict(env or {})
+        try:
+            self._factory = InfrastructureFactory.construct(env=settings)
+            self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
+        except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
+            raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
+        self.url = url
+
+    def close(self) -> None:
+        self._factory.close()
+
+    def _select(self, run_id: str) -> Sequence[StoredEvent]:
+        try:
+            return self._recorder.select_events(check_run_id(run_id))
+        except PersistenceError as error:
+            raise TimelineUnreadable(f"cannot read run {run_id}: {error}") from error
+
+    def read(self, run_id: str) -> tuple[Record, ...]:
+        records = []
+        for position, stored in enumerate(self._select(run_id)):
+            if stored.originator_version != position + 1:
+                raise TimelineUnreadable(
+                    f"run {run_id} has a gap before version {stored.originator_version}",
+                    position=position,
+                )
+            try:
+                obj = json.loads(stored.state)
+            except (ValueError, UnicodeDecodeError) as error:
+                raise TimelineUnreadable(f"not JSON: {error}", position=position) from None
+            records.append(decode(obj, position=position))
+        return tuple(records)
+
+    def _length(self, run_id: str) -> int:
+        try:
+            last = self._recorder.select_events(run_id, desc=True, limit=1)
+        except PersistenceError as error:
+            raise TimelineWriteFailed(f"cannot read run {run_id} to append: {error}") from error
+        return last[0].originator_version if last else 0
+
+    def _stored(self, run_id: str, start: int, records: Sequence[Record]) -> list[StoredEvent]:
+        out = []
+        for offset, record in enumerate(records):
+            wire = encode(record)
+            topic = record.type if isinstance(record, UnknownRecord) else record.WIRE
+            state = json.dumps(wire, sort_keys=True).encode()
+            out.append(StoredEvent(run_id, start + offset + 1, TOPIC_PREFIX + topic, state))
+        return out
+
+    def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
+        check_run_id(run_id)
+        for _ in range(APPEND_RETRIES):
+            start = self._length(run_id) if expected is None else expected
+            try:
+                self._recorder.insert_events(self._stored(run_id, start, records))
+                return start + len(records)
+            except IntegrityError:
+                if expected is not None:
+                    raise TimelineConflict(
+                        f"run {run_id}: another writer appended past {expected} records"
+                    ) from None
+            except PersistenceError as error:
+                raise TimelineWriteFailed(f"cannot append to run {run_id}: {error}") from error
+        raise TimelineConflict(f"run {run_id}: lost {APPEND_RETRIES} append races in a row")

@@ -1,0 +1,40 @@
+"""Shared fixtures: the real engines and servers ./dev test started, found by env vars.
+
+Under CI (CI=true) a missing engine fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def need(var: str, what: str) -> str:
+    value = os.environ.get(var)
+    if value:
+        return value
+    message = f"{what} is not running ({var} unset): ./dev test starts it"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    return need("SCRATCHBANK_S3_ENDPOINT", "the S3 server")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    return need("SCRATCHBANK_POSTGRES_URL", "PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def docker_url() -> str:
+    return need("SCRATCHBANK_DOCKER_URL", "the Docker engine")
+
+
+@pytest.fixture(scope="session")
+def podman_url() -> str:
+    return need("SCRATCHBANK_PODMAN_URL", "the Podman service")
