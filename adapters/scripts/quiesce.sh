@@ -1,0 +1,150 @@
+#!/bin/sh
+# scratchbank quiesce (T11-T14): stop every other process of this sandbox before tar
+# reads the scratch, check that nothing else runs, and leave a watchdog that continues
+# them if the banking side never comes back.
+#
+#   quiesce.sh stop BUDGET_SECONDS [WAIT_SECONDS]   -> exit 0 all stopped, 4 partial, 3 refused
+#   quiesce.sh cont                                  -> continue everything, end the watchdog
+#
+# Only builtins signal (kill's exit status means nothing; /bin/kill -STOP -1 stops its
+# own shell). Refusals come before any signal. Output lines: "refused: ...",
+# "unquiesced: ...", "stopped N", "watchdog PID".
+set -u
+INITIAL_PIDNS='pid:[4026531836]'
+WD_FILE="${TMPDIR:-/tmp}/.scratchbank-watchdog"
+QUIET_PID1="sleep pause tini dumb-init catatonit docker-init podman-pause init systemd"
+self=$$
+
+say() { printf '%s\n' "$*"; }
+
+if [ "${1:-}" = cont ]; then
+    kill -CONT -1 2>/dev/null
+    rm -f "$WD_FILE" 2>/dev/null
+    say continued
+    exit 0
+fi
+budget=${2:-30}
+wait_for=${3:-5}
+
+# -- guards, before any signal (T12) ---------------------------------------------------
+ns=$(readlink /proc/self/ns/pid 2>/dev/null) || ns=""
+[ -n "$ns" ] || { say "refused: cannot read the PID namespace"; exit 3; }
+[ "$ns" = "$INITIAL_PIDNS" ] && { say "refused: this is the host's initial PID namespace"; exit 3; }
+statpid=""
+read -r statpid _rest 2>/dev/null </proc/self/stat
+[ "$statpid" = "$self" ] || { say "refused: /proc is not this sandbox's own (pid $statpid vs $self)"; exit 3; }
+my_uid=""
+nspid_fields=0
+while read -r key a b c d; do
+    case $key in
+        Uid:) my_uid=$a ;;
+        NSpid:) set -f; set -- $a ${b:-} ${c:-} ${d:-}; set +f; nspid_fields=$# ;;
+    esac
+done 2>/dev/null </proc/self/status
+[ "$nspid_fields" -gt 1 ] && { say "refused: /proc belongs to a parent PID namespace"; exit 3; }
+
+reasons=""
+note() { case "$reasons" in *"$1"*) ;; *) reasons="$reasons
+unquiesced: $1" ;; esac; }
+
+while read -r _id _p _mm _root mnt _opts rest; do
+    [ "$mnt" = /proc ] || continue
+    case " $rest " in
+        *hidepid=1*|*hidepid=2*|*hidepid=4*|*hidepid=invisible*|*hidepid=noaccess*|*hidepid=ptraceable*)
+            note "/proc is mounted hidepid: other users' processes cannot be checked" ;;
+    esac
+done 2>/dev/null </proc/self/mountinfo
+
+# -- PID 1 is never stopped by kill -1: know what it is ---------------------------------
+if [ "$self" != 1 ]; then
+    l1=""
+    read -r l1 2>/dev/null </proc/1/stat
+    comm=${l1#*\(}; comm=${comm%\)*}
+    case " $QUIET_PID1 " in
+        *" $comm "*) ;;
+        *) note "pid 1 ($comm) cannot be stopped from inside and may write" ;;
+    esac
+fi
+
+# -- stop, then check every process and thread ------------------------------------------
+scan() {
+    running=""
+    unreadable=""
+    checked=0
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        [ "$pid" = "$self" ] && continue
+        [ "$pid" = 1 ] && continue
+        line=""
+        if ! read -r line 2>/dev/null <"$d/stat"; then
+            [ -d "$d" ] && unreadable="$unreadable $pid"
+            continue
+        fi
+        rest=${line##*) }
+        set -f; set -- $rest; set +f
+        state=$1 ppid=$2
+        [ "$ppid" = "$self" ] && continue
+        checked=$((checked + 1))
+        case $state in
+            T|t|Z|X|x) ;;
+            *) running="$running $pid:$state"; continue ;;
+        esac
+        for t in "$d"/task/*; do
+            tid=${t##*/}
+            [ "$tid" = "$pid" ] && continue
+            tl=""
+            read -r tl 2>/dev/null <"$t/stat" || continue
+            tr=${tl##*) }
+            set -f; set -- $tr; set +f
+            case $1 in T|t|Z|X|x) ;; *) running="$running $pid/$tid:$1" ;; esac
+        done
+    done
+}
+
+stopped_any=0
+start=$(date +%s)
+round=0
+while :; do
+    kill -STOP -1 2>/dev/null
+    stopped_any=1
+    scan
+    [ -z "$running" ] && [ -z "$unreadable" ] && break
+    round=$((round + 1))
+    now=$(date +%s)
+    [ "$round" -ge 5 ] && [ $((now - start)) -ge "$wait_for" ] && break
+    sleep 0.2 2>/dev/null || sleep 1
+done
+
+for entry in $running; do
+    pid=${entry%%[:/]*}
+    uid=""
+    while read -r key a _; do [ "$key" = Uid: ] && uid=$a; done 2>/dev/null </proc/$pid/status
+    state=${entry##*:}
+    if [ -n "$uid" ] && [ "$uid" != "$my_uid" ] && [ "$my_uid" != 0 ]; then
+        note "process $pid of another user ($uid) could not be stopped"
+    elif [ "$state" = D ]; then
+        note "task $entry stayed in uninterruptible sleep (D) past ${wait_for}s"
+    else
+        note "process $entry still running after every stop"
+    fi
+done
+for pid in $unreadable; do note "status of process $pid cannot be read"; done
+
+# -- the watchdog: continue everything if nobody says cont within the budget (T14) ------
+if [ "$stopped_any" = 1 ]; then
+    : >"$WD_FILE" 2>/dev/null
+    (
+        trap '' HUP INT
+        n=0
+        while [ "$n" -lt "$budget" ] && [ -e "$WD_FILE" ]; do sleep 1; n=$((n + 1)); done
+        kill -CONT -1 2>/dev/null
+        rm -f "$WD_FILE" 2>/dev/null
+    ) </dev/null >/dev/null 2>&1 &
+    say "watchdog $!"
+fi
+say "stopped $checked"
+if [ -n "$reasons" ]; then
+    printf '%s\n' "$reasons" | sed '/^$/d'
+    exit 4
+fi
+exit 0
