@@ -21,9 +21,7 @@ from scratchbank.application.streams import TooLarge, copy_hashed
 from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, HostileArchive
 from scratchbank.domain.runs import check_run_id
 
-MULTIPART = TransferConfig(
-    multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=4
-)
+MULTIPART = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=4)
 DIGEST_KEY = "sha256"
 
 
@@ -40,9 +38,7 @@ class S3BankStore:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5)
-        self.client = client or boto3.session.Session().client(
-            "s3", endpoint_url=endpoint_url, config=config
-        )
+        self.client = client or boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
 
     def key(self, run_id: str) -> str:
         key = f"sessions/{check_run_id(run_id)}/scratch.tgz"
@@ -51,8 +47,11 @@ class S3BankStore:
     def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
         try:
             self.client.upload_file(
-                str(archive), self.bucket, self.key(run_id),
-                ExtraArgs={"Metadata": {DIGEST_KEY: sha256}}, Config=MULTIPART,
+                str(archive),
+                self.bucket,
+                self.key(run_id),
+                ExtraArgs={"Metadata": {DIGEST_KEY: sha256}},
+                Config=MULTIPART,
             )
         except (BotoCoreError, ClientError, OSError) as error:
             raise BankWriteFailed(f"s3://{self.bucket}/{self.key(run_id)}: {error}") from error
@@ -92,9 +91,7 @@ class S3BankStore:
     def sweep(self, run_id: str) -> None:
         folder = self.key(run_id).rsplit("/", 1)[0] + "/"
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=folder
-            )
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
             for page in pages:
                 for obj in page.get("Contents", []):
                     self.client.delete_object(Bucket=self.bucket, Key=obj["Key"])

@@ -62,3 +62,62 @@ class BankStore(Protocol):
     def delete(self, run_id: str) -> None: ...
 
     def sweep(self, run_id: str) -> None: ...
+
+
+@attrs.frozen
+class SandboxFacts:
+    """What the domain needs to know of a sandbox, read when it started (T1, T11)."""
+
+    scratch: str
+    host_backed: bool
+    process_isolated: bool
+    isolation: str  # why: "own PID namespace", "--pid=host", "Podman pidns=host", ...
+    engine: str = ""
+
+
+@attrs.frozen
+class QuiesceReport:
+    """What the quiesce did: refused before any signal, stopped all, or partial (T12, T13)."""
+
+    quiesced: bool
+    refused: bool
+    reasons: tuple[str, ...] = ()
+    stopped: int = 0
+
+
+@attrs.frozen
+class ArchiveReport:
+    """What tar saw: empty, or files (with the members it caught racing), and notices."""
+
+    empty: bool
+    raced: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+
+
+class Sandbox(Protocol):
+    """A running sandbox, as banking and restoring need it.
+
+    Contract (``scratchbank.testing.contracts.SandboxContract``):
+    - ``quiesce`` stops every other process, or reports why it could not; it never
+      raises for a refusal (that is a report), only for a sandbox that is gone
+      (SandboxGone) or an exec that failed (ExecFailed).
+    - ``continue_processes`` continues whatever the quiesce stopped; idempotent.
+    - ``archive`` streams the scratch as a tar (gzip'd when ``compress``) into ``dest``;
+      raises ArchiveFailed for a tar failure that is not a race, SandboxGone when the
+      sandbox is gone (T19).
+    - ``restore`` reads exactly ``size`` bytes from ``src`` and extracts them as the
+      scratch; raises RestoreRefused when tar refused them and StreamBroken when the
+      stream did not arrive whole (X2).
+    """
+
+    facts: SandboxFacts
+
+    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport: ...
+
+    def continue_processes(self) -> None: ...
+
+    def archive(self, dest: BinaryIO, *, compress: bool, verify: bool) -> ArchiveReport: ...
+
+    def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None: ...
+
+    def list_scratch(self) -> list[str]: ...

@@ -354,8 +354,11 @@ class GzipReader:
         self._limit = limit
         self.out = 0
 
+    def _ended(self) -> bool:
+        return bool(self._d.eof)
+
     def feed(self, data: bytes) -> None:
-        if self._d.eof:
+        if self._ended():
             if data:
                 raise _refuse("trailing data after the gzip stream")
             return
@@ -367,7 +370,7 @@ class GzipReader:
                     raise _refuse("the gzip stream expands past the cap (a bomb?)")
                 if chunk:
                     self._sink(chunk)
-                if self._d.eof:
+                if self._ended():
                     if self._d.unused_data:
                         raise _refuse("trailing data after the gzip stream")
                     return
@@ -439,7 +442,9 @@ class CanonicalWriter:
         self._pad()
         info = tarfile.TarInfo(m.path + "/" if m.type == DIR and m.path else (m.path or "."))
         info.type = {
-            FILE: tarfile.REGTYPE, DIR: tarfile.DIRTYPE, SYMLINK: tarfile.SYMTYPE,
+            FILE: tarfile.REGTYPE,
+            DIR: tarfile.DIRTYPE,
+            SYMLINK: tarfile.SYMTYPE,
             HARDLINK: tarfile.LNKTYPE,
         }[m.type]
         info.size = m.size if m.type == FILE else 0

@@ -31,8 +31,11 @@ class TestFilesystemBankStore(BankStoreContract):
 
 def s3_client(endpoint: str):  # type: ignore[no-untyped-def]
     return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
     )
 
 
@@ -107,8 +110,12 @@ def test_s3_checksum_kept_with_the_object_is_verified_on_read(s3_endpoint: str, 
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
     store = S3BankStore(bucket, client=client)
-    client.put_object(Bucket=bucket, Key=store.key("run-1"), Body=b"tampered",
-                      Metadata={"sha256": hashlib.sha256(b"original").hexdigest()})
+    client.put_object(
+        Bucket=bucket,
+        Key=store.key("run-1"),
+        Body=b"tampered",
+        Metadata={"sha256": hashlib.sha256(b"original").hexdigest()},
+    )
     with pytest.raises(BankReadFailed, match="checksum mismatch"):
         store.fetch("run-1", io.BytesIO(), max_bytes=100)
 

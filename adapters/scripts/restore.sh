@@ -26,7 +26,14 @@ cleanup() { rm -rf "$new" "$work"; }
 sha256sum <"$fifo" >"$work/sum" &
 sumpid=$!
 if [ "$compress" = z ]; then flags=xzf; else flags=xf; fi
-head -c "$size" | tee "$fifo" | tar "$flags" - -C "$new" -o 2>"$work/err"
+# After tar stops (refused, or done), drain the rest so the digest covers the whole
+# stream: a refusal is then told apart from a stream that broke.
+head -c "$size" | tee "$fifo" | {
+    tar "$flags" - -C "$new" -o 2>"$work/err"
+    status=$?
+    cat >/dev/null
+    exit "$status"
+}
 rc=$?
 wait "$sumpid"
 read -r got _ <"$work/sum" 2>/dev/null || got=""

@@ -76,10 +76,7 @@ class TimelineContract:
 
     def test_appends_without_expectation_never_lose_a_record(self) -> None:
         t = self.make()
-        threads = [
-            threading.Thread(target=lambda i=i: t.append("run-m", [node(f"n{i}")]))
-            for i in range(6)
-        ]
+        threads = [threading.Thread(target=lambda i=i: t.append("run-m", [node(f"n{i}")])) for i in range(6)]
         for th in threads:
             th.start()
         for th in threads:

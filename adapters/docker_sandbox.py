@@ -1,0 +1,188 @@
+"""Docker and Podman sandboxes, through the ``docker`` SDK (Podman via its compatible API).
+
+Exec streams both ways over the hijacked exec socket: a writer thread sends stdin in
+1 MiB chunks while the reader hands stdout frames straight to the destination, so
+host memory does not grow with the archive. Process isolation is read once, when the
+adapter attaches: the container's PID mode, and for Podman the configured default
+(``pidns = "host"`` in containers.conf rules isolation out, T11).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import docker
+import docker.errors
+from docker.utils.socket import frames_iter
+
+from scratchbank.application.ports import SandboxFacts
+from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+
+from .scripted import ExecResult, ScriptedSandbox
+
+CHUNK = 1 << 20
+STDERR_KEEP = 1 << 20
+
+
+def podman_default_pidns(env: dict[str, str] | None = None) -> str:
+    """Podman's configured default PID namespace ("" when none is set)."""
+    env = dict(os.environ) if env is None else env
+    candidates = [
+        env.get("CONTAINERS_CONF", ""),
+        "/etc/containers/containers.conf",
+        "/usr/share/containers/containers.conf",
+    ]
+    for path in filter(None, candidates):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "pidns":
+                return value.strip().strip('"').strip("'")
+    return ""
+
+
+def isolation_of(attrs: dict[str, Any], *, podman: bool, podman_pidns: str = "") -> tuple[bool, str]:
+    """Is the container's PID namespace its own? (T11) From its inspect attributes."""
+    mode = (attrs.get("HostConfig") or {}).get("PidMode") or ""
+    if mode == "host":
+        return False, "the container shares the host's PID namespace (PID mode host)"
+    if podman and mode in ("", "private") and podman_pidns == "host":
+        return False, "Podman's default pidns = \"host\" shares the host's PID namespace"
+    if mode.startswith("container:"):
+        return True, f"PID namespace shared with {mode} (its processes are stopped too)"
+    return True, "own PID namespace"
+
+
+def host_backed(attrs: dict[str, Any], scratch: str) -> bool:
+    """Is the scratch (or a folder above it) bound to a host directory?"""
+    for mount in attrs.get("Mounts") or []:
+        dest = str(mount.get("Destination", "")).rstrip("/")
+        if mount.get("Type") == "bind" and (scratch == dest or scratch.startswith(dest + "/")):
+            return True
+    return False
+
+
+class DockerSandbox(ScriptedSandbox):
+    def __init__(
+        self,
+        container: str,
+        *,
+        scratch: str,
+        base_url: str | None = None,
+        podman: bool = False,
+        admin_user: str | None = "0",
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self.client = client or docker.DockerClient(base_url=base_url, timeout=60)
+        self.podman = podman
+        self.admin_user = admin_user
+        try:
+            found = self.client.containers.get(container)
+        except docker.errors.NotFound:
+            raise SandboxGone(f"no container {container}") from None
+        except docker.errors.DockerException as error:
+            raise ExecFailed(f"cannot inspect {container}: {error}") from error
+        self.container_id = found.id
+        attrs = found.attrs
+        isolated, why = isolation_of(
+            attrs, podman=podman, podman_pidns=podman_default_pidns() if podman else ""
+        )
+        self.default_user = (attrs.get("Config") or {}).get("User") or None
+        self.facts = SandboxFacts(
+            scratch=scratch,
+            host_backed=host_backed(attrs, scratch),
+            process_isolated=isolated,
+            isolation=why,
+            engine="podman" if podman else "docker",
+        )
+
+    def run(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: BinaryIO | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        api = self.client.api
+        cmd = ["sh", "-c", source, "scratchbank", *args]
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                cmd,
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                user=user or self.default_user or "",
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.NotFound:
+            raise SandboxGone(f"container {self.container_id[:12]} is gone") from None
+        except docker.errors.APIError as error:
+            if error.status_code == 409:
+                raise SandboxGone(f"container {self.container_id[:12]} is not running") from None
+            raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
+        except docker.errors.DockerException as error:
+            raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
+        out = stdout if stdout is not None else io.BytesIO()
+        err = bytearray()
+        raw = getattr(sock, "_sock", sock)
+        raw.settimeout(None)
+        writer = _start_writer(raw, stdin) if stdin is not None else None
+        try:
+            for stream, data in frames_iter(sock, tty=False):
+                if stream == 1:
+                    out.write(data)
+                else:
+                    err += data
+                    del err[: max(0, len(err) - STDERR_KEEP)]
+        except OSError as error:
+            raise StreamBroken(f"exec stream broke: {error}") from error
+        finally:
+            if writer is not None:
+                writer.join(timeout=30)
+            sock.close()
+            raw.close()
+        if writer is not None and writer.error is not None and not isinstance(writer.error, BrokenPipeError):
+            raise StreamBroken(f"stdin stream broke: {writer.error}")
+        try:
+            code = api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.DockerException as error:
+            raise ExecFailed(f"cannot read the exit code: {error}") from error
+        if code is None:
+            raise StreamBroken("the exec ended without an exit code")
+        captured = out.getvalue() if stdout is None and isinstance(out, io.BytesIO) else b""
+        return ExecResult(int(code), captured, bytes(err))
+
+
+class _Writer(threading.Thread):
+    def __init__(self, raw: socket.socket, src: BinaryIO) -> None:
+        super().__init__(daemon=True)
+        self.raw, self.src = raw, src
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while chunk := self.src.read(CHUNK):
+                self.raw.sendall(chunk)
+            with contextlib.suppress(OSError):
+                self.raw.shutdown(socket.SHUT_WR)
+        except BaseException as error:  # reported by the caller
+            self.error = error
+
+
+def _start_writer(raw: Any, src: BinaryIO) -> _Writer:
+    writer = _Writer(raw, src)
+    writer.start()
+    return writer

@@ -1,0 +1,184 @@
+"""A local sandbox: a directory, and commands in a PID namespace of their own.
+
+The namespace is held open by a sleeping init (``unshare --pid --fork --mount-proc``);
+every command enters it with ``nsenter``, so a quiesce sees exactly the sandbox's own
+processes. Where the machine does not allow ``unshare``, commands run as plain
+processes and the sandbox says it is not process-isolated (no quiesce, T11/T13).
+The scratch dies with the sandbox, so it is not host-backed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from scratchbank.application.ports import SandboxFacts
+from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+
+from .scripted import ExecResult, ScriptedSandbox
+
+CHUNK = 1 << 20
+
+
+def _real_file(f: object) -> bool:
+    try:
+        f.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+def _pump(src: IO[bytes], dst: IO[bytes], close_dst: bool) -> None:
+    try:
+        while chunk := src.read(CHUNK):
+            dst.write(chunk)
+    except (BrokenPipeError, ValueError, OSError):
+        pass
+    finally:
+        if close_dst:
+            with contextlib.suppress(OSError):
+                dst.close()
+
+
+class LocalSandbox(ScriptedSandbox):
+    """A sandbox on this machine. ``isolate=False`` runs commands as plain processes."""
+
+    def __init__(self, root: str | Path | None = None, *, isolate: bool = True) -> None:
+        self.root = Path(root or tempfile.mkdtemp(prefix="scratchbank-local-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        scratch = self.root / "scratch"
+        self._init: subprocess.Popen[bytes] | None = None
+        self._spawned: list[subprocess.Popen[bytes]] = []
+        self.ns_pid: int | None = None
+        why = "commands run as plain host processes"
+        if isolate and shutil.which("unshare") and shutil.which("nsenter"):
+            why = self._start_namespace() or why
+        self.admin_user = None
+        self.facts = SandboxFacts(
+            scratch=str(scratch),
+            host_backed=False,
+            process_isolated=self.ns_pid is not None,
+            isolation=why,
+            engine="local",
+        )
+
+    def _start_namespace(self) -> str | None:
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 - closed on every path below
+        init = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sleep", "infinity"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+        )
+        children = Path(f"/proc/{init.pid}/task/{init.pid}/children")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if init.poll() is not None:
+                errors.seek(0)
+                err = errors.read().decode(errors="replace")
+                errors.close()
+                return f"unshare is not permitted here ({err.strip()[:200]})"
+            try:
+                pids = children.read_text().split()
+            except OSError:
+                pids = []
+            if pids:
+                errors.close()
+                self._init, self.ns_pid = init, int(pids[0])
+                return "own PID namespace (unshare)"
+            time.sleep(0.01)
+        init.kill()
+        init.wait()
+        errors.close()
+        return "unshare did not start in time"
+
+    def _argv(self, source: str, args: Sequence[str]) -> list[str]:
+        cmd = ["sh", "-c", source, "scratchbank", *args]
+        if self.ns_pid is None:
+            return cmd
+        if self._init is None or self._init.poll() is not None:
+            raise SandboxGone("the local sandbox's namespace has ended")
+        return ["nsenter", "--target", str(self.ns_pid), "--pid", "--mount", "--", *cmd]
+
+    def spawn(self, command: str) -> subprocess.Popen[bytes]:
+        """Start a long-running command inside the sandbox (the workload, in tests)."""
+        proc = subprocess.Popen(
+            self._argv(command, []),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._spawned.append(proc)
+        return proc
+
+    def run(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: BinaryIO | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        argv = self._argv(source, args)
+        direct_in = stdin is not None and _real_file(stdin)
+        direct_out = stdout is not None and _real_file(stdout)
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=stdin if direct_in else (subprocess.PIPE if stdin else subprocess.DEVNULL),
+                    stdout=stdout if direct_out else subprocess.PIPE,
+                    stderr=err,
+                )
+            except OSError as error:
+                raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
+            pumps = []
+            if stdin is not None and not direct_in:
+                assert proc.stdin is not None
+                pumps.append(threading.Thread(target=_pump, args=(stdin, proc.stdin, True)))
+            captured = b""
+            if stdout is not None and not direct_out:
+                assert proc.stdout is not None
+                pumps.append(threading.Thread(target=_pump, args=(proc.stdout, stdout, False)))
+            for p in pumps:
+                p.start()
+            if stdout is None:
+                assert proc.stdout is not None
+                captured = proc.stdout.read()
+            code = proc.wait()
+            for p in pumps:
+                p.join()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            err.seek(0)
+            stderr = err.read()[-(1 << 20) :]
+        if code < 0:
+            raise StreamBroken(f"the command was killed by signal {-code}")
+        return ExecResult(code, captured, stderr)
+
+    def destroy(self) -> None:
+        """End every process of the sandbox and remove its directory."""
+        if self._init is not None and self._init.poll() is None:
+            try:
+                os.killpg(self._init.pid, signal.SIGKILL)
+            except OSError:
+                self._init.kill()
+            self._init.wait(timeout=10)
+        for proc in self._spawned:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,112 @@
+"""Real sandboxes for the integration tests: local (unshare), Docker and Podman, on a
+BusyBox image and a GNU image. Each rig gives the sandbox adapter plus a way to run and
+spawn workload commands in it, the way an engine's nodes would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import docker
+import pytest
+
+from scratchbank.adapters.docker_sandbox import DockerSandbox
+from scratchbank.adapters.local_sandbox import LocalSandbox
+from scratchbank.adapters.scripted import ScriptedSandbox
+
+SCRATCH = "/tmp/iterion-scratch"
+ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
+EXERCISED: set[str] = set()
+
+
+@attrs.define
+class Rig:
+    name: str
+    sandbox: ScriptedSandbox
+    sh: Callable[..., str]
+    spawn: Callable[..., None]
+    scratch: str
+
+    @property
+    def userland(self) -> str:
+        return "gnu" if self.name.endswith("gnu") else "busybox"
+
+
+def engine_url(kind: str) -> str:
+    var = {"docker": "SCRATCHBANK_DOCKER_URL", "podman": "SCRATCHBANK_PODMAN_URL"}[kind]
+    value = os.environ.get(var)
+    if not value:
+        message = f"{kind} is not running ({var} unset): ./dev test starts it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return value
+
+
+@contextmanager
+def container_rig(name: str, **run: Any) -> Iterator[Rig]:
+    kind, flavour = name.split("-")
+    client = docker.DockerClient(base_url=engine_url(kind), timeout=120)
+    image = f"scratchbank-{flavour}:test" if kind == "docker" else f"localhost/scratchbank-{flavour}:test"
+    command = run.pop("command", ["sleep", "1000000"])
+    box = client.containers.run(
+        image, command, detach=True, network_mode="none", name=f"sb-{uuid.uuid4().hex[:10]}", **run
+    )
+    try:
+        sandbox = DockerSandbox(box.id, scratch=SCRATCH, podman=kind == "podman", client=client)
+
+        def sh(cmd: str, user: str = "0", check: bool = True) -> str:
+            code, out = box.exec_run(["sh", "-c", cmd], user=user)
+            text = out.decode(errors="replace")
+            if check and code != 0:
+                raise AssertionError(f"{cmd!r} exited {code}: {text}")
+            return text
+
+        def spawn(cmd: str, user: str = "0") -> None:
+            box.exec_run(["sh", "-c", cmd], user=user, detach=True)
+
+        EXERCISED.add(kind)
+        yield Rig(name, sandbox, sh, spawn, SCRATCH)
+    finally:
+        box.remove(force=True)
+        client.close()
+
+
+@contextmanager
+def local_rig() -> Iterator[Rig]:
+    sandbox = LocalSandbox()
+    scratch = sandbox.facts.scratch
+
+    def sh(cmd: str, user: str = "0", check: bool = True) -> str:
+        done = sandbox.run(cmd, [])
+        if check and done.exit_code != 0:
+            raise AssertionError(f"{cmd!r} exited {done.exit_code}: {done.err}")
+        return done.stdout.decode(errors="replace")
+
+    def spawn(cmd: str, user: str = "0") -> None:
+        sandbox.spawn(cmd)
+
+    EXERCISED.add("local")
+    try:
+        yield Rig("local", sandbox, sh, spawn, scratch)
+    finally:
+        sandbox.destroy()
+
+
+@contextmanager
+def rig(name: str, **run: Any) -> Iterator[Rig]:
+    if name == "local":
+        with local_rig() as r:
+            yield r
+    else:
+        with container_rig(name, **run) as r:
+            yield r
+
+
+def host_sleep(seconds: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sleep", str(seconds)])
