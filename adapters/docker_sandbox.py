@@ -22,7 +22,7 @@ import docker
 import docker.errors
 from docker.utils.socket import frames_iter
 
-from scratchbank.application.ports import SandboxFacts
+from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import ExecResult, ScriptedSandbox
@@ -112,7 +112,7 @@ class DockerSandbox(ScriptedSandbox):
         args: Sequence[str],
         *,
         stdin: BinaryIO | None = None,
-        stdout: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
         user: str | None = None,
     ) -> ExecResult:
         api = self.client.api

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from scratchbank.application.ports import SandboxFacts
+from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import ExecResult, ScriptedSandbox
@@ -37,7 +37,7 @@ def _real_file(f: object) -> bool:
     return True
 
 
-def _pump(src: IO[bytes], dst: IO[bytes], close_dst: bool) -> None:
+def _pump(src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool) -> None:
     try:
         while chunk := src.read(CHUNK):
             dst.write(chunk)
@@ -46,7 +46,7 @@ def _pump(src: IO[bytes], dst: IO[bytes], close_dst: bool) -> None:
     finally:
         if close_dst:
             with contextlib.suppress(OSError):
-                dst.close()
+                dst.close()  # type: ignore[union-attr]
 
 
 class LocalSandbox(ScriptedSandbox):
@@ -128,7 +128,7 @@ class LocalSandbox(ScriptedSandbox):
         args: Sequence[str],
         *,
         stdin: BinaryIO | None = None,
-        stdout: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
         user: str | None = None,
     ) -> ExecResult:
         argv = self._argv(source, args)
@@ -139,7 +139,7 @@ class LocalSandbox(ScriptedSandbox):
                 proc = subprocess.Popen(
                     argv,
                     stdin=stdin if direct_in else (subprocess.PIPE if stdin else subprocess.DEVNULL),
-                    stdout=stdout if direct_out else subprocess.PIPE,
+                    stdout=stdout if direct_out else subprocess.PIPE,  # type: ignore[arg-type]
                     stderr=err,
                 )
             except OSError as error:

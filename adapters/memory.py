@@ -7,13 +7,29 @@ can test its integration against them and trust the behaviour carries over.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import tarfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from scratchbank.application.ports import StoredBank
-from scratchbank.domain.errors import BankGone, BankWriteFailed, HostileArchive, TimelineConflict
+from scratchbank.application.ports import (
+    ArchiveReport,
+    ByteSink,
+    QuiesceReport,
+    SandboxFacts,
+    StoredBank,
+)
+from scratchbank.domain.errors import (
+    BankGone,
+    BankWriteFailed,
+    HostileArchive,
+    SandboxGone,
+    StreamBroken,
+    TimelineConflict,
+)
 from scratchbank.domain.records import Record
 from scratchbank.domain.runs import check_run_id
 
@@ -70,3 +86,84 @@ class InMemoryBankStore:
 
     def sweep(self, run_id: str) -> None:
         self.delete(run_id)
+
+
+class FakeSandbox:
+    """A Sandbox whose scratch is a dict of files; faults are queued per operation.
+
+    ``faults["archive"] = [ExecFailed("blip"), None]`` makes the first archive fail and
+    the second succeed; ``races = [("./log",), ()]`` makes the first pass race.
+    """
+
+    def __init__(
+        self,
+        files: dict[str, bytes] | None = None,
+        *,
+        isolated: bool = True,
+        host_backed: bool = False,
+    ) -> None:
+        self.facts = SandboxFacts("/scratch", host_backed, isolated, "fake", "fake")
+        self.files = files
+        self.faults: dict[str, list[BaseException | None]] = {}
+        self.races: list[tuple[str, ...]] = []
+        self.stopped = False
+        self.quiesces = 0
+        self.continued = 0
+        self.archives = 0
+        self.gone = False
+
+    def _step(self, op: str) -> None:
+        queue = self.faults.get(op)
+        if queue:
+            fault = queue.pop(0)
+            if fault is not None:
+                raise fault
+        if self.gone:
+            raise SandboxGone("the fake sandbox is gone")
+
+    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport:
+        self._step("quiesce")
+        self.quiesces += 1
+        self.stopped = True
+        return QuiesceReport(True, False, (), 1)
+
+    def continue_processes(self) -> None:
+        self.continued += 1
+        self.stopped = False
+
+    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
+        self._step("archive")
+        self.archives += 1
+        if not self.files:
+            return ArchiveReport(empty=True)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz" if compress else "w", format=tarfile.GNU_FORMAT) as tar:
+            root = tarfile.TarInfo(".")
+            root.type, root.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(root)
+            for name, data in sorted(self.files.items()):
+                info = tarfile.TarInfo(f"./{name}")
+                info.size, info.mode, info.mtime = len(data), 0o644, 1_700_000_000
+                tar.addfile(info, io.BytesIO(data))
+        data = buf.getvalue()
+        for i in range(0, len(data), 1 << 16):
+            dest.write(data[i : i + (1 << 16)])
+        raced = self.races.pop(0) if self.races else ()
+        return ArchiveReport(False, raced)
+
+    def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None:
+        self._step("restore")
+        data = src.read(size)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            raise StreamBroken("the fake restore stream broke")
+        files: dict[str, bytes] = {}
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if compressed else "r:") as tar:
+            for member in tar:
+                if member.isfile():
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None
+                    files[member.name.removeprefix("./")] = extracted.read()
+        self.files = files
+
+    def list_scratch(self) -> list[str]:
+        return sorted(json.dumps([name, "file", len(data)]) for name, data in (self.files or {}).items())

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import attrs
 
-from scratchbank.application.ports import ArchiveReport, QuiesceReport, SandboxFacts
+from scratchbank.application.ports import ArchiveReport, ByteSink, QuiesceReport, SandboxFacts
 from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, StreamBroken
 
 
@@ -96,7 +96,7 @@ class ScriptedSandbox(abc.ABC):
         args: Sequence[str],
         *,
         stdin: BinaryIO | None = None,
-        stdout: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
         user: str | None = None,
     ) -> ExecResult:
         """Run ``sh -c source scratchbank args...`` in the sandbox.
@@ -126,7 +126,7 @@ class ScriptedSandbox(abc.ABC):
     def continue_processes(self) -> None:
         self.run(QUIESCE, ["cont"], user=self.admin_user)
 
-    def archive(self, dest: BinaryIO, *, compress: bool, verify: bool) -> ArchiveReport:
+    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
         done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user)
         if done.exit_code == EMPTY:

@@ -94,6 +94,12 @@ class ArchiveReport:
     notices: tuple[str, ...] = ()
 
 
+class ByteSink(Protocol):
+    """Where a stream of bytes goes (a file, or a sink that inspects it on the way)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 class Sandbox(Protocol):
     """A running sandbox, as banking and restoring need it.
 
@@ -116,7 +122,7 @@ class Sandbox(Protocol):
 
     def continue_processes(self) -> None: ...
 
-    def archive(self, dest: BinaryIO, *, compress: bool, verify: bool) -> ArchiveReport: ...
+    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport: ...
 
     def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None: ...
 

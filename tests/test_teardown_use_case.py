@@ -1,0 +1,324 @@
+"""The teardown banking use case under faults, with fakes (T1-T20). Each test names the
+expected outcome and checks that nothing was lost."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.ports import StoredBank
+from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
+from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
+from scratchbank.domain.errors import (
+    ArchiveFailed,
+    BankWriteFailed,
+    ExecFailed,
+    SandboxGone,
+    TimelineWriteFailed,
+)
+from scratchbank.domain.records import Record, ScratchBanked
+from scratchbank.domain.teardown import TeardownAction
+from scratchbank.testing.builders import banked, restore_failed, resumed, started
+
+FILES = {"verify.sh": b"#!/bin/sh\nexit 0\n", "measure.json": b'{"floor": 12}'}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class FlakyStore(InMemoryBankStore):
+    def __init__(self, fail_puts: int = 0) -> None:
+        super().__init__()
+        self.fail_puts = fail_puts
+        self.put_digests: list[str] = []
+
+    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+        self.put_digests.append(hashlib.sha256(archive.read_bytes()).hexdigest())
+        if self.fail_puts:
+            self.fail_puts -= 1
+            raise BankWriteFailed("store blip")
+        super().put(run_id, archive, sha256=sha256)
+
+
+class FlakyTimeline(InMemoryTimeline):
+    def __init__(self, clock: FakeClock, fail_appends: int = 0) -> None:
+        super().__init__()
+        self.clock, self.fail_appends = clock, fail_appends
+
+    def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
+        if self.fail_appends:
+            self.fail_appends -= 1
+            raise TimelineWriteFailed("store failing over")
+        return super().append(run_id, records, expected=expected)
+
+
+def teardown(
+    sandbox: FakeSandbox,
+    *,
+    history: Sequence[Record] = (started(),),
+    store: InMemoryBankStore | None = None,
+    timeline: InMemoryTimeline | None = None,
+    clock: FakeClock | None = None,
+    finished: bool = False,
+    **budgets: object,
+):  # type: ignore[no-untyped-def]
+    clock = clock or FakeClock()
+    timeline = timeline if timeline is not None else InMemoryTimeline()
+    store = store if store is not None else InMemoryBankStore()
+    timeline.append("run-1", list(history))
+    report = bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=sandbox, run_finished=finished,
+        budgets=Budgets(**budgets), clock=clock,  # type: ignore[arg-type]
+    )
+    return report, timeline, store
+
+
+def last_record(timeline: InMemoryTimeline) -> ScratchBanked:
+    rec = timeline.read("run-1")[-1]
+    assert isinstance(rec, ScratchBanked)
+    return rec
+
+
+def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest() -> None:
+    box = FakeSandbox(dict(FILES))
+    report, timeline, store = teardown(box)
+    rec = last_record(timeline)
+    assert report.recorded and rec.banked and rec.bytes == len(store.banks["run-1"])
+    assert rec.sha256 == hashlib.sha256(store.banks["run-1"]).hexdigest()
+    assert rec.manifest_entries == 2 and rec.manifest_bytes == sum(map(len, FILES.values()))
+    assert not rec.unquiesced
+    assert box.quiesces == 1 and box.continued == 1 and not box.stopped
+
+
+def test_T1_host_backed_scratch_is_never_banked() -> None:
+    report, timeline, store = teardown(FakeSandbox(dict(FILES), host_backed=True))
+    assert report.plan.action is TeardownAction.SKIP and report.record is None
+    assert store.banks == {} and len(timeline.read("run-1")) == 1
+
+
+def test_T5_a_finished_run_drops_its_bank() -> None:
+    store = InMemoryBankStore()
+    store.banks["run-1"] = b"old"
+    report, timeline, _ = teardown(FakeSandbox(dict(FILES)), store=store, finished=True)
+    assert report.plan.action is TeardownAction.DROP
+    assert store.banks == {} and last_record(timeline).finished
+
+
+def test_T4_an_empty_scratch_deletes_the_previous_bank() -> None:
+    store = InMemoryBankStore()
+    store.banks["run-1"] = b"old"
+    _, timeline, _ = teardown(FakeSandbox({}), store=store, history=(started(), banked()))
+    assert store.banks == {} and last_record(timeline).empty
+    assert fold(timeline.read("run-1")).bank is None
+
+
+def test_T11_T13_a_sandbox_not_isolated_is_not_quiesced_and_recorded_unquiesced() -> None:
+    box = FakeSandbox(dict(FILES), isolated=False)
+    _, timeline, _ = teardown(box)
+    rec = last_record(timeline)
+    assert rec.banked and rec.unquiesced and rec.quiesce_reason == "fake"
+    assert box.quiesces == 0
+
+
+def test_T8_an_exec_blip_on_the_first_try_is_tried_again() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [ExecFailed("blip"), None]
+    report, timeline, _ = teardown(box)
+    assert [t.seen.name for t in report.tries] == ["UNKNOWN", "FILES"]
+    assert last_record(timeline).banked
+    assert box.continued == 2  # continued after each try
+
+
+def test_T8_a_failed_tar_then_success_banks() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [ArchiveFailed("tar: ./x: Cannot open"), None]
+    report, timeline, _ = teardown(box)
+    assert last_record(timeline).banked and len(report.tries) == 2
+
+
+def test_T8_failures_past_the_tries_record_files_not_banked_with_the_reason() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [ArchiveFailed("tar broke")] * 3
+    _, timeline, store = teardown(box)
+    rec = last_record(timeline)
+    assert rec.files_unbanked and "tar broke" in rec.reason
+    assert store.banks == {}
+    assert decide_resume(fold(timeline.read("run-1")), ResumeRequest()).refused  # R1
+
+
+def test_T10_an_upload_is_retried_on_the_same_archive() -> None:
+    box = FakeSandbox(dict(FILES))
+    store = FlakyStore(fail_puts=2)
+    report, timeline, _ = teardown(box, store=store)
+    assert box.archives == 1 and report.uploads == 3
+    assert len(set(store.put_digests)) == 1  # the same bytes every time
+    assert last_record(timeline).sha256 == store.put_digests[0]
+
+
+def test_T8_record_retried_through_an_outage_shorter_than_its_budget() -> None:
+    clock = FakeClock()
+    timeline = FlakyTimeline(clock, fail_appends=0)
+    timeline.append("run-1", [started()])
+    timeline.fail_appends = 3
+    report = bank_at_teardown("run-1", timeline=timeline, store=InMemoryBankStore(),
+                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=clock)
+    assert report.recorded and last_record(timeline).banked
+    assert clock.slept[-3:] == [1.0, 2.0, 4.0]
+
+
+def test_T8_record_outage_longer_than_its_budget_is_reported_and_the_bank_kept() -> None:
+    clock = FakeClock()
+    timeline = FlakyTimeline(clock)
+    timeline.append("run-1", [started()])
+    timeline.fail_appends = 1000
+    store = InMemoryBankStore()
+    report = bank_at_teardown("run-1", timeline=timeline, store=store,
+                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=clock)
+    assert not report.recorded and "not written within its budget" in report.notes[-1]
+    assert "run-1" in store.banks  # N3: stored but not recorded; never restored as recorded
+    assert max(clock.slept) <= 8.0
+
+
+def test_T19_a_sandbox_gone_before_listing_is_unknown_and_keeps_the_earlier_bank() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.gone = True
+    store = InMemoryBankStore()
+    store.banks["run-1"] = b"earlier"
+    _, timeline, _ = teardown(box, store=store, history=(started(), banked(), resumed()))
+    assert last_record(timeline).unknown
+    assert store.banks["run-1"] == b"earlier"
+    assert fold(timeline.read("run-1")).bank is not None
+
+
+def test_T20_an_archive_over_the_cap_stores_nothing_and_names_why() -> None:
+    box = FakeSandbox({"big": bytes(range(256)) * 4000})
+    store = InMemoryBankStore()
+    store.banks["run-1"] = b"earlier"
+    report, timeline, _ = teardown(box, store=store, cap_bytes=1000)
+    rec = last_record(timeline)
+    assert not rec.banked and "cap" in rec.reason and rec.bytes > 1000
+    assert store.banks["run-1"] == b"earlier" and len(report.tries) == 1
+
+
+def test_T20_a_store_that_keeps_no_bank_names_it() -> None:
+    _, timeline, _ = teardown(FakeSandbox(dict(FILES)), store=InMemoryBankStore(keeps_banks=False))
+    assert "keeps no bank" in last_record(timeline).reason
+
+
+def test_T16_a_writer_racing_until_the_budget_ends_banks_the_last_raced_archive() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.races = [("./log",), ("./log",), ("./log", "./b")]
+    report, timeline, store = teardown(box)
+    rec = last_record(timeline)
+    assert report.tar_passes == 3 and rec.banked
+    assert rec.raced == ("./log", "./b") and rec.raced_count == 2
+
+
+def test_T16_a_clean_pass_after_a_race_is_banked_clean() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.races = [("./log",), ()]
+    report, timeline, _ = teardown(box)
+    assert report.tar_passes == 2 and last_record(timeline).raced == ()
+
+
+def test_T16_a_later_pass_that_fails_keeps_the_last_complete_archive() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.races = [("./log",)]
+    box.faults["archive"] = [None, ArchiveFailed("tar: ./x: short read")]
+    _, timeline, _ = teardown(box)
+    rec = last_record(timeline)
+    assert rec.banked and rec.raced == ("./log",)
+
+
+def test_T9_A7_a_later_try_that_knows_less_stops_and_records_what_the_earlier_saw() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [ArchiveFailed("tar broke"), SandboxGone("gone")]
+    report, timeline, _ = teardown(box)
+    rec = last_record(timeline)
+    assert rec.files_unbanked and "tar broke" in rec.reason
+    assert len(report.tries) == 2
+
+
+def test_T14_processes_are_continued_whatever_happens() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [RuntimeError("bug")]
+    with pytest.raises(RuntimeError):
+        teardown(box)
+    assert box.continued == 1 and not box.stopped
+
+
+def test_X3_a_held_bank_is_not_banked_over() -> None:
+    store = InMemoryBankStore()
+    store.banks["run-1"] = b"held"
+    report, timeline, _ = teardown(
+        FakeSandbox(dict(FILES)), store=store, history=(started(), banked(), resumed(), restore_failed())
+    )
+    assert report.plan.rule == "X3" and store.banks["run-1"] == b"held"
+    assert decide_resume(fold(timeline.read("run-1")), ResumeRequest()).verdict is Verdict.RESTORE
+
+
+def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
+    gate = threading.Event()
+
+    class SlowSandbox(FakeSandbox):
+        def archive(self, dest, *, compress, verify):  # type: ignore[no-untyped-def]
+            gate.wait(5)
+            return super().archive(dest, compress=compress, verify=verify)
+
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+
+    async def run() -> None:
+        task = asyncio.ensure_future(bank_at_teardown_async(
+            run_id="run-1", timeline=timeline, store=store, sandbox=SlowSandbox(dict(FILES)),
+            run_finished=False,
+        ))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the run's own cancellation (a drain, a lost lease)
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    deadline = time.time() + 5
+    while time.time() < deadline and len(timeline.read("run-1")) < 2:
+        time.sleep(0.01)
+    assert last_record(timeline).banked and "run-1" in store.banks
+
+
+def test_an_unreadable_timeline_still_banks() -> None:
+    class Unreadable(InMemoryTimeline):
+        def read(self, run_id: str):  # type: ignore[no-untyped-def]
+            from scratchbank.domain.errors import TimelineUnreadable
+
+            raise TimelineUnreadable("down")
+
+    timeline, store = Unreadable(), InMemoryBankStore()
+    report = bank_at_teardown("run-1", timeline=timeline, store=store,
+                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=FakeClock())
+    assert "run-1" in store.banks and report.recorded
+
+
+def test_the_fake_store_round_trips() -> None:
+    store = InMemoryBankStore()
+    store.banks["r"] = b"abc"
+    out = io.BytesIO()
+    assert store.fetch("r", out, max_bytes=10) == StoredBank(3, hashlib.sha256(b"abc").hexdigest())
