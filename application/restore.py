@@ -1,0 +1,235 @@
+"""The resume and the restore (R1-R15, X1-X7): decide, then bring the bank back safely.
+
+The bank is fetched to a host file, checked against the size and digest its teardown
+recorded (an expectation kept outside the archive), parsed on the allow-list and
+re-serialised as a canonical archive; only that canonical archive is streamed into the
+sandbox, which extracts it into a fresh directory and moves it into place. The
+restored tree is then compared with the manifest: a partial restore is refused by
+name, never handed to the first node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from scratchbank.domain.errors import (
+    BankGone,
+    BankMismatch,
+    BankReadFailed,
+    ExecFailed,
+    HostileArchive,
+    RestoreRefused,
+    SandboxGone,
+    StreamBroken,
+    TimelineConflict,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
+from scratchbank.domain.fold import Bank
+from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
+from scratchbank.domain.records import Record, RunResumed
+from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, RestoreResult, after_restore
+from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
+from scratchbank.domain.teardown import CAP_BYTES
+
+from .ports import BankStore, Sandbox, Timeline
+from .resume import check_resume
+from .tarstream import CanonicalWriter, GzipReader, Limits, Manifest, TarReader, manifest_lines
+from .teardown import Clock, SystemClock
+
+Progress = Callable[[str, int, int], None]
+
+
+@attrs.frozen
+class ResumeOutcome:
+    decision: ResumeDecision
+    restore: RestoreOutcome | None = None
+    recorded: bool = True
+
+    @property
+    def proceeds(self) -> bool:
+        if self.decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
+            return False
+        return self.restore is None or (self.restore.proceed and self.recorded)
+
+
+@attrs.frozen
+class Checked:
+    """A bank that passed the host check: its canonical form and its tree."""
+
+    path: Path
+    bytes: int
+    sha256: str
+    manifest: list[str]
+
+
+def check_on_host(
+    bank: Bank, fetched: Path, work: Path, *, limits: Limits, cap: int = CAP_BYTES
+) -> Checked:
+    """Size and digest as recorded, then the allow-list; write the canonical archive (X2)."""
+    rec = bank.record
+    size = fetched.stat().st_size
+    if size > cap:
+        raise HostileArchive(f"the bank is {size} bytes, over the cap")
+    if size != rec.bytes:
+        raise BankMismatch(f"the stored bank is {size} bytes; its record says {rec.bytes}")
+    canonical = work / "canonical.tar"
+    with open(canonical, "wb") as out:
+        writer = CanonicalWriter(out)
+        reader = TarReader(limits, on_member=writer.member, on_data=writer.data)
+        gunzip = GzipReader(reader.feed, limits.uncompressed_bytes)
+        digest = _feed_file(fetched, gunzip.feed)
+        if rec.sha256 and digest != rec.sha256:
+            raise BankMismatch("the stored bank's SHA-256 is not the one its record names")
+        gunzip.close()
+        reader.close()
+        sha = writer.finish()
+    manifest = Manifest.of(reader.members)
+    if rec.manifest_sha256 and manifest.sha256 != rec.manifest_sha256:
+        raise BankMismatch("the bank's members are not the ones recorded at teardown")
+    return Checked(canonical, writer.bytes, sha, manifest_lines(reader.members))
+
+
+def _feed_file(path: Path, feed: Callable[[bytes], None]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            feed(chunk)
+    return digest.hexdigest()
+
+
+def _into_host_directory(checked: Checked, target: Path) -> None:
+    """X6: extract the canonical archive into a host directory, via a fresh sibling."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=".scratchbank-restore-", dir=target.parent))
+    try:
+        with tarfile.open(checked.path, "r:") as tar:
+            tar.extractall(fresh, filter="data")
+        if target.exists():
+            shutil.rmtree(target)
+        fresh.rename(target)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+
+
+def restore_bank(
+    run_id: str,
+    decision: ResumeDecision,
+    *,
+    store: BankStore,
+    sandbox: Sandbox | None,
+    host_directory: Path | None = None,
+    cap: int = CAP_BYTES,
+    progress: Progress | None = None,
+) -> RestoreAttempt:
+    """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6)."""
+    assert decision.bank is not None
+    if sandbox is None and host_directory is None:
+        return RestoreAttempt(RestoreResult.NO_SANDBOX, detail="the resume runs without a sandbox")
+    work = Path(tempfile.mkdtemp(prefix="scratchbank-restore-"))
+    try:
+        fetched = work / "bank.tgz"
+        try:
+            with open(fetched, "wb") as out:
+                got = store.fetch(run_id, out, max_bytes=cap)
+        except BankGone as error:
+            return RestoreAttempt(RestoreResult.GONE, detail=error.message)
+        except BankReadFailed as error:
+            return RestoreAttempt(RestoreResult.READ_FAILED, detail=error.message)
+        except HostileArchive as error:
+            return RestoreAttempt(RestoreResult.REFUSED_ON_HOST, detail=error.message)
+        if progress:
+            progress("fetched", got.bytes, got.bytes)
+        limits = Limits(host_directory=host_directory is not None)
+        try:
+            checked = check_on_host(decision.bank, fetched, work, limits=limits, cap=cap)
+        except (HostileArchive, BankMismatch) as error:
+            return RestoreAttempt(RestoreResult.REFUSED_ON_HOST, detail=f"{error.code}: {error.message}")
+        if progress:
+            progress("checked", checked.bytes, checked.bytes)
+        if host_directory is not None:
+            _into_host_directory(checked, host_directory)
+            return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True)
+        assert sandbox is not None
+        return _into_sandbox(sandbox, checked, got.bytes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _into_sandbox(sandbox: Sandbox, checked: Checked, banked_bytes: int) -> RestoreAttempt:
+    try:
+        with open(checked.path, "rb") as src:
+            sandbox.restore(src, size=checked.bytes, sha256=checked.sha256, compressed=False)
+        restored = sandbox.list_scratch()
+    except RestoreRefused as error:
+        return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=error.message)
+    except (StreamBroken, ExecFailed, SandboxGone) as error:
+        return RestoreAttempt(RestoreResult.STREAM_BROKEN, detail=error.message)
+    if restored != checked.manifest:
+        missing = len(set(checked.manifest) - set(restored))
+        extra = len(set(restored) - set(checked.manifest))
+        why = f"partial restore: {missing} expected entries missing or different, {extra} unexpected"
+        return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
+    return RestoreAttempt(RestoreResult.RESTORED, banked_bytes)
+
+
+def _write(
+    timeline: Timeline, run_id: str, records: list[Record], *, must: bool, clock: Clock,
+    budget: float = 30.0,
+) -> bool:
+    """X7: a must-land record within its budget; any other, once, best effort."""
+    deadline = clock.monotonic() + budget
+    pause = 1.0
+    while True:
+        try:
+            timeline.append(run_id, records)
+            return True
+        except (TimelineWriteFailed, TimelineConflict, TimelineUnreadable):
+            if not must or clock.monotonic() + pause > deadline:
+                return not must
+            clock.sleep(pause)
+            pause = min(pause * 2, 8.0)
+
+
+def resume(
+    run_id: str,
+    request: ResumeRequest,
+    *,
+    timeline: Timeline,
+    store: BankStore,
+    sandbox: Sandbox | None,
+    host_directory: Path | None = None,
+    workflow: Workflow = NO_WORKFLOW,
+    attempt: str | None = None,
+    clock: Clock | None = None,
+    progress: Progress | None = None,
+) -> ResumeOutcome:
+    """The whole resume as an engine runs it: gate, then (if it goes on) restore, record."""
+    clock = clock or SystemClock()
+    decision = check_resume(timeline, run_id, request, workflow)
+    if decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
+        return ResumeOutcome(decision)  # R: refused before anything moves the run
+    consents = request.consents
+    started = RunResumed(
+        attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
+    )
+    timeline.append(run_id, [started, *decision.records])
+    if decision.verdict is not Verdict.RESTORE:
+        return ResumeOutcome(decision)
+    attempt_ = restore_bank(
+        run_id, decision, store=store, sandbox=sandbox, host_directory=host_directory,
+        progress=progress,
+    )
+    outcome = after_restore(decision, attempt_)
+    recorded = _write(timeline, run_id, [outcome.record], must=outcome.must_record, clock=clock)
+    return ResumeOutcome(decision, outcome, recorded)
