@@ -21,6 +21,7 @@ from scratchbank.adapters.scripted import ScriptedSandbox
 
 SCRATCH = "/tmp/iterion-scratch"
 ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
+CONTAINERS = ENGINES[1:]
 EXERCISED: set[str] = set()
 
 

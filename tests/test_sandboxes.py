@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from rigs import ENGINES, EXERCISED, Rig, host_sleep, rig
+from rigs import CONTAINERS, ENGINES, EXERCISED, Rig, host_sleep, rig
 
 from scratchbank.application.tarstream import CanonicalWriter, Manifest, TarReader, manifest_lines
 from scratchbank.domain.errors import RestoreRefused, SandboxGone, StreamBroken
 
-CONTAINERS = [e for e in ENGINES if e != "local"]
+
 
 
 def size_of(r: Rig, path: str) -> int:

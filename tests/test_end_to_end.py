@@ -1,0 +1,120 @@
+"""Bank in one real container, restore into a new one: Docker and Podman, a real S3
+server and a real PostgreSQL timeline. Then the hostile corpus against real tars."""
+
+from __future__ import annotations
+
+import resource
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+from hostile import corpus
+from rigs import CONTAINERS, rig
+
+from scratchbank.adapters.event_store import EventStoreTimeline
+from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.adapters.s3_bank import S3BankStore
+from scratchbank.application.restore import resume
+from scratchbank.application.teardown import bank_at_teardown
+from scratchbank.domain import SCRATCH_NOT_PORTABLE, ResumeRequest, Verdict
+from scratchbank.domain.records import ScratchBanked, ScratchRestored
+from scratchbank.testing.builders import node, started
+
+SEED = (
+    "mkdir -p /tmp/iterion-scratch/clone/src && cd /tmp/iterion-scratch && "
+    "printf '#!/bin/sh\\nexit 0\\n' > verify.sh && chmod 755 verify.sh && "
+    "echo '{\"floor\": 12}' > measure.json && "
+    "i=0; while [ $i -lt 200 ]; do echo line$i > clone/src/f$i.txt; i=$((i+1)); done && "
+    "ln -s clone/src latest && touch -d '2021-05-06 07:08:09' measure.json"
+)
+
+
+@pytest.fixture
+def s3_store(s3_endpoint: str) -> S3BankStore:
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+                          aws_access_key_id="t", aws_secret_access_key="t")
+    bucket = "e2e-" + uuid.uuid4().hex[:10]
+    client.create_bucket(Bucket=bucket)
+    return S3BankStore(bucket, "prod", client=client)
+
+
+@pytest.fixture
+def pg_timeline(postgres_url: str) -> EventStoreTimeline:
+    import psycopg
+
+    name = "e2e_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return EventStoreTimeline(postgres_url.rsplit("/", 1)[0] + "/" + name)
+
+
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_bank_in_one_container_restore_in_another(
+    engine: str, s3_store: S3BankStore, pg_timeline: EventStoreTimeline
+) -> None:
+    run = "run-" + uuid.uuid4().hex[:8]
+    pg_timeline.append(run, [started(), node("clone", "tool", in_sandbox=True)])
+    with rig(engine) as first:
+        first.sh(SEED)
+        first.spawn("while :; do date >> /tmp/iterion-scratch/log; sleep 0.05; done")
+        time.sleep(0.2)
+        expected = first.sandbox.list_scratch()
+        report = bank_at_teardown(run, timeline=pg_timeline, store=s3_store, sandbox=first.sandbox,
+                                  run_finished=False)
+    rec = report.record
+    assert isinstance(rec, ScratchBanked) and rec.banked and report.recorded, report
+    assert not rec.unquiesced, rec.quiesce_reason
+    with rig(engine) as second:
+        out = resume(run, ResumeRequest(), timeline=pg_timeline, store=s3_store, sandbox=second.sandbox)
+        assert out.proceeds, out
+        restored = second.sandbox.list_scratch()
+        assert [line for line in restored if "log" not in line] == [
+            line for line in expected if "log" not in line
+        ]
+        assert "1620284889" in second.sh("stat -c %Y /tmp/iterion-scratch/measure.json")
+        assert second.sh("/tmp/iterion-scratch/verify.sh && echo ran").strip() == "ran"
+    last = pg_timeline.read(run)[-1]
+    assert isinstance(last, ScratchRestored) and last.restored
+
+
+@pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
+def test_X2_the_hostile_corpus_never_reaches_the_sandbox(engine: str, tmp_path: Path) -> None:
+    """Each hostile bank, recorded as banked with its true size and digest, is refused on
+    the host; the sandbox's filesystem is untouched and the host's temp area is clean."""
+    import hashlib
+    import os
+    import tempfile
+
+    from scratchbank.adapters.memory import InMemoryTimeline
+
+    store = FilesystemBankStore(tmp_path / "banks")
+    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    with rig(engine) as r:
+        r.sh("mkdir -p /tmp/outside && echo safe > /tmp/outside/sentinel && touch /tmp/marker && sleep 1")
+        for name, data, _ in corpus():
+            timeline = InMemoryTimeline()
+            src = tmp_path / "bank.tgz"
+            src.write_bytes(data)
+            store.put("run-h", src, sha256="")
+            timeline.append("run-h", [started(), ScratchBanked(
+                banked=True, empty=False, unknown=False, bytes=len(data),
+                sha256=hashlib.sha256(data).hexdigest())])
+            out = resume("run-h", ResumeRequest(), timeline=timeline, store=store, sandbox=r.sandbox)
+            assert out.restore is not None and out.restore.park is not None, name
+            assert out.restore.park.code == SCRATCH_NOT_PORTABLE, name
+            assert "refused_on_host" in out.restore.record.reason, (name, out.restore.record.reason)
+        changed = r.sh("find / -xdev -newer /tmp/marker ! -path '/proc*' ! -path '/sys*' ! -path '/dev*' "
+                       "! -path /tmp ! -path /tmp/marker 2>/dev/null", check=False).split()
+        assert changed == []
+        assert r.sh("cat /tmp/outside/sentinel").strip() == "safe"
+    assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("scratchbank-restore")} <= {
+        p for p in before_tmp if p.startswith("scratchbank-restore")
+    }
+
+
+def test_peak_memory_is_reported() -> None:
+    """Not a timed assertion: prints the test process's peak RSS for the record."""
+    print(f"\npeak RSS of the test process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
+    assert Verdict.RESTORE.value == "restore"
