@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from scratchbank.application.restore import ResumeOutcome
 from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision
@@ -114,3 +115,33 @@ def state_text(state: ScratchState, where: Where = _at) -> list[str]:
     if state.host_backed is not None:
         out.append(f"handed to a host directory: {where(state.host_backed)}")
     return out
+
+
+def outcome_data(out: ResumeOutcome) -> dict[str, Any]:
+    """A resume's outcome: the gate's decision, then what the restore did."""
+    data: dict[str, Any] = {"proceeds": out.proceeds, "decision": decision_data(out.decision)}
+    if out.restore is not None:
+        r = out.restore
+        data["restore"] = {
+            "rule": r.rule,
+            "restored": r.record.restored,
+            "bytes": r.record.bytes,
+            "reason": r.record.reason,
+            "park": None if r.park is None else {"code": r.park.code, "reason": r.park.reason},
+            "recorded": out.recorded,
+        }
+    return data
+
+
+def outcome_text(out: ResumeOutcome) -> list[str]:
+    lines = decision_text(out.decision)
+    r = out.restore
+    if r is not None:
+        if r.record.restored:
+            lines.append(f"restore: restored {r.record.bytes} bytes ({r.rule})")
+        else:
+            lines.append(f"restore: failed ({r.rule}): {r.record.reason}")
+        if r.park is not None:
+            lines.append(f"  parked {'with ' + r.park.code if r.park.code else 'without a code'}")
+    lines.append("the run goes on" if out.proceeds else "the run does not go on")
+    return lines

@@ -175,7 +175,7 @@ def _decision(
     also: Evidence | None = None,
     **more: Any,
 ) -> ResumeDecision:
-    evidence = _all_evidence(causes) + ((also,) if also is not None else ())
+    evidence = tuple(dict.fromkeys(_all_evidence(causes) + ((also,) if also is not None else ())))
     return ResumeDecision(
         verdict, rule, why, causes=tuple(causes), consents=consents, evidence=evidence, **more
     )
