@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     _stores(status)
     sub.add_parser("demo", help="the whole story on the embedded default (local, SQLite, files)")
+    serve = sub.add_parser("serve", help="serve the HTTP API (OpenAPI at /openapi.json)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
     explain = sub.add_parser("explain", help="fold a JSONL timeline and explain the decisions")
     explain.add_argument("timeline", help="a JSON Lines file, one record per line")
     _consent_flags(explain)
@@ -164,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(args)
         if args.command == "resume":
             return resume_command(args)
+        if args.command == "serve":
+            from .http_api import serve as serve_api
+
+            serve_api(args.host, args.port)
+            return EXIT_OK
         if args.command == "demo":
             from .demo import run_demo
 
