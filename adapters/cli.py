@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-
 from datetime import UTC, datetime
 
 from scratchbank.application.restore import resume
@@ -148,8 +147,14 @@ def resume_command(args: argparse.Namespace) -> int:
         source_changed=args.source_changed,
         where=Where.ENGINE,
     )
-    out = resume(args.run, request, timeline=timeline, store=store, sandbox=sandbox,
-                 progress=_progress if args.progress else None)
+    out = resume(
+        args.run,
+        request,
+        timeline=timeline,
+        store=store,
+        sandbox=sandbox,
+        progress=_progress if args.progress else None,
+    )
     data = outcome_data(out)
     if args.json:
         print(json.dumps(data, indent=2))

@@ -48,15 +48,22 @@ def run_demo() -> int:
     (scratch / "clone").mkdir(parents=True)
     (scratch / "verify.sh").write_text("#!/bin/sh\nexit 0\n")
     (scratch / "clone" / "README.md").write_text("a source clone an agent made\n")
-    timeline.append("run-1", [RunStarted(), NodeFinished(node="clone", kind="tool", succeeded=True,
-                                                           in_sandbox=True, on_cycle=False)])
+    timeline.append(
+        "run-1",
+        [
+            RunStarted(),
+            NodeFinished(node="clone", kind="tool", succeeded=True, in_sandbox=True, on_cycle=False),
+        ],
+    )
     say(f"   node 'clone' wrote: {_tree(first)}")
     report = bank_at_teardown("run-1", timeline=timeline, store=store, sandbox=first, run_finished=False)
     first.destroy()
     rec = report.record
     assert rec is not None
-    say(f"   teardown: banked={rec.banked} {rec.bytes} bytes, quiesced={not rec.unquiesced}, "
-        f"sha256 {str(rec.sha256)[:12]}..; sandbox 1 destroyed")
+    say(
+        f"   teardown: banked={rec.banked} {rec.bytes} bytes, quiesced={not rec.unquiesced}, "
+        f"sha256 {str(rec.sha256)[:12]}..; sandbox 1 destroyed"
+    )
     second = LocalSandbox(base / "sandbox-2")
     say(f"   sandbox 2 starts with: {_tree(second)}")
     out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=second)
@@ -65,8 +72,9 @@ def run_demo() -> int:
     say(f"   sandbox 2 now holds: {_tree(second)}\n")
 
     say("== 2. a node finishes after the bank, then the sandbox is lost without a teardown")
-    timeline.append("run-1", [NodeFinished(node="measure", kind="agent", succeeded=True,
-                                           in_sandbox=True, on_cycle=False)])
+    timeline.append(
+        "run-1", [NodeFinished(node="measure", kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)]
+    )
     second.destroy()
     third = LocalSandbox(base / "sandbox-3")
     out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=third)

@@ -69,9 +69,7 @@ class Checked:
     manifest: list[str]
 
 
-def check_on_host(
-    bank: Bank, fetched: Path, work: Path, *, limits: Limits, cap: int = CAP_BYTES
-) -> Checked:
+def check_on_host(bank: Bank, fetched: Path, work: Path, *, limits: Limits, cap: int = CAP_BYTES) -> Checked:
     """Size and digest as recorded, then the allow-list; write the canonical archive (X2)."""
     rec = bank.record
     size = fetched.stat().st_size
@@ -184,7 +182,12 @@ def _into_sandbox(sandbox: Sandbox, checked: Checked, banked_bytes: int) -> Rest
 
 
 def _write(
-    timeline: Timeline, run_id: str, records: list[Record], *, must: bool, clock: Clock,
+    timeline: Timeline,
+    run_id: str,
+    records: list[Record],
+    *,
+    must: bool,
+    clock: Clock,
     budget: float = 30.0,
 ) -> bool:
     """X7: a must-land record within its budget; any other, once, best effort."""
@@ -227,7 +230,11 @@ def resume(
     if decision.verdict is not Verdict.RESTORE:
         return ResumeOutcome(decision)
     attempt_ = restore_bank(
-        run_id, decision, store=store, sandbox=sandbox, host_directory=host_directory,
+        run_id,
+        decision,
+        store=store,
+        sandbox=sandbox,
+        host_directory=host_directory,
         progress=progress,
     )
     outcome = after_restore(decision, attempt_)

@@ -157,8 +157,17 @@ def bank_at_teardown(
         recorded = _record(timeline, run_id, record, budgets, clock, notes)
         return TeardownReport(plan, record, recorded, notes=tuple(notes))
     work = Path(tempfile.mkdtemp(prefix="scratchbank-bank-"))
-    run = _Run(run_id, timeline, store, sandbox, budgets, clock, work,
-               clock.monotonic() + budgets.banking_seconds, notes)
+    run = _Run(
+        run_id,
+        timeline,
+        store,
+        sandbox,
+        budgets,
+        clock,
+        work,
+        clock.monotonic() + budgets.banking_seconds,
+        notes,
+    )
     try:
         tries = _tries(run, plan)
     finally:
@@ -221,7 +230,9 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
         return TryOutcome(Seen.EMPTY), True
     facts, raced = archived
     archive = Archive(
-        facts.bytes, facts.sha256, raced,
+        facts.bytes,
+        facts.sha256,
+        raced,
         facts.manifest.entries if facts.manifest else None,
         facts.manifest.bytes if facts.manifest else None,
         facts.manifest.sha256 if facts.manifest else None,
@@ -265,7 +276,9 @@ def _archive(run: _Run, attempt: int) -> tuple[ArchiveFacts, tuple[str, ...]] | 
     while True:
         path = run.work / f"try{attempt}-pass{passes}.tgz"
         sink = HostArchive(
-            path, gzipped_input=run.budgets.compress_in_sandbox, gzip_level=run.budgets.gzip_level,
+            path,
+            gzipped_input=run.budgets.compress_in_sandbox,
+            gzip_level=run.budgets.gzip_level,
             cap=run.budgets.cap_bytes,
         )
         started = run.clock.monotonic()
@@ -286,8 +299,9 @@ def _archive(run: _Run, attempt: int) -> tuple[ArchiveFacts, tuple[str, ...]] | 
             return None
         last = (facts, report.raced)
         took = run.clock.monotonic() - started
-        if not should_retar(raced=bool(report.raced), passes=passes, last_pass_seconds=took,
-                            seconds_left=run.left()):
+        if not should_retar(
+            raced=bool(report.raced), passes=passes, last_pass_seconds=took, seconds_left=run.left()
+        ):
             return last
 
 
@@ -310,7 +324,11 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
 
 
 def _record(
-    timeline: Timeline, run_id: str, record: ScratchBanked, budgets: Budgets, clock: Clock,
+    timeline: Timeline,
+    run_id: str,
+    record: ScratchBanked,
+    budgets: Budgets,
+    clock: Clock,
     notes: list[str],
 ) -> bool:
     """T8: the record is tried again until its own budget runs out (a store failover)."""

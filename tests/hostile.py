@@ -78,18 +78,33 @@ def corpus() -> list[tuple[str, bytes, str]]:
         ("absolute name", _gz(_tar(_file("/etc/evil"))), "absolute"),
         ("dotdot name", _gz(_tar(_file("../evil"))), "'..'"),
         ("dotdot inside", _gz(_tar(_file("./a/../../evil"))), "'..'"),
-        ("dotdot in PAX path", _gz(_tar(_pax("innocent", {"path": "../evil"}), fmt=tarfile.PAX_FORMAT)), "'..'"),
+        (
+            "dotdot in PAX path",
+            _gz(_tar(_pax("innocent", {"path": "../evil"}), fmt=tarfile.PAX_FORMAT)),
+            "'..'",
+        ),
         ("dotdot in GNU long name", _gz(_tar(_file("x/" * 60 + "../" * 40 + "evil"))), "'..'"),
-        ("member under a symlink", _gz(_tar((_info("l", tarfile.SYMTYPE, linkname="/etc"), b""),
-                                            _file("l/passwd"))), "under the symlink"),
-        ("hard link outside", _gz(_tar((_info("h", tarfile.LNKTYPE, linkname="/etc/passwd"), b""))),
-         "absolute hard link target"),
+        (
+            "member under a symlink",
+            _gz(_tar((_info("l", tarfile.SYMTYPE, linkname="/etc"), b""), _file("l/passwd"))),
+            "under the symlink",
+        ),
+        (
+            "hard link outside",
+            _gz(_tar((_info("h", tarfile.LNKTYPE, linkname="/etc/passwd"), b""))),
+            "absolute hard link target",
+        ),
         ("hard link up", _gz(_tar((_info("h", tarfile.LNKTYPE, linkname="../x"), b""))), "'..'"),
-        ("hard link to a later file", _gz(_tar((_info("h", tarfile.LNKTYPE, linkname="f"), b""),
-                                               _file("f"))), "not an earlier regular file"),
-        ("hard link to a directory", _gz(_tar((_info("d", tarfile.DIRTYPE), b""),
-                                              (_info("h", tarfile.LNKTYPE, linkname="d"), b""))),
-         "not an earlier regular file"),
+        (
+            "hard link to a later file",
+            _gz(_tar((_info("h", tarfile.LNKTYPE, linkname="f"), b""), _file("f"))),
+            "not an earlier regular file",
+        ),
+        (
+            "hard link to a directory",
+            _gz(_tar((_info("d", tarfile.DIRTYPE), b""), (_info("h", tarfile.LNKTYPE, linkname="d"), b""))),
+            "not an earlier regular file",
+        ),
         ("char device", _gz(_tar((_info("null", tarfile.CHRTYPE, devmajor=1, devminor=3), b""))), "device"),
         ("block device", _gz(_tar((_info("sda", tarfile.BLKTYPE, devmajor=8, devminor=0), b""))), "device"),
         ("duplicate", _gz(_tar(_file("a", b"1"), _file("./a", b"2"))), "duplicate"),
@@ -104,8 +119,11 @@ def corpus() -> list[tuple[str, bytes, str]]:
         ("no end marker", _gz(_tar(_file("a"), end=False)), "truncated"),
         ("bomb", _gz(_bomb_header()), "bytes uncompressed"),
         ("file named like a directory", _gz(_tar(_file("dir/"))), "named like a directory"),
-        ("GNU long name and PAX path", _gz(_pax_block({"path": "other"}) + _tar(_file("L" * 150))),
-         "combined"),
+        (
+            "GNU long name and PAX path",
+            _gz(_pax_block({"path": "other"}) + _tar(_file("L" * 150))),
+            "combined",
+        ),
         ("global PAX header", _gz(_global_pax()), "global PAX"),
         ("root is a file", _gz(_tar(_file("."))), "root is not a directory"),
         ("not a tar at all", _gz(b"hello world" * 100), "checksum"),
@@ -127,7 +145,9 @@ def _pax_block(headers: dict[str, str]) -> bytes:
 
 def host_only_corpus() -> list[tuple[str, bytes, str]]:
     """Refused only when the restore goes into a host directory (X6)."""
-    out = _tar((_info(".", tarfile.DIRTYPE), b""), (_info("escape", tarfile.SYMTYPE, linkname="../../etc"), b""))
+    out = _tar(
+        (_info(".", tarfile.DIRTYPE), b""), (_info("escape", tarfile.SYMTYPE, linkname="../../etc"), b"")
+    )
     absolute = _tar((_info("abs", tarfile.SYMTYPE, linkname="/etc/passwd"), b""))
     return [
         ("symlink pointing up and out", _gz(out), "points outside"),

@@ -26,8 +26,13 @@ def run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 def parked_run(home: Path, *, stale: bool) -> None:
     timeline = EventStoreTimeline(f"sqlite:///{home}/timeline.db")
     timeline.append("run-9", [started(), node("clone", "tool")])
-    bank_at_teardown("run-9", timeline=timeline, store=FilesystemBankStore(home / "banks"),
-                     sandbox=FakeSandbox({"a.txt": b"kept"}), run_finished=False)
+    bank_at_teardown(
+        "run-9",
+        timeline=timeline,
+        store=FilesystemBankStore(home / "banks"),
+        sandbox=FakeSandbox({"a.txt": b"kept"}),
+        run_finished=False,
+    )
     if stale:
         timeline.append("run-9", [node("measure", "agent")])
     timeline.close()

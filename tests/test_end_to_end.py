@@ -33,8 +33,13 @@ SEED = (
 
 @pytest.fixture
 def s3_store(s3_endpoint: str) -> S3BankStore:
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
-                          aws_access_key_id="t", aws_secret_access_key="t")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="t",
+        aws_secret_access_key="t",
+    )
     bucket = "e2e-" + uuid.uuid4().hex[:10]
     client.create_bucket(Bucket=bucket)
     return S3BankStore(bucket, "prod", client=client)
@@ -61,8 +66,9 @@ def test_bank_in_one_container_restore_in_another(
         first.spawn("while :; do date >> /tmp/iterion-scratch/log; sleep 0.05; done")
         time.sleep(0.2)
         expected = first.sandbox.list_scratch()
-        report = bank_at_teardown(run, timeline=pg_timeline, store=s3_store, sandbox=first.sandbox,
-                                  run_finished=False)
+        report = bank_at_teardown(
+            run, timeline=pg_timeline, store=s3_store, sandbox=first.sandbox, run_finished=False
+        )
     rec = report.record
     assert isinstance(rec, ScratchBanked) and rec.banked and report.recorded, report
     assert not rec.unquiesced, rec.quiesce_reason
@@ -98,15 +104,28 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(engine: str, tmp_path: 
             src = tmp_path / "bank.tgz"
             src.write_bytes(data)
             store.put("run-h", src, sha256="")
-            timeline.append("run-h", [started(), ScratchBanked(
-                banked=True, empty=False, unknown=False, bytes=len(data),
-                sha256=hashlib.sha256(data).hexdigest())])
+            timeline.append(
+                "run-h",
+                [
+                    started(),
+                    ScratchBanked(
+                        banked=True,
+                        empty=False,
+                        unknown=False,
+                        bytes=len(data),
+                        sha256=hashlib.sha256(data).hexdigest(),
+                    ),
+                ],
+            )
             out = resume("run-h", ResumeRequest(), timeline=timeline, store=store, sandbox=r.sandbox)
             assert out.restore is not None and out.restore.park is not None, name
             assert out.restore.park.code == SCRATCH_NOT_PORTABLE, name
             assert "refused_on_host" in out.restore.record.reason, (name, out.restore.record.reason)
-        changed = r.sh("find / -xdev -newer /tmp/marker ! -path '/proc*' ! -path '/sys*' ! -path '/dev*' "
-                       "! -path /tmp ! -path /tmp/marker 2>/dev/null", check=False).split()
+        changed = r.sh(
+            "find / -xdev -newer /tmp/marker ! -path '/proc*' ! -path '/sys*' ! -path '/dev*' "
+            "! -path /tmp ! -path /tmp/marker 2>/dev/null",
+            check=False,
+        ).split()
         assert changed == []
         assert r.sh("cat /tmp/outside/sentinel").strip() == "safe"
     assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("scratchbank-restore")} <= {

@@ -27,10 +27,12 @@ def api(tmp_path: Path) -> Iterator[tuple[str, EventStoreTimeline]]:
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
     store = FilesystemBankStore(tmp_path / "banks")
     timeline.append("run-1", [started(), node("clone", "tool")])
-    bank_at_teardown("run-1", timeline=timeline, store=store, sandbox=FakeSandbox({"a": b"1"}),
-                     run_finished=False)
-    server = uvicorn.Server(uvicorn.Config(create_app(timeline, store), host="127.0.0.1", port=0,
-                                           log_level="warning"))
+    bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=FakeSandbox({"a": b"1"}), run_finished=False
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(timeline, store), host="127.0.0.1", port=0, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -81,7 +83,9 @@ def test_resume_restores_or_goes_on_and_status_reports(api: tuple[str, EventStor
     assert status == 200 and body["proceeds"] and body["decision"]["rule"] == "R13"
 
 
-def test_R10_the_surface_defers_while_the_latest_execution_may_bank(api: tuple[str, EventStoreTimeline]) -> None:
+def test_R10_the_surface_defers_while_the_latest_execution_may_bank(
+    api: tuple[str, EventStoreTimeline],
+) -> None:
     base, timeline = api
     timeline.append("run-1", [resumed()])
     status, body = call(f"{base}/runs/run-1/resume", {})

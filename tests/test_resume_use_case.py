@@ -35,11 +35,17 @@ class World:
         self.timeline.append("run-1", [started(), node("clone", "tool")])
 
     def park(self, files: dict[str, bytes] | None = None) -> None:
-        bank_at_teardown("run-1", timeline=self.timeline, store=self.store,
-                         sandbox=FakeSandbox(dict(files or FILES)), run_finished=False)
+        bank_at_teardown(
+            "run-1",
+            timeline=self.timeline,
+            store=self.store,
+            sandbox=FakeSandbox(dict(files or FILES)),
+            run_finished=False,
+        )
 
-    def resume(self, request: ResumeRequest = ResumeRequest(), sandbox: FakeSandbox | None = None,
-               **kw: object) -> tuple[ResumeOutcome, FakeSandbox]:
+    def resume(
+        self, request: ResumeRequest = ResumeRequest(), sandbox: FakeSandbox | None = None, **kw: object
+    ) -> tuple[ResumeOutcome, FakeSandbox]:
         box = sandbox if sandbox is not None else FakeSandbox({})
         out = resume("run-1", request, timeline=self.timeline, store=self.store, sandbox=box, **kw)  # type: ignore[arg-type]
         return out, box
@@ -161,8 +167,9 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     w = World()
     w.park()
     target = tmp_path / "host-scratch"
-    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None,
-                 host_directory=target)
+    out = resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None, host_directory=target
+    )
     assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
     rec = w.last()
     assert isinstance(rec, ScratchRestored) and rec.host_backed
@@ -197,8 +204,7 @@ def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> N
         def sleep(self, s: float) -> None:
             self.now += s
 
-    out = resume("run-1", ACCEPT, timeline=Failing(), store=w.store, sandbox=FakeSandbox({}),
-                 clock=Instant())
+    out = resume("run-1", ACCEPT, timeline=Failing(), store=w.store, sandbox=FakeSandbox({}), clock=Instant())
     assert out.restore is not None and out.restore.must_record
     assert not out.recorded and not out.proceeds
     # the next resume restores the bank again: the stale restore was never recorded
@@ -208,8 +214,13 @@ def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> N
 
 def test_R13_accepting_an_unbanked_loss_records_it_and_goes_on() -> None:
     w = World()
-    bank_at_teardown("run-1", timeline=w.timeline, store=InMemoryBankStore(keeps_banks=False),
-                     sandbox=FakeSandbox(dict(FILES)), run_finished=False)
+    bank_at_teardown(
+        "run-1",
+        timeline=w.timeline,
+        store=InMemoryBankStore(keeps_banks=False),
+        sandbox=FakeSandbox(dict(FILES)),
+        run_finished=False,
+    )
     out, _ = w.resume()
     assert out.decision.code == SCRATCH_NOT_PORTABLE and out.decision.rule == "R1"
     out, box = w.resume(ACCEPT)

@@ -17,8 +17,6 @@ from scratchbank.application.tarstream import CanonicalWriter, Manifest, TarRead
 from scratchbank.domain.errors import RestoreRefused, SandboxGone, StreamBroken
 
 
-
-
 def size_of(r: Rig, path: str) -> int:
     return int(r.sh(f"wc -c < {path}").strip())
 

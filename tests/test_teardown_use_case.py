@@ -85,8 +85,13 @@ def teardown(
     store = store if store is not None else InMemoryBankStore()
     timeline.append("run-1", list(history))
     report = bank_at_teardown(
-        "run-1", timeline=timeline, store=store, sandbox=sandbox, run_finished=finished,
-        budgets=Budgets(**budgets), clock=clock,  # type: ignore[arg-type]
+        "run-1",
+        timeline=timeline,
+        store=store,
+        sandbox=sandbox,
+        run_finished=finished,
+        budgets=Budgets(**budgets),
+        clock=clock,  # type: ignore[arg-type]
     )
     return report, timeline, store
 
@@ -178,8 +183,14 @@ def test_T8_record_retried_through_an_outage_shorter_than_its_budget() -> None:
     timeline = FlakyTimeline(clock, fail_appends=0)
     timeline.append("run-1", [started()])
     timeline.fail_appends = 3
-    report = bank_at_teardown("run-1", timeline=timeline, store=InMemoryBankStore(),
-                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=clock)
+    report = bank_at_teardown(
+        "run-1",
+        timeline=timeline,
+        store=InMemoryBankStore(),
+        sandbox=FakeSandbox(dict(FILES)),
+        run_finished=False,
+        clock=clock,
+    )
     assert report.recorded and last_record(timeline).banked
     assert clock.slept[-3:] == [1.0, 2.0, 4.0]
 
@@ -190,8 +201,14 @@ def test_T8_record_outage_longer_than_its_budget_is_reported_and_the_bank_kept()
     timeline.append("run-1", [started()])
     timeline.fail_appends = 1000
     store = InMemoryBankStore()
-    report = bank_at_teardown("run-1", timeline=timeline, store=store,
-                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=clock)
+    report = bank_at_teardown(
+        "run-1",
+        timeline=timeline,
+        store=store,
+        sandbox=FakeSandbox(dict(FILES)),
+        run_finished=False,
+        clock=clock,
+    )
     assert not report.recorded and "not written within its budget" in report.notes[-1]
     assert "run-1" in store.banks  # N3: stored but not recorded; never restored as recorded
     assert max(clock.slept) <= 8.0
@@ -226,7 +243,7 @@ def test_T20_a_store_that_keeps_no_bank_names_it() -> None:
 def test_T16_a_writer_racing_until_the_budget_ends_banks_the_last_raced_archive() -> None:
     box = FakeSandbox(dict(FILES))
     box.races = [("./log",), ("./log",), ("./log", "./b")]
-    report, timeline, store = teardown(box)
+    report, timeline, _ = teardown(box)
     rec = last_record(timeline)
     assert report.tar_passes == 3 and rec.banked
     assert rec.raced == ("./log", "./b") and rec.raced_count == 2
@@ -287,10 +304,15 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     timeline.append("run-1", [started()])
 
     async def run() -> None:
-        task = asyncio.ensure_future(bank_at_teardown_async(
-            run_id="run-1", timeline=timeline, store=store, sandbox=SlowSandbox(dict(FILES)),
-            run_finished=False,
-        ))
+        task = asyncio.ensure_future(
+            bank_at_teardown_async(
+                run_id="run-1",
+                timeline=timeline,
+                store=store,
+                sandbox=SlowSandbox(dict(FILES)),
+                run_finished=False,
+            )
+        )
         await asyncio.sleep(0.05)
         task.cancel()  # the run's own cancellation (a drain, a lost lease)
         gate.set()
@@ -312,8 +334,14 @@ def test_an_unreadable_timeline_still_banks() -> None:
             raise TimelineUnreadable("down")
 
     timeline, store = Unreadable(), InMemoryBankStore()
-    report = bank_at_teardown("run-1", timeline=timeline, store=store,
-                              sandbox=FakeSandbox(dict(FILES)), run_finished=False, clock=FakeClock())
+    report = bank_at_teardown(
+        "run-1",
+        timeline=timeline,
+        store=store,
+        sandbox=FakeSandbox(dict(FILES)),
+        run_finished=False,
+        clock=FakeClock(),
+    )
     assert "run-1" in store.banks and report.recorded
 
 
