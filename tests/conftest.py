@@ -38,3 +38,17 @@ def docker_url() -> str:
 @pytest.fixture(scope="session")
 def podman_url() -> str:
     return need("SCRATCHBANK_PODMAN_URL", "the Podman service")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which real engines this run exercised (CI fails a test when one is missing)."""
+    from rigs import EXERCISED
+
+    services = {
+        "s3": "SCRATCHBANK_S3_ENDPOINT",
+        "postgres": "SCRATCHBANK_POSTGRES_URL",
+    }
+    up = [name for name, var in services.items() if os.environ.get(var)]
+    terminalreporter.write_line(
+        f"engines exercised: {', '.join(sorted(EXERCISED)) or 'none'}; servers: {', '.join(up) or 'none'}"
+    )
