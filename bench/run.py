@@ -95,14 +95,14 @@ class Engine:
 def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[str, Any]:
     box, close = engine.make(tree)
     try:
-        floor = timed(lambda: box.run("cd \"$1\" && tar czf - . > /dev/null", [box.facts.scratch]), n)
+        floor = timed(lambda: box.run('cd "$1" && tar czf - . > /dev/null', [box.facts.scratch]), n)
         by_hand_file = work / f"{engine.name}-byhand.tgz"
         store_root = work / f"{engine.name}-byhand-store"
         store_root.mkdir(exist_ok=True)
 
         def by_hand() -> None:
             with open(by_hand_file, "wb") as out:
-                box.run("cd \"$1\" && tar czf - .", [box.facts.scratch], stdout=out)
+                box.run('cd "$1" && tar czf - .', [box.facts.scratch], stdout=out)
             shutil.copyfile(by_hand_file, store_root / "bank.tgz")
 
         hand = timed(by_hand, n)
@@ -111,7 +111,9 @@ def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[s
         timeline.append("run-b", [started()])
 
         def bank() -> None:
-            report = bank_at_teardown("run-b", timeline=timeline, store=store, sandbox=box, run_finished=False)
+            report = bank_at_teardown(
+                "run-b", timeline=timeline, store=store, sandbox=box, run_finished=False
+            )
             assert report.record is not None and report.record.banked, report
 
         ours = timed(bank, n)
@@ -125,10 +127,17 @@ def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[s
         restore_t = timed(restore, n)
         timeline.close()
         return {
-            "engine": engine.name, "floor_s": floor, "by_hand_s": hand, "bank_s": ours,
-            "bank_ratio_to_floor": ours / floor, "bank_faster_than_by_hand": ours < hand,
-            "bank_bytes": bank_bytes, "by_hand_bytes": by_hand_file.stat().st_size,
-            "bare_extract_s": bare_x, "restore_s": restore_t, "restore_ratio_to_bare": restore_t / bare_x,
+            "engine": engine.name,
+            "floor_s": floor,
+            "by_hand_s": hand,
+            "bank_s": ours,
+            "bank_ratio_to_floor": ours / floor,
+            "bank_faster_than_by_hand": ours < hand,
+            "bank_bytes": bank_bytes,
+            "by_hand_bytes": by_hand_file.stat().st_size,
+            "bare_extract_s": bare_x,
+            "restore_s": restore_t,
+            "restore_ratio_to_bare": restore_t / bare_x,
         }
     finally:
         close()
@@ -165,8 +174,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, base)
 def bench_rss(work: Path, sizes: list[int]) -> dict[str, Any]:
     points = {}
     for mb in sizes:
-        out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(mb), str(work)],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_CHILD, str(mb), str(work)], capture_output=True, text=True, check=True
+        ).stdout.split()
         points[mb] = int(out[0]) / 1024
     growth = points[sizes[-1]] - points[sizes[0]]
     slope = growth / (sizes[-1] - sizes[0])
@@ -204,28 +214,42 @@ def main() -> int:
         engines.append(Engine("podman-busybox"))
     tree = work / "tree"
     size = source_tree(tree)
-    results: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(), "tree_bytes": size,
-                               "repeats": n, "bank_restore": []}
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "tree_bytes": size,
+        "repeats": n,
+        "bank_restore": [],
+    }
     print(f"source tree: {size / 1e6:.1f} MB, {sum(1 for _ in tree.rglob('*'))} entries; median of {n}")
-    print(f"{'engine':16} {'floor':>7} {'by-hand':>8} {'bank':>7} {'ratio':>6} {'bare x':>7} {'restore':>8} {'ratio':>6}")
+    print(
+        f"{'engine':16} {'floor':>7} {'by-hand':>8} {'bank':>7} {'ratio':>6} {'bare x':>7} {'restore':>8} {'ratio':>6}"
+    )
     for engine in engines:
         row = bench_bank_restore(engine, tree, n, work)
         results["bank_restore"].append(row)
-        print(f"{row['engine']:16} {row['floor_s']:7.2f} {row['by_hand_s']:8.2f} {row['bank_s']:7.2f} "
-              f"{row['bank_ratio_to_floor']:6.2f} {row['bare_extract_s']:7.2f} {row['restore_s']:8.2f} "
-              f"{row['restore_ratio_to_bare']:6.2f}")
+        print(
+            f"{row['engine']:16} {row['floor_s']:7.2f} {row['by_hand_s']:8.2f} {row['bank_s']:7.2f} "
+            f"{row['bank_ratio_to_floor']:6.2f} {row['bare_extract_s']:7.2f} {row['restore_s']:8.2f} "
+            f"{row['restore_ratio_to_bare']:6.2f}"
+        )
     sizes = [10, 100] if args.quick else [10, 100, 250]
     results["rss"] = bench_rss(work, sizes)
-    print(f"peak RSS (MiB) by scratch MB: {results['rss']['peak_rss_mib']}; "
-          f"growth {results['rss']['growth_mib']:.1f} MiB, slope {results['rss']['slope_mib_per_mb']:.3f} MiB/MB")
+    print(
+        f"peak RSS (MiB) by scratch MB: {results['rss']['peak_rss_mib']}; "
+        f"growth {results['rss']['growth_mib']:.1f} MiB, slope {results['rss']['slope_mib_per_mb']:.3f} MiB/MB"
+    )
     lengths = [10, 1000, 10_000] if args.quick else [10, 1000, 10_000, 100_000]
     results["decision"] = bench_decision(work, lengths)
-    print("decision (read + fold + decide) seconds by events:",
-          {k: round(v, 4) for k, v in results["decision"]["seconds"].items()})
+    print(
+        "decision (read + fold + decide) seconds by events:",
+        {k: round(v, 4) for k, v in results["decision"]["seconds"].items()},
+    )
     targets = {
         "bank <= 1.15x floor": all(r["bank_ratio_to_floor"] <= 1.15 for r in results["bank_restore"]),
         "bank faster than by-hand": all(r["bank_faster_than_by_hand"] for r in results["bank_restore"]),
-        "restore <= 1.2x bare extract": all(r["restore_ratio_to_bare"] <= 1.2 for r in results["bank_restore"]),
+        "restore <= 1.2x bare extract": all(
+            r["restore_ratio_to_bare"] <= 1.2 for r in results["bank_restore"]
+        ),
         "RSS growth < 16 MiB": results["rss"]["growth_mib"] < 16,
         "decision < 100 ms at the longest history": max(results["decision"]["seconds"].values()) < 0.1,
     }
