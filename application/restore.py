@@ -27,21 +27,21 @@ from scratchbank.domain.errors import (
     RestoreRefused,
     SandboxGone,
     StreamBroken,
-    TimelineConflict,
-    TimelineUnreadable,
-    TimelineWriteFailed,
 )
 from scratchbank.domain.fold import Bank
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
-from scratchbank.domain.records import Record, RunResumed
+from scratchbank.domain.records import RunResumed
 from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, RestoreResult, after_restore
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
 from scratchbank.domain.teardown import CAP_BYTES
 
+from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, Timeline
+from .recording import append_within_budget
 from .resume import check_resume
 from .tarstream import CanonicalWriter, GzipReader, Limits, Manifest, TarReader, manifest_lines
-from .teardown import Clock, SystemClock
+
+RECORD_BUDGET = 30.0
 
 Progress = Callable[[str, int, int], None]
 
@@ -181,29 +181,6 @@ def _into_sandbox(sandbox: Sandbox, checked: Checked, banked_bytes: int) -> Rest
     return RestoreAttempt(RestoreResult.RESTORED, banked_bytes)
 
 
-def _write(
-    timeline: Timeline,
-    run_id: str,
-    records: list[Record],
-    *,
-    must: bool,
-    clock: Clock,
-    budget: float = 30.0,
-) -> bool:
-    """X7: a must-land record within its budget; any other, once, best effort."""
-    deadline = clock.monotonic() + budget
-    pause = 1.0
-    while True:
-        try:
-            timeline.append(run_id, records)
-            return True
-        except (TimelineWriteFailed, TimelineConflict, TimelineUnreadable):
-            if not must or clock.monotonic() + pause > deadline:
-                return not must
-            clock.sleep(pause)
-            pause = min(pause * 2, 8.0)
-
-
 def resume(
     run_id: str,
     request: ResumeRequest,
@@ -238,5 +215,8 @@ def resume(
         progress=progress,
     )
     outcome = after_restore(decision, attempt_)
-    recorded = _write(timeline, run_id, [outcome.record], must=outcome.must_record, clock=clock)
+    # X7: the host_backed and stale records within their budget; any other once.
+    budget = RECORD_BUDGET if outcome.must_record else 0.0
+    why = append_within_budget(timeline, run_id, [outcome.record], clock=clock, budget=budget)
+    recorded = why is None or not outcome.must_record
     return ResumeOutcome(decision, outcome, recorded)

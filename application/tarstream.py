@@ -118,6 +118,7 @@ class TarReader:
         self.members: list[Member] = []
         self.total = 0
         self._buf = bytearray()
+        self._pos = 0
         self._state = "header"
         self._remaining = 0  # data bytes left of the current member
         self._padding = 0
@@ -132,25 +133,33 @@ class TarReader:
 
     # -- feeding ----------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
+        # Consume by moving an offset, compacting once per feed: deleting from the
+        # front of the buffer per block would copy it again for every member.
         self._buf += data
-        while True:
-            if self._state == "data":
-                if not self._take_data():
+        try:
+            while True:
+                if self._state == "data":
+                    if not self._take_data():
+                        return
+                elif len(self._buf) - self._pos >= BLOCK:
+                    block = bytes(self._buf[self._pos : self._pos + BLOCK])
+                    self._pos += BLOCK
+                    self._header(block)
+                else:
                     return
-            elif len(self._buf) >= BLOCK:
-                block = bytes(self._buf[:BLOCK])
-                del self._buf[:BLOCK]
-                self._header(block)
-            else:
-                return
+        finally:
+            del self._buf[: self._pos]
+            self._pos = 0
 
     def _take_data(self) -> bool:
+        available = len(self._buf) - self._pos
         if self._remaining:
-            n = min(self._remaining, len(self._buf))
+            n = min(self._remaining, available)
             if n == 0:
                 return False
-            chunk = bytes(self._buf[:n])
-            del self._buf[:n]
+            chunk = bytes(self._buf[self._pos : self._pos + n])
+            self._pos += n
+            available -= n
             self._remaining -= n
             if self._special is not None:
                 self._special[1].extend(chunk)
@@ -159,8 +168,8 @@ class TarReader:
             if self._remaining:
                 return False
         if self._padding:
-            n = min(self._padding, len(self._buf))
-            del self._buf[:n]
+            n = min(self._padding, available)
+            self._pos += n
             self._padding -= n
             if self._padding:
                 return False
@@ -176,7 +185,7 @@ class TarReader:
             raise _refuse("the archive ends inside a member (truncated)")
         if not self._ended:
             raise _refuse("no end-of-archive marker (truncated)")
-        if any(self._buf):
+        if any(self._buf[self._pos :]):
             raise _refuse("trailing data after the end-of-archive marker")
 
     # -- headers ----------------------------------------------------------------------

@@ -14,10 +14,8 @@ import asyncio
 import concurrent.futures
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 import attrs
 
@@ -27,9 +25,7 @@ from scratchbank.domain.errors import (
     ExecFailed,
     SandboxGone,
     StreamBroken,
-    TimelineConflict,
     TimelineUnreadable,
-    TimelineWriteFailed,
 )
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import ScratchBanked
@@ -49,22 +45,10 @@ from scratchbank.domain.teardown import (
     teardown_record,
 )
 
+from .clock import Clock, SystemClock
 from .host_archive import ArchiveFacts, HostArchive
 from .ports import BankStore, QuiesceReport, Sandbox, Timeline
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+from .recording import append_within_budget
 
 
 @attrs.frozen
@@ -332,18 +316,18 @@ def _record(
     notes: list[str],
 ) -> bool:
     """T8: the record is tried again until its own budget runs out (a store failover)."""
-    deadline = clock.monotonic() + budgets.record_seconds
-    pause = budgets.first_pause
-    while True:
-        try:
-            timeline.append(run_id, [record])
-            return True
-        except (TimelineWriteFailed, TimelineConflict, TimelineUnreadable) as error:
-            if clock.monotonic() + pause > deadline:
-                notes.append(f"the record was not written within its budget: {error.message}")
-                return False
-            clock.sleep(pause)
-            pause = min(pause * 2, budgets.record_pause_cap)
+    why = append_within_budget(
+        timeline,
+        run_id,
+        [record],
+        clock=clock,
+        budget=budgets.record_seconds,
+        first_pause=budgets.first_pause,
+        pause_cap=budgets.record_pause_cap,
+    )
+    if why is not None:
+        notes.append(f"the record was not written within its budget: {why}")
+    return why is None
 
 
 async def bank_at_teardown_async(**kwargs: object) -> TeardownReport:

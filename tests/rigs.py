@@ -4,7 +4,6 @@ spawn workload commands in it, the way an engine's nodes would."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,7 +12,7 @@ from typing import Any
 
 import attrs
 import docker
-import pytest
+from conftest import need
 
 from scratchbank.adapters.docker_sandbox import DockerSandbox
 from scratchbank.adapters.local_sandbox import LocalSandbox
@@ -40,13 +39,7 @@ class Rig:
 
 def engine_url(kind: str) -> str:
     var = {"docker": "SCRATCHBANK_DOCKER_URL", "podman": "SCRATCHBANK_PODMAN_URL"}[kind]
-    value = os.environ.get(var)
-    if not value:
-        message = f"{kind} is not running ({var} unset): ./dev test starts it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return value
+    return need(var, f"the {kind} engine")
 
 
 @contextmanager
