@@ -15,6 +15,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 
@@ -159,15 +160,33 @@ def restore_bank(
             _into_host_directory(checked, host_directory)
             return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True)
         assert sandbox is not None
-        return _into_sandbox(sandbox, checked, got.bytes)
+        return _into_sandbox(sandbox, checked, got.bytes, progress)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _into_sandbox(sandbox: Sandbox, checked: Checked, banked_bytes: int) -> RestoreAttempt:
+class _Counted:
+    """A file reader that reports progress every 8 MiB (for long transfers)."""
+
+    def __init__(self, src: BinaryIO, total: int, progress: Progress | None) -> None:
+        self.src, self.total, self.progress, self.done, self._next = src, total, progress, 0, 8 << 20
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.src.read(n)
+        self.done += len(data)
+        if self.progress and (self.done >= self._next or self.done == self.total):
+            self.progress("streamed into the sandbox", self.done, self.total)
+            self._next += 8 << 20
+        return data
+
+
+def _into_sandbox(
+    sandbox: Sandbox, checked: Checked, banked_bytes: int, progress: Progress | None = None
+) -> RestoreAttempt:
     try:
-        with open(checked.path, "rb") as src:
-            sandbox.restore(src, size=checked.bytes, sha256=checked.sha256, compressed=False)
+        with open(checked.path, "rb") as raw:
+            src = _Counted(raw, checked.bytes, progress)
+            sandbox.restore(src, size=checked.bytes, sha256=checked.sha256, compressed=False)  # type: ignore[arg-type]
         restored = sandbox.list_scratch()
     except RestoreRefused as error:
         return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=error.message)

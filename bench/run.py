@@ -43,8 +43,8 @@ SITE = Path(__import__("botocore").__file__).parent.parent
 
 
 def source_tree(dest: Path) -> int:
-    """A ~38 MB tree of many small files: botocore + hypothesis sources and data."""
-    for pkg in ("botocore", "hypothesis"):
+    """A ~35 MB tree of many small files: botocore, hypothesis and pip sources and data."""
+    for pkg in ("botocore", "hypothesis", "pip"):
         shutil.copytree(SITE / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 

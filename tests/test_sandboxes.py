@@ -130,6 +130,17 @@ def test_T13_a_writer_that_is_pid_1_means_unquiesced(engine: str) -> None:
         assert any("pid 1 (sh)" in why for why in report.reasons), report
 
 
+def test_T13_a_proc_that_hides_other_users_processes_means_unquiesced() -> None:
+    """/proc mounted hidepid: the script cannot check every process, and says so."""
+    with rig("local") as r:
+        writer(r)
+        r.sh("mount -o remount,hidepid=2 /proc")
+        report = r.sandbox.quiesce(budget_seconds=10, wait_seconds=1)
+        r.sandbox.continue_processes()
+        assert not report.quiesced and not report.refused, report
+        assert any("hidepid" in why for why in report.reasons), report
+
+
 def test_T13_a_multithreaded_writer_is_stopped_whole() -> None:
     """Every thread of a writer is checked, not just its main thread."""
     with rig("local") as r:
