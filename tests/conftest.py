@@ -8,16 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-
-def need(var: str, what: str) -> str:
-    value = os.environ.get(var)
-    if value:
-        return value
-    message = f"{what} is not running ({var} unset): ./dev test starts it"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+from engines import need
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +33,7 @@ def podman_url() -> str:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which real engines this run exercised (CI fails a test when one is missing)."""
-    from rigs import EXERCISED
+    from engines import EXERCISED
 
     services = {
         "s3": "SCRATCHBANK_S3_ENDPOINT",

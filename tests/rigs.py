@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 import docker
-from conftest import need
+from engines import EXERCISED, need
 
 from scratchbank.adapters.docker_sandbox import DockerSandbox
 from scratchbank.adapters.local_sandbox import LocalSandbox
@@ -21,7 +21,6 @@ from scratchbank.adapters.scripted import ScriptedSandbox
 SCRATCH = "/tmp/iterion-scratch"
 ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
 CONTAINERS = ENGINES[1:]
-EXERCISED: set[str] = set()
 
 
 @attrs.define
