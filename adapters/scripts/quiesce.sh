@@ -67,6 +67,25 @@ if [ "$self" != 1 ]; then
 fi
 
 # -- stop, then check every process and thread ------------------------------------------
+# A parent waiting on a vfork'd child shows D until that child execs or exits: when the
+# child is stopped, the parent is frozen too.
+vfork_wait() {
+    w=""
+    read -r w 2>/dev/null <"$1/wchan"
+    case $w in *vfork*) return 0 ;; esac
+    kids=""
+    read -r kids 2>/dev/null <"$1/task/$2/children"
+    [ -n "$kids" ] || return 1
+    for k in $kids; do
+        kl=""
+        read -r kl 2>/dev/null <"/proc/$k/stat" || continue
+        kr=${kl##*) }
+        set -f; set -- $kr; set +f
+        case $1 in T|t|Z|X|x) ;; *) return 1 ;; esac
+    done
+    return 0
+}
+
 scan() {
     running=""
     unreadable=""
@@ -87,6 +106,7 @@ scan() {
         checked=$((checked + 1))
         case $state in
             T|t|Z|X|x) ;;
+            D) vfork_wait "$d" "$pid" || { running="$running $pid:D"; continue; } ;;
             *) running="$running $pid:$state"; continue ;;
         esac
         for t in "$d"/task/*; do
