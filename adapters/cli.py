@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from scratchbank.application.restore import resume
+from scratchbank.application.resume import current_state
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, fold
@@ -118,7 +119,7 @@ def _age(at: datetime | None) -> str:
 
 def status(args: argparse.Namespace) -> int:
     timeline = config.open_timeline(args.timeline or config.timeline_url())
-    state = fold(timeline.read(args.run))
+    state = current_state(timeline, args.run, snapshots=config.snapshots_of(timeline))
     decision = decide_resume(state, ResumeRequest(where=Where.SURFACE))
     if args.json:
         data = {"run": args.run, "state": state_data(state), "resume": decision_data(decision)}

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
-from scratchbank.application.ports import BankStore, Sandbox, Timeline
+from scratchbank.application.ports import BankStore, Sandbox, SnapshotStore, Timeline
 
 from .docker_sandbox import DockerSandbox
 from .event_store import EventStoreTimeline
@@ -66,3 +66,8 @@ def open_sandbox(spec: str, scratch: str = DEFAULT_SCRATCH) -> Sandbox | None:
         url = os.environ.get("SCRATCHBANK_PODMAN_URL") or os.environ.get("CONTAINER_HOST")
         return DockerSandbox(target, scratch=scratch, base_url=url, podman=True)
     raise ValueError(f"unsupported sandbox {spec!r} (docker:NAME, podman:NAME or none)")
+
+
+def snapshots_of(timeline: Timeline) -> SnapshotStore | None:
+    """The event store keeps snapshots beside the timeline; other timelines have none."""
+    return timeline if isinstance(timeline, EventStoreTimeline) else None

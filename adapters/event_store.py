@@ -10,8 +10,12 @@ failed write.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from eventsourcing.persistence import (
@@ -28,7 +32,7 @@ from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import decode, encode
 
 TOPIC_PREFIX = "scratchbank.wire:"
-APPEND_RETRIES = 5
+APPEND_RETRIES = 30
 
 
 def env_for_url(url: str) -> dict[str, str]:
@@ -64,6 +68,7 @@ class EventStoreTimeline:
         try:
             self._factory = InfrastructureFactory.construct(env=settings)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
+            self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
             raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
         self.url = url
@@ -71,25 +76,41 @@ class EventStoreTimeline:
     def close(self) -> None:
         self._factory.close()
 
-    def _select(self, run_id: str) -> Sequence[StoredEvent]:
+    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The latest folded state saved for the run; None when there is none or it is bad."""
         try:
-            return self._recorder.select_events(check_run_id(run_id))
-        except PersistenceError as error:
-            raise TimelineUnreadable(f"cannot read run {run_id}: {error}") from error
+            last = self._snapshots.select_events(check_run_id(run_id), desc=True, limit=1)
+            return (last[0].originator_version, json.loads(last[0].state)) if last else None
+        except (PersistenceError, ValueError):
+            return None
+
+    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
+        """Best effort: a snapshot is a cache, and another writer may have saved this one."""
+        state = json.dumps(data, sort_keys=True).encode()
+        with contextlib.suppress(PersistenceError):
+            self._snapshots.insert_events([StoredEvent(run_id, position, "scratchbank.snapshot", state)])
 
     def read(self, run_id: str) -> tuple[Record, ...]:
+        return self.read_after(run_id, 0)
+
+    def read_after(self, run_id: str, position: int) -> tuple[Record, ...]:
+        """The records after the first ``position`` ones (a snapshot's tail)."""
+        try:
+            stored_events = self._recorder.select_events(check_run_id(run_id), gt=position or None)
+        except PersistenceError as error:
+            raise TimelineUnreadable(f"cannot read run {run_id}: {error}") from error
         records = []
-        for position, stored in enumerate(self._select(run_id)):
-            if stored.originator_version != position + 1:
+        for index, stored in enumerate(stored_events, start=position):
+            if stored.originator_version != index + 1:
                 raise TimelineUnreadable(
                     f"run {run_id} has a gap before version {stored.originator_version}",
-                    position=position,
+                    position=index,
                 )
             try:
                 obj = json.loads(stored.state)
             except (ValueError, UnicodeDecodeError) as error:
-                raise TimelineUnreadable(f"not JSON: {error}", position=position) from None
-            records.append(decode(obj, position=position))
+                raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
+            records.append(decode(obj, position=index))
         return tuple(records)
 
     def _length(self, run_id: str) -> int:
@@ -110,7 +131,11 @@ class EventStoreTimeline:
 
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         check_run_id(run_id)
-        for _ in range(APPEND_RETRIES):
+        for attempt in range(APPEND_RETRIES):
+            if attempt:
+                # Racing writers without an expectation: back off with jitter, so that
+                # each of them eventually appends instead of colliding in lockstep.
+                time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
             start = self._length(run_id) if expected is None else expected
             try:
                 self._recorder.insert_events(self._stored(run_id, start, records))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import attrs
 
@@ -29,6 +29,19 @@ class Timeline(Protocol):
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         """Append records; return the timeline's new length."""
         ...
+
+
+class SnapshotStore(Protocol):
+    """Where folded states are cached for long timelines. A cache: losing it costs time.
+
+    ``load`` returns (position, data) of the latest snapshot, or None.
+    """
+
+    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None: ...
+
+    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None: ...
+
+    def read_after(self, run_id: str, position: int) -> Sequence[Record]: ...
 
 
 @attrs.frozen

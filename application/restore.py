@@ -37,7 +37,7 @@ from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdic
 from scratchbank.domain.teardown import CAP_BYTES
 
 from .clock import Clock, SystemClock
-from .ports import BankStore, Sandbox, Timeline
+from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import append_within_budget
 from .resume import check_resume
 from .tarstream import CanonicalWriter, GzipReader, Limits, Manifest, TarReader, manifest_lines
@@ -212,10 +212,11 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    snapshots: SnapshotStore | None = None,
 ) -> ResumeOutcome:
     """The whole resume as an engine runs it: gate, then (if it goes on) restore, record."""
     clock = clock or SystemClock()
-    decision = check_resume(timeline, run_id, request, workflow)
+    decision = check_resume(timeline, run_id, request, workflow, snapshots)
     if decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
         return ResumeOutcome(decision)  # R: refused before anything moves the run
     consents = request.consents

@@ -228,9 +228,11 @@ def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) 
             return attrs.evolve(state, unknown_records=state.unknown_records + 1)
 
 
-def fold(records: Iterable[Record], workflow: Workflow = NO_WORKFLOW) -> ScratchState:
-    """The run's scratch state after every record, in order."""
-    state = ScratchState()
+def fold(
+    records: Iterable[Record], workflow: Workflow = NO_WORKFLOW, start: ScratchState | None = None
+) -> ScratchState:
+    """The run's scratch state after every record, in order (from ``start``: a snapshot)."""
+    state = start or ScratchState()
     for record in records:
         state = step(state, record, workflow)
     return state

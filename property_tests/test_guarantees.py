@@ -216,3 +216,16 @@ def test_R6_a_write_whose_cycle_nobody_recorded_is_never_taken_back(
     rewind = RunRewound(dropped_nodes=(name, *others), on_cycle=None)
     d = decide_resume(fold([*timeline, bank, write, rewind]), ENGINE)
     assert d.code == SCRATCH_NOT_PORTABLE
+
+
+@given(s.timelines, st.data())
+def test_a_snapshot_folds_to_the_same_state_as_the_whole_timeline(
+    timeline: list[Record], data: st.DataObject
+) -> None:
+    """Snapshots are a cache: resuming the fold from one never changes a decision."""
+    from scratchbank.domain.snapshot import state_from_data, state_to_data
+
+    cut = data.draw(st.integers(min_value=0, max_value=len(timeline)))
+    restored = state_from_data(state_to_data(fold(timeline[:cut])))
+    assert restored == fold(timeline[:cut])
+    assert fold(timeline[cut:], start=restored) == fold(timeline)
