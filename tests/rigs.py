@@ -19,8 +19,8 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import ScriptedSandbox
 
 SCRATCH = "/tmp/iterion-scratch"
-ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
-CONTAINERS = ENGINES[1:]
+ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu", "k8s-double"]
+CONTAINERS = ["docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
 
 
 @attrs.define
@@ -92,9 +92,46 @@ def local_rig() -> Iterator[Rig]:
 
 
 @contextmanager
+def k8s_rig() -> Iterator[Rig]:
+    """A pod of the API double (its commands run in a PID namespace of their own),
+    driven through the Kubernetes adapter; workload commands go straight into the pod."""
+    from k8s_double import running_double
+    from kubernetes import client as k8s
+
+    from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
+
+    with running_double() as double:
+        pod = double.add_pod("ns1", "pod-1")
+        config = k8s.Configuration()
+        config.host = double.url
+        api = k8s.ApiClient(config)
+        sandbox = KubernetesSandbox(
+            "pod-1", namespace="ns1", scratch=pod.sandbox.facts.scratch, api_client=api
+        )
+
+        def sh(cmd: str, user: str = "0", check: bool = True) -> str:
+            done = pod.sandbox.run(cmd, [])
+            if check and done.exit_code != 0:
+                raise AssertionError(f"{cmd!r} exited {done.exit_code}: {done.err}")
+            return done.stdout.decode(errors="replace")
+
+        def spawn(cmd: str, user: str = "0") -> None:
+            pod.sandbox.spawn(cmd)
+
+        EXERCISED.add("kubernetes (API double)")
+        try:
+            yield Rig("k8s-double", sandbox, sh, spawn, pod.sandbox.facts.scratch)
+        finally:
+            api.close()
+
+
+@contextmanager
 def rig(name: str, **run: Any) -> Iterator[Rig]:
     if name == "local":
         with local_rig() as r:
+            yield r
+    elif name == "k8s-double":
+        with k8s_rig() as r:
             yield r
     else:
         with container_rig(name, **run) as r:

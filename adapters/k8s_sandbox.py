@@ -1,0 +1,213 @@
+"""Kubernetes pods as sandboxes: exec over the official client's websocket, with our own
+frame loop.
+
+The client's ``stream()`` helper keeps all output in memory and (37.x) reads large
+output slowly; so this adapter opens the socket with
+``kubernetes.stream.ws_client.create_websocket`` (auth, TLS and proxies come from the
+normal client configuration) and runs its own loop: a writer thread sends stdin in
+frames of at most 1 MiB on channel 0, the reader hands channels 1 and 2 straight to
+their sinks, and channel 3's JSON Status gives the exit code. A connection that
+closes with no status is NOT success (kubectl itself exits 0 there). The scripts frame
+stdin by byte count, so an upload never depends on closing stdin (which v4 cannot do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+from urllib.parse import urlencode
+
+import attrs
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
+from websocket import ABNF, WebSocketBadStatusException, WebSocketException
+
+from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+
+from .scripted import ExecResult, ScriptedSandbox
+
+FRAME = 1 << 20
+STDERR_KEEP = 1 << 20
+
+
+@attrs.frozen
+class ExecStatus:
+    """What channel 3 said, or that it said nothing."""
+
+    exit_code: int | None
+    reason: str
+
+
+def read_status(payload: bytes) -> ExecStatus:
+    """Parse channel 3: Success, or Failure with NonZeroExitCode and the code in the causes."""
+    try:
+        status = json.loads(payload.decode("utf-8", "replace"))
+    except ValueError:
+        return ExecStatus(None, f"unparseable status {payload[:200]!r}")
+    if status.get("status") == "Success":
+        return ExecStatus(0, "Success")
+    if status.get("reason") == "NonZeroExitCode":
+        for cause in (status.get("details") or {}).get("causes") or []:
+            if cause.get("reason") == "ExitCode":
+                try:
+                    return ExecStatus(int(cause.get("message")), "NonZeroExitCode")
+                except (TypeError, ValueError):
+                    break
+    return ExecStatus(None, str(status.get("message") or status.get("reason") or status))
+
+
+def pod_facts(pod: Any, scratch: str, container: str | None) -> SandboxFacts:
+    """A pod's containers are process-isolated; with shareProcessNamespace, PID 1 is the
+    pause process and the quiesce stops the sidecars too. hostPath volumes over the
+    scratch make it host-backed."""
+    spec = pod.spec
+    shared = bool(getattr(spec, "share_process_namespace", False))
+    why = (
+        "pod with shareProcessNamespace: PID 1 is pause; every container's processes are stopped"
+        if shared
+        else "pod: the container's own PID namespace"
+    )
+    host_paths = {v.name for v in (spec.volumes or []) if getattr(v, "host_path", None)}
+    backed = False
+    for c in spec.containers or []:
+        if container and c.name != container:
+            continue
+        for m in c.volume_mounts or []:
+            dest = m.mount_path.rstrip("/")
+            if m.name in host_paths and (scratch == dest or scratch.startswith(dest + "/")):
+                backed = True
+    return SandboxFacts(scratch, backed, True, why, "kubernetes")
+
+
+class KubernetesSandbox(ScriptedSandbox):
+    def __init__(
+        self,
+        pod: str,
+        *,
+        namespace: str = "default",
+        container: str | None = None,
+        scratch: str = "/tmp/iterion-scratch",
+        api_client: k8s.ApiClient | None = None,
+    ) -> None:
+        self.api_client = api_client or k8s.ApiClient()
+        self.pod, self.namespace, self.container = pod, namespace, container
+        self.admin_user = None
+        try:
+            found = k8s.CoreV1Api(self.api_client).read_namespaced_pod(pod, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                raise SandboxGone(f"no pod {namespace}/{pod}") from None
+            raise ExecFailed(f"cannot read pod {namespace}/{pod}: {error.status} {error.reason}") from error
+        except Exception as error:  # urllib3 connection errors, malformed answers
+            raise ExecFailed(f"cannot read pod {namespace}/{pod}: {error}") from error
+        self.facts = pod_facts(found, scratch, container)
+        self.protocol = ""
+
+    def _url(self, argv: Sequence[str], stdin: bool) -> str:
+        config = self.api_client.configuration
+        host = config.host.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+        query: list[tuple[str, str]] = [("command", a) for a in argv]
+        query += [("stdin", "true" if stdin else "false"), ("stdout", "true"), ("stderr", "true")]
+        if self.container:
+            query.append(("container", self.container))
+        return f"{host}/api/v1/namespaces/{self.namespace}/pods/{self.pod}/exec?{urlencode(query)}"
+
+    def _headers(self) -> dict[str, str]:
+        """The bearer token (or any header auth) from the client's own configuration."""
+        headers: dict[str, str] = {}
+        for setting in self.api_client.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"]).lower()] = str(setting["value"])
+        return headers
+
+    def run(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        argv = ["sh", "-c", source, "scratchbank", *args]
+        try:
+            ws = create_websocket(  # type: ignore[no-untyped-call]
+                self.api_client.configuration, self._url(argv, stdin is not None), headers=self._headers()
+            )
+        except WebSocketBadStatusException as error:
+            if error.status_code == 404:
+                raise SandboxGone(f"pod {self.namespace}/{self.pod} is gone") from None
+            if error.status_code in (401, 403):
+                raise ExecFailed(f"exec forbidden ({error.status_code}): check the RBAC role") from None
+            raise ExecFailed(f"exec handshake failed ({error.status_code})") from None
+        except (OSError, WebSocketException) as error:
+            raise ExecFailed(f"cannot open the exec stream: {error}") from error
+        # create_websocket offers the protocols as a raw header, so websocket-client does
+        # not record the one chosen: read it from the handshake's answer.
+        answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
+        self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
+        out = stdout if stdout is not None else io.BytesIO()
+        err = bytearray()
+        status: ExecStatus | None = None
+        writer = _Writer(ws, stdin, self.protocol == V5_CHANNEL_PROTOCOL) if stdin is not None else None
+        try:
+            if writer is not None:
+                writer.start()
+            while True:
+                try:
+                    opcode, data = ws.recv_data()
+                except (OSError, WebSocketException) as error:
+                    raise StreamBroken(f"exec stream dropped: {error}") from error
+                if opcode == ABNF.OPCODE_CLOSE:
+                    break
+                if opcode != ABNF.OPCODE_BINARY or not data:
+                    continue
+                channel, payload = data[0], data[1:]
+                if channel == 1:
+                    out.write(payload)
+                elif channel == 2:
+                    err += payload
+                    del err[: max(0, len(err) - STDERR_KEEP)]
+                elif channel == 3:
+                    status = read_status(payload)
+        finally:
+            if writer is not None:
+                writer.stop()
+            with contextlib.suppress(Exception):
+                ws.close(timeout=2)
+            ws.shutdown()
+        if status is None:
+            raise StreamBroken("the exec stream closed without a status (not a success)")
+        if status.exit_code is None:
+            raise ExecFailed(f"exec failed: {status.reason}")
+        captured = out.getvalue() if stdout is None and isinstance(out, io.BytesIO) else b""
+        return ExecResult(status.exit_code, captured, bytes(err))
+
+
+class _Writer(threading.Thread):
+    """Sends stdin on channel 0 in frames of at most 1 MiB, then closes it (v5 only)."""
+
+    def __init__(self, ws: Any, src: BinaryIO, can_close: bool) -> None:
+        super().__init__(daemon=True)
+        self.ws, self.src, self.can_close = ws, src, can_close
+        self._halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set() and (chunk := self.src.read(FRAME)):
+                self.ws.send_binary(b"\x00" + chunk)
+            if self.can_close and not self._halt.is_set():
+                self.ws.send_binary(b"\xff\x00")
+        except BaseException as error:  # the reader sees the stream break and reports it
+            self.error = error
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)

@@ -1,0 +1,102 @@
+"""Opt-in: the Kubernetes adapter against a real cluster. Never run in CI.
+
+    SCRATCHBANK_K8S_KUBECONFIG=~/.kube/config [SCRATCHBANK_K8S_IMAGE=busybox:1.36] \\
+        ./dev test -m k8s_real tests/test_k8s_real.py
+
+It creates a uniquely named namespace and a busybox pod, runs the checks, and deletes
+the namespace in ``finally``. Minimal RBAC for the identity used: namespaces (create,
+delete), pods (get, create), pods/exec (get, create).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
+from scratchbank.domain.errors import ExecFailed, SandboxGone
+
+KUBECONFIG = os.environ.get("SCRATCHBANK_K8S_KUBECONFIG")
+pytestmark = [
+    pytest.mark.k8s_real,
+    pytest.mark.skipif(not KUBECONFIG, reason="opt-in: set SCRATCHBANK_K8S_KUBECONFIG"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[object, str]]:
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=KUBECONFIG)
+    core = client.CoreV1Api(api_client)
+    ns = f"scratchbank-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        image = os.environ.get("SCRATCHBANK_K8S_IMAGE", "busybox:1.36")
+        for name, command in (("box", ["sleep", "100000"]), ("done", ["true"])):
+            core.create_namespaced_pod(
+                ns,
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": image, "command": command}],
+                    },
+                },
+            )
+        deadline = time.time() + 180
+        while core.read_namespaced_pod("box", ns).status.phase != "Running":
+            assert time.time() < deadline, "the pod never ran"
+            time.sleep(1)
+        yield api_client, ns
+    finally:
+        core.delete_namespace(ns)
+
+
+def sandbox(cluster: tuple[object, str], pod: str = "box", container: str | None = None) -> KubernetesSandbox:
+    api_client, ns = cluster
+    return KubernetesSandbox(pod, namespace=ns, container=container, api_client=api_client)  # type: ignore[arg-type]
+
+
+def test_exit_codes(cluster: tuple[object, str]) -> None:
+    sb = sandbox(cluster)
+    assert [sb.run(c, []).exit_code for c in ("exit 0", "exit 7", "kill -9 $$")] == [0, 7, 137]
+
+
+def test_stdin_eof_and_50_mb_both_ways(cluster: tuple[object, str]) -> None:
+    sb = sandbox(cluster)
+    data = os.urandom(50 << 20)
+    done = sb.run("sha256sum | cut -d' ' -f1", [], stdin=io.BytesIO(data))
+    assert done.stdout.decode().strip() == hashlib.sha256(data).hexdigest()
+    out = io.BytesIO()
+    sb.run("head -c 52428800 /dev/zero", [], stdout=out)
+    assert len(out.getvalue()) == 50 << 20
+
+
+def test_missing_pod_container_and_completed_pod(cluster: tuple[object, str]) -> None:
+    with pytest.raises(SandboxGone):
+        sandbox(cluster, pod="nope")
+    with pytest.raises((ExecFailed, SandboxGone)):
+        sandbox(cluster, container="nope").run("true", [])
+    with pytest.raises((ExecFailed, SandboxGone)):
+        sandbox(cluster, pod="done").run("true", [])
+
+
+def test_a_long_silent_command(cluster: tuple[object, str]) -> None:
+    assert sandbox(cluster).run("sleep 90; exit 3", []).exit_code == 3
+
+
+def test_quiesce_archive_restore(cluster: tuple[object, str]) -> None:
+    sb = sandbox(cluster)
+    sb.run("mkdir -p /tmp/iterion-scratch && echo hi > /tmp/iterion-scratch/f", [])
+    report = sb.quiesce(budget_seconds=30, wait_seconds=2)
+    sb.continue_processes()
+    assert not report.refused
+    out = io.BytesIO()
+    assert not sb.archive(out, compress=True, verify=False).empty
