@@ -71,6 +71,8 @@ class Engine:
             box = LocalSandbox()
             shutil.copytree(tree, box.facts.scratch)
             return box, box.destroy
+        if self.name == "k8s-double":
+            return self._k8s(tree)
         import docker
 
         from scratchbank.adapters.docker_sandbox import DockerSandbox
@@ -93,8 +95,54 @@ class Engine:
 
         return box, close
 
+    def _k8s(self, tree: Path) -> tuple[ScriptedSandbox, Callable[[], None]]:
+        """A pod of the API double (tests/k8s_double.py), through the Kubernetes adapter."""
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from k8s_double import running_double
+        from kubernetes import client as k8s
 
-def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[str, Any]:
+        from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
+
+        ctx = running_double()
+        double = ctx.__enter__()
+        pod = double.add_pod("ns1", "bench")
+        shutil.copytree(tree, pod.sandbox.facts.scratch)
+        config = k8s.Configuration()
+        config.host = double.url
+        api = k8s.ApiClient(config)
+        box = KubernetesSandbox("bench", namespace="ns1", scratch=pod.sandbox.facts.scratch, api_client=api)
+
+        def close() -> None:
+            api.close()
+            ctx.__exit__(None, None, None)
+
+        return box, close
+
+
+def make_store(kind: str, work: Path, name: str) -> Any:
+    if kind == "fs":
+        return FilesystemBankStore(work / f"{name}-banks")
+    import uuid
+
+    import boto3
+
+    from scratchbank.adapters.s3_bank import S3BankStore
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=os.environ["SCRATCHBANK_S3_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id="b",
+        aws_secret_access_key="b",
+    )
+    bucket = "bench-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    return S3BankStore(bucket, client=client)
+
+
+def bench_bank_restore(
+    engine: Engine, tree: Path, n: int, work: Path, store_kind: str = "fs"
+) -> dict[str, Any]:
     box, close = engine.make(tree)
     try:
         floor = timed(lambda: box.run('cd "$1" && tar czf - . > /dev/null', [box.facts.scratch]), n)
@@ -102,14 +150,19 @@ def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[s
         store_root = work / f"{engine.name}-byhand-store"
         store_root.mkdir(exist_ok=True)
 
+        hand_store = make_store(store_kind, work, f"{engine.name}-byhand")
+
         def by_hand() -> None:
             with open(by_hand_file, "wb") as out:
                 box.run('cd "$1" && tar czf - .', [box.facts.scratch], stdout=out)
-            shutil.copyfile(by_hand_file, store_root / "bank.tgz")
+            if store_kind == "fs":
+                shutil.copyfile(by_hand_file, store_root / "bank.tgz")
+            else:
+                hand_store.client.upload_file(str(by_hand_file), hand_store.bucket, "byhand.tgz")
 
         hand = timed(by_hand, n)
-        timeline = EventStoreTimeline(f"sqlite:///{work}/{engine.name}.db")
-        store = FilesystemBankStore(work / f"{engine.name}-banks")
+        timeline = EventStoreTimeline(f"sqlite:///{work}/{engine.name}-{store_kind}.db")
+        store = make_store(store_kind, work, engine.name)
         timeline.append("run-b", [started()])
 
         def bank() -> None:
@@ -119,8 +172,10 @@ def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[s
             assert report.record is not None and report.record.banked, report
 
         ours = timed(bank, n)
-        bank_bytes = (store.path("run-b")).stat().st_size
-        bare_x = timed(lambda: _bare_extract(box, store.path("run-b")), n)
+        bank_file = work / f"{engine.name}-{store_kind}-bank.tgz"
+        with open(bank_file, "wb") as f:
+            bank_bytes = store.fetch("run-b", f, max_bytes=1 << 30).bytes
+        bare_x = timed(lambda: _bare_extract(box, bank_file), n)
 
         def restore() -> None:
             out = resume("run-b", ResumeRequest(), timeline=timeline, store=store, sandbox=box)
@@ -130,6 +185,7 @@ def bench_bank_restore(engine: Engine, tree: Path, n: int, work: Path) -> dict[s
         timeline.close()
         return {
             "engine": engine.name,
+            "store": store_kind,
             "floor_s": floor,
             "by_hand_s": hand,
             "bank_s": ours,
@@ -274,7 +330,7 @@ def main() -> int:
     args = parser.parse_args()
     n = 1 if args.quick else 3
     work = Path(tempfile.mkdtemp(prefix="scratchbank-bench-"))
-    engines = [Engine("local")]
+    engines = [Engine("local"), Engine("k8s-double")]
     if os.environ.get("SCRATCHBANK_DOCKER_URL"):
         engines.append(Engine("docker-busybox"))
     if os.environ.get("SCRATCHBANK_PODMAN_URL"):

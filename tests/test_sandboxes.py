@@ -267,9 +267,9 @@ def test_T19_a_sandbox_that_is_gone_is_named() -> None:
 
 
 def test_engines_listed() -> None:
-    """The rigs cover the local sandbox and both container engines on both userlands."""
-    assert {e.split("-")[0] for e in ENGINES} == {"local", "docker", "podman"}
-    assert {"local", "docker", "podman"} >= EXERCISED
+    """The rigs cover the local sandbox, both container engines and the Kubernetes double."""
+    assert {e.split("-")[0] for e in ENGINES} == {"local", "docker", "podman", "k8s"}
+    assert {"local", "docker", "podman", "kubernetes (API double)"} >= EXERCISED
 
 
 # -- helpers ------------------------------------------------------------------------------
