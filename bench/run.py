@@ -345,15 +345,17 @@ def main() -> int:
     }
     print(f"source tree: {size / 1e6:.1f} MB, {sum(1 for _ in tree.rglob('*'))} entries; median of {n}")
     print(
-        f"{'engine':16} {'floor':>7} {'by-hand':>8} {'bank':>7} {'ratio':>6} {'bare x':>7} {'restore':>8} {'ratio':>6}"
+        f"{'engine':16} {'store':5} {'floor':>7} {'by-hand':>8} {'bank':>7} {'ratio':>6} "
+        f"{'bare x':>7} {'restore':>8} {'ratio':>6}"
     )
-    for engine in engines:
-        row = bench_bank_restore(engine, tree, n, work)
+    stores = ["fs", "s3"] if os.environ.get("SCRATCHBANK_S3_ENDPOINT") else ["fs"]
+    for engine, store_kind in [(e, k) for e in engines for k in stores]:
+        row = bench_bank_restore(engine, tree, n, work, store_kind)
         results["bank_restore"].append(row)
         print(
-            f"{row['engine']:16} {row['floor_s']:7.2f} {row['by_hand_s']:8.2f} {row['bank_s']:7.2f} "
-            f"{row['bank_ratio_to_floor']:6.2f} {row['bare_extract_s']:7.2f} {row['restore_s']:8.2f} "
-            f"{row['restore_ratio_to_bare']:6.2f}"
+            f"{row['engine']:16} {row['store']:5} {row['floor_s']:7.2f} {row['by_hand_s']:8.2f} "
+            f"{row['bank_s']:7.2f} {row['bank_ratio_to_floor']:6.2f} {row['bare_extract_s']:7.2f} "
+            f"{row['restore_s']:8.2f} {row['restore_ratio_to_bare']:6.2f}"
         )
     trees = {"source": tree}
     if not args.quick:
