@@ -36,10 +36,21 @@ class Faults:
 
 @attrs.define
 class Pod:
+    """A pod whose one container is a LocalSandbox namespace, or a Docker container."""
+
     name: str
-    sandbox: LocalSandbox
+    sandbox: LocalSandbox | None
     share_process_namespace: bool = False
     phase: str = "Running"
+    container_id: str | None = None
+
+    def argv(self, command: list[str]) -> list[str]:
+        if self.container_id is not None:
+            return ["docker", "exec", "-i", self.container_id, *command]
+        assert self.sandbox is not None
+        if command[:2] == ["sh", "-c"]:
+            return self.sandbox._argv(command[2], command[4:])
+        return self.sandbox._argv(" ".join(command), [])
 
 
 class ApiDouble:
@@ -167,12 +178,7 @@ class ApiDouble:
         if not any(p in offered for p in protocols):
             return web.Response(status=400, text="no supported channel protocol")
         await ws.prepare(request)
-        command = request.query.getall("command")
-        argv = (
-            pod.sandbox._argv(command[2], command[4:])
-            if command[:2] == ["sh", "-c"]
-            else (pod.sandbox._argv(" ".join(command), []))
-        )
+        argv = pod.argv(request.query.getall("command"))
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -242,8 +248,11 @@ class ApiDouble:
         return app
 
     # -- running it -------------------------------------------------------------------------
-    def add_pod(self, ns: str, name: str, *, share_process_namespace: bool = False) -> Pod:
-        pod = Pod(name, LocalSandbox(), share_process_namespace)
+    def add_pod(
+        self, ns: str, name: str, *, share_process_namespace: bool = False, container_id: str | None = None
+    ) -> Pod:
+        sandbox = None if container_id else LocalSandbox()
+        pod = Pod(name, sandbox, share_process_namespace, container_id=container_id)
         self.pods[(ns, name)] = pod
         return pod
 
@@ -297,4 +306,5 @@ def running_double() -> Iterator[ApiDouble]:
         thread.join(10)
         loop.close()
         for pod in double.pods.values():
-            pod.sandbox.destroy()
+            if pod.sandbox is not None:
+                pod.sandbox.destroy()

@@ -19,7 +19,15 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import ScriptedSandbox
 
 SCRATCH = "/tmp/iterion-scratch"
-ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu", "k8s-double"]
+ENGINES = [
+    "local",
+    "docker-busybox",
+    "docker-gnu",
+    "podman-busybox",
+    "podman-gnu",
+    "k8s-double",
+    "k8s-docker",
+]
 CONTAINERS = ["docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu"]
 
 
@@ -92,37 +100,51 @@ def local_rig() -> Iterator[Rig]:
 
 
 @contextmanager
-def k8s_rig() -> Iterator[Rig]:
-    """A pod of the API double (its commands run in a PID namespace of their own),
-    driven through the Kubernetes adapter; workload commands go straight into the pod."""
+def k8s_rig(backend: str) -> Iterator[Rig]:
+    """A pod of the API double, driven through the Kubernetes adapter. Its container is a
+    fresh PID namespace (``unshare``) or a Docker container; workload commands go
+    straight into the pod."""
     from k8s_double import running_double
-    from kubernetes import client as k8s
-
-    from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
 
     with running_double() as double:
-        pod = double.add_pod("ns1", "pod-1")
-        config = k8s.Configuration()
-        config.host = double.url
-        api = k8s.ApiClient(config)
-        sandbox = KubernetesSandbox(
-            "pod-1", namespace="ns1", scratch=pod.sandbox.facts.scratch, api_client=api
-        )
+        if backend == "docker":
+            with container_rig("docker-busybox") as inner:
+                container_id = inner.sandbox.container_id  # type: ignore[attr-defined]
+                double.add_pod("ns1", "pod-1", container_id=container_id)
+                with _k8s_adapter(double, SCRATCH) as sandbox:
+                    EXERCISED.add("kubernetes (API double, docker pods)")
+                    yield Rig("k8s-docker", sandbox, inner.sh, inner.spawn, SCRATCH)
+            return
+        local = double.add_pod("ns1", "pod-1").sandbox
+        assert local is not None
 
         def sh(cmd: str, user: str = "0", check: bool = True) -> str:
-            done = pod.sandbox.run(cmd, [])
+            done = local.run(cmd, [])
             if check and done.exit_code != 0:
                 raise AssertionError(f"{cmd!r} exited {done.exit_code}: {done.err}")
             return done.stdout.decode(errors="replace")
 
         def spawn(cmd: str, user: str = "0") -> None:
-            pod.sandbox.spawn(cmd)
+            local.spawn(cmd)
 
-        EXERCISED.add("kubernetes (API double)")
-        try:
-            yield Rig("k8s-double", sandbox, sh, spawn, pod.sandbox.facts.scratch)
-        finally:
-            api.close()
+        with _k8s_adapter(double, local.facts.scratch) as sandbox:
+            EXERCISED.add("kubernetes (API double)")
+            yield Rig("k8s-double", sandbox, sh, spawn, local.facts.scratch)
+
+
+@contextmanager
+def _k8s_adapter(double: Any, scratch: str) -> Iterator[ScriptedSandbox]:
+    from kubernetes import client as k8s
+
+    from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
+
+    config = k8s.Configuration()
+    config.host = double.url
+    api = k8s.ApiClient(config)
+    try:
+        yield KubernetesSandbox("pod-1", namespace="ns1", scratch=scratch, api_client=api)
+    finally:
+        api.close()
 
 
 @contextmanager
@@ -131,7 +153,10 @@ def rig(name: str, **run: Any) -> Iterator[Rig]:
         with local_rig() as r:
             yield r
     elif name == "k8s-double":
-        with k8s_rig() as r:
+        with k8s_rig("unshare") as r:
+            yield r
+    elif name == "k8s-docker":
+        with k8s_rig("docker") as r:
             yield r
     else:
         with container_rig(name, **run) as r:
