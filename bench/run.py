@@ -304,10 +304,20 @@ def bench_rss(work: Path, sizes: list[int]) -> dict[str, Any]:
     return {"peak_rss_mib": points, "growth_mib": growth, "slope_mib_per_mb": slope}
 
 
-def bench_decision(work: Path, lengths: list[int]) -> dict[str, Any]:
+def bench_decision(work: Path, lengths: list[int], postgres: str | None = None) -> dict[str, Any]:
     out, snap = {}, {}
     for n in lengths:
-        t = EventStoreTimeline(f"sqlite:///{work}/decision-{n}.db")
+        url = f"sqlite:///{work}/decision-{n}.db"
+        if postgres:
+            import uuid
+
+            import psycopg
+
+            name = "bench_" + uuid.uuid4().hex[:8]
+            with psycopg.connect(postgres, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")
+            url = postgres.rsplit("/", 1)[0] + "/" + name
+        t = EventStoreTimeline(url)
         records = [started(), banked()]
         batch = [node(f"n{i % 50}", "human") for i in range(1000)]
         written = 2
