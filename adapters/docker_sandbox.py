@@ -10,7 +10,6 @@ adapter attaches: the container's PID mode, and for Podman the configured defaul
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import socket
 import threading
@@ -25,10 +24,9 @@ from docker.utils.socket import frames_iter
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import ExecResult, ScriptedSandbox
+from .scripted import ExecResult, Output, ScriptedSandbox
 
 CHUNK = 1 << 20
-STDERR_KEEP = 1 << 20
 
 
 def podman_default_pidns(env: dict[str, str] | None = None) -> str:
@@ -135,18 +133,16 @@ class DockerSandbox(ScriptedSandbox):
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
         except docker.errors.DockerException as error:
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
-        out = stdout if stdout is not None else io.BytesIO()
-        err = bytearray()
+        output = Output(stdout)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
         writer = _start_writer(raw, stdin) if stdin is not None else None
         try:
             for stream, data in frames_iter(sock, tty=False):
                 if stream == 1:
-                    out.write(data)
+                    output.stdout(data)
                 else:
-                    err += data
-                    del err[: max(0, len(err) - STDERR_KEEP)]
+                    output.stderr(data)
         except OSError as error:
             raise StreamBroken(f"exec stream broke: {error}") from error
         finally:
@@ -162,8 +158,7 @@ class DockerSandbox(ScriptedSandbox):
             raise ExecFailed(f"cannot read the exit code: {error}") from error
         if code is None:
             raise StreamBroken("the exec ended without an exit code")
-        captured = out.getvalue() if stdout is None and isinstance(out, io.BytesIO) else b""
-        return ExecResult(int(code), captured, bytes(err))
+        return output.result(int(code))
 
 
 class _Writer(threading.Thread):

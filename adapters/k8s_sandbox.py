@@ -14,7 +14,6 @@ stdin by byte count, so an upload never depends on closing stdin (which v4 canno
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import threading
 from collections.abc import Sequence
@@ -30,10 +29,9 @@ from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import ExecResult, ScriptedSandbox
+from .scripted import ExecResult, Output, ScriptedSandbox
 
 FRAME = 1 << 20
-STDERR_KEEP = 1 << 20
 
 
 @attrs.frozen
@@ -152,8 +150,7 @@ class KubernetesSandbox(ScriptedSandbox):
         # not record the one chosen: read it from the handshake's answer.
         answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
         self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
-        out = stdout if stdout is not None else io.BytesIO()
-        err = bytearray()
+        output = Output(stdout)
         status: ExecStatus | None = None
         writer = _Writer(ws, stdin, self.protocol == V5_CHANNEL_PROTOCOL) if stdin is not None else None
         try:
@@ -170,10 +167,9 @@ class KubernetesSandbox(ScriptedSandbox):
                     continue
                 channel, payload = data[0], data[1:]
                 if channel == 1:
-                    out.write(payload)
+                    output.stdout(payload)
                 elif channel == 2:
-                    err += payload
-                    del err[: max(0, len(err) - STDERR_KEEP)]
+                    output.stderr(payload)
                 elif channel == 3:
                     status = read_status(payload)
         finally:
@@ -186,8 +182,7 @@ class KubernetesSandbox(ScriptedSandbox):
             raise StreamBroken("the exec stream closed without a status (not a success)")
         if status.exit_code is None:
             raise ExecFailed(f"exec failed: {status.reason}")
-        captured = out.getvalue() if stdout is None and isinstance(out, io.BytesIO) else b""
-        return ExecResult(status.exit_code, captured, bytes(err))
+        return output.result(status.exit_code)
 
 
 class _Writer(threading.Thread):

@@ -9,6 +9,7 @@ module reads their exit codes and output into typed reports and named errors.
 from __future__ import annotations
 
 import abc
+import io
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -56,6 +57,29 @@ class ExecResult:
     @property
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace").strip()
+
+
+class Output:
+    """Where an exec's channels go: stdout to the caller's sink (or captured when none),
+    stderr kept to its last MiB. One collector for every streaming transport."""
+
+    KEEP = 1 << 20
+
+    def __init__(self, stdout: ByteSink | None) -> None:
+        self._captured = io.BytesIO() if stdout is None else None
+        self._sink: ByteSink = stdout if stdout is not None else self._captured  # type: ignore[assignment]
+        self._err = bytearray()
+
+    def stdout(self, data: bytes) -> None:
+        self._sink.write(data)
+
+    def stderr(self, data: bytes) -> None:
+        self._err += data
+        del self._err[: max(0, len(self._err) - self.KEEP)]
+
+    def result(self, exit_code: int) -> ExecResult:
+        captured = self._captured.getvalue() if self._captured is not None else b""
+        return ExecResult(exit_code, captured, bytes(self._err))
 
 
 def read_tar_stderr(stderr: bytes) -> tuple[list[str], list[str], list[str]]:
