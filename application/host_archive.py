@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import attrs
 
-from scratchbank.domain.errors import ArchiveFailed, HostileArchive
+from scratchbank.domain.errors import HostileArchive
 
 from .tarstream import GzipReader, Limits, Manifest, TarReader
 
@@ -91,8 +91,3 @@ class HostArchive:
 
     def close(self) -> None:
         self._file.close()
-
-
-def refuse_if_hostile(facts: ArchiveFacts) -> None:
-    if facts.refused:
-        raise ArchiveFailed(f"the archive the sandbox produced was refused on the host: {facts.refused}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import BinaryIO
 
 CHUNK = 1 << 20
 
@@ -42,8 +41,3 @@ def copy_hashed(
         write(chunk)
         if on_chunk is not None:
             on_chunk(total)
-
-
-def sha256_file(f: BinaryIO) -> tuple[int, str]:
-    """Size and digest of a file from its current position to its end."""
-    return copy_hashed(f.read, lambda _: None)

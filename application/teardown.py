@@ -153,10 +153,9 @@ def bank_at_teardown(
         notes,
     )
     try:
-        tries = _tries(run, plan)
+        tries, best = _tries(run, plan)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    best = _best(tries)
     if best.seen is Seen.EMPTY:
         try:
             store.delete(run_id)  # T4
@@ -170,15 +169,8 @@ def bank_at_teardown(
     )
 
 
-def _best(tries: list[TryOutcome]) -> TryOutcome:
-    best: TryOutcome | None = None
-    for outcome in tries:
-        best = merge_try(best, outcome).best
-    assert best is not None
-    return best
-
-
-def _tries(run: _Run, plan: TeardownPlan) -> list[TryOutcome]:
+def _tries(run: _Run, plan: TeardownPlan) -> tuple[list[TryOutcome], TryOutcome]:
+    """Try until the domain says stop (T8, T9, A7); return every try and the best one."""
     tries: list[TryOutcome] = []
     best: TryOutcome | None = None
     pause = run.budgets.first_pause
@@ -191,7 +183,8 @@ def _tries(run: _Run, plan: TeardownPlan) -> list[TryOutcome]:
             break
         run.clock.sleep(pause)
         pause *= 2
-    return tries
+    assert best is not None
+    return tries, best
 
 
 def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, bool]:
