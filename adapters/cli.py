@@ -8,8 +8,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from scratchbank.application.restore import resume
-from scratchbank.application.resume import current_state
+from scratchbank.application.resume import current_state, resume
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, fold

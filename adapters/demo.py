@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from scratchbank.application.restore import resume
+from scratchbank.application.resume import resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.records import NodeFinished, RunStarted

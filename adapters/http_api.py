@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from scratchbank.application.ports import BankStore, Timeline
-from scratchbank.application.restore import resume
+from scratchbank.application.resume import resume
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.errors import TimelineUnreadable
 from scratchbank.domain.fold import fold

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scratchbank.application.restore import ResumeOutcome
+from scratchbank.application.resume import ResumeOutcome
 from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision

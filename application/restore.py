@@ -1,4 +1,4 @@
-"""The resume and the restore (R1-R15, X1-X7): decide, then bring the bank back safely.
+"""The restore (X1-X6): bring a bank back safely, into a sandbox or a host directory.
 
 The bank is fetched to a host file, checked against the size and digest its teardown
 recorded (an expectation kept outside the archive), parsed on the allow-list and
@@ -30,34 +30,14 @@ from scratchbank.domain.errors import (
     StreamBroken,
 )
 from scratchbank.domain.fold import Bank
-from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
-from scratchbank.domain.records import RunResumed
-from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, RestoreResult, after_restore
-from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
+from scratchbank.domain.restore import RestoreAttempt, RestoreResult
+from scratchbank.domain.resume_gate import ResumeDecision
 from scratchbank.domain.teardown import CAP_BYTES
 
-from .clock import Clock, SystemClock
-from .ports import BankStore, Sandbox, SnapshotStore, Timeline
-from .recording import append_within_budget
-from .resume import check_resume
+from .ports import BankStore, Sandbox
 from .tarstream import CanonicalWriter, GzipReader, Limits, Manifest, TarReader, manifest_lines
 
-RECORD_BUDGET = 30.0
-
 Progress = Callable[[str, int, int], None]
-
-
-@attrs.frozen
-class ResumeOutcome:
-    decision: ResumeDecision
-    restore: RestoreOutcome | None = None
-    recorded: bool = True
-
-    @property
-    def proceeds(self) -> bool:
-        if self.decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
-            return False
-        return self.restore is None or (self.restore.proceed and self.recorded)
 
 
 @attrs.frozen
@@ -198,45 +178,3 @@ def _into_sandbox(
         why = f"partial restore: {missing} expected entries missing or different, {extra} unexpected"
         return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
     return RestoreAttempt(RestoreResult.RESTORED, banked_bytes)
-
-
-def resume(
-    run_id: str,
-    request: ResumeRequest,
-    *,
-    timeline: Timeline,
-    store: BankStore,
-    sandbox: Sandbox | None,
-    host_directory: Path | None = None,
-    workflow: Workflow = NO_WORKFLOW,
-    attempt: str | None = None,
-    clock: Clock | None = None,
-    progress: Progress | None = None,
-    snapshots: SnapshotStore | None = None,
-) -> ResumeOutcome:
-    """The whole resume as an engine runs it: gate, then (if it goes on) restore, record."""
-    clock = clock or SystemClock()
-    decision = check_resume(timeline, run_id, request, workflow, snapshots)
-    if decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
-        return ResumeOutcome(decision)  # R: refused before anything moves the run
-    consents = request.consents
-    started = RunResumed(
-        attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
-    )
-    timeline.append(run_id, [started, *decision.records])
-    if decision.verdict is not Verdict.RESTORE:
-        return ResumeOutcome(decision)
-    attempt_ = restore_bank(
-        run_id,
-        decision,
-        store=store,
-        sandbox=sandbox,
-        host_directory=host_directory,
-        progress=progress,
-    )
-    outcome = after_restore(decision, attempt_)
-    # X7: the host_backed and stale records within their budget; any other once.
-    budget = RECORD_BUDGET if outcome.must_record else 0.0
-    why = append_within_budget(timeline, run_id, [outcome.record], clock=clock, budget=budget)
-    recorded = why is None or not outcome.must_record
-    return ResumeOutcome(decision, outcome, recorded)

@@ -35,8 +35,7 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import ScriptedSandbox
-from scratchbank.application.restore import resume
-from scratchbank.application.resume import check_resume, current_state
+from scratchbank.application.resume import check_resume, current_state, resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, decide_resume, fold
 from scratchbank.testing.builders import banked, node, started

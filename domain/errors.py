@@ -18,7 +18,11 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   ├── ArchiveFailed         code ARCHIVE_FAILED        (T8: tar failed in the sandbox)
     │   ├── RestoreRefused        code RESTORE_REFUSED       (X2/X4: the sandbox's tar refused)
     │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
-    └── InvalidRunId              code INVALID_RUN_ID
+    ├── InvalidRunId              code INVALID_RUN_ID
+    ├── RunNotFound               code RUN_NOT_FOUND         (the timeline has never seen the run)
+    ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
+    ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
+    └── Fenced                    code FENCED                (a stale lease holder's write, refused)
 
 Errors are values the domain can name; raising and catching them happens in the
 application layer and at adapter edges. The domain raises only TimelineUnreadable,
@@ -195,3 +199,52 @@ class StreamBroken(SandboxError):
 
     code = "STREAM_BROKEN"
     remedy = "resume again; the runner redelivers"
+
+
+class RunNotFound(ScratchbankError):
+    """The timeline holds no record of this run.
+
+    Raised when: a resume or a status names a run the timeline has never seen; nothing is
+    written (no phantom run). Not raised for: a run whose timeline cannot be read
+    (TimelineUnreadable).
+    """
+
+    code = "RUN_NOT_FOUND"
+    remedy = "check the run id and the timeline the command points at (SCRATCHBANK_TIMELINE / --home)"
+
+
+class NoRestoreTarget(ScratchbankError):
+    """A resume that would restore the bank was given nowhere to restore it (A15).
+
+    Raised when: the decision is to restore and the call names neither a sandbox nor a
+    host directory, and does not say it runs without a sandbox on purpose; nothing is
+    written and the bank stays as it was. Not raised for: an engine that resumes without
+    a sandbox on purpose (that is X4's "no sandbox").
+    """
+
+    code = "NO_RESTORE_TARGET"
+    remedy = "name where to restore: --sandbox docker:NAME | podman:NAME | k8s:NAMESPACE/POD | local:DIR"
+
+
+class ResumeSuperseded(ScratchbankError):
+    """This resume lost its run to another resume, a newer attempt or a teardown (C6, C7).
+
+    Raised when: the resume's claim (its first append at the position it read) or a later
+    write at the position it last wrote finds the timeline moved on; nothing more is
+    written. Not raised for: a store outage (TimelineWriteFailed).
+    """
+
+    code = "RESUME_SUPERSEDED"
+    remedy = "nothing to do: another resume holds the run; check its status"
+
+
+class Fenced(ScratchbankError):
+    """A write carried a fencing token older than one the run's timeline already accepted.
+
+    Raised when: a runner whose lease lapsed (paused, cut off) writes after the new
+    holder's first write. Not raised for: a plain optimistic-concurrency conflict between
+    writers of one lease (TimelineConflict).
+    """
+
+    code = "FENCED"
+    remedy = "nothing to do: a newer lease holder owns the run"

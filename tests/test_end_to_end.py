@@ -16,7 +16,7 @@ from rigs import CONTAINERS, rig
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.application.restore import resume
+from scratchbank.application.resume import resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import SCRATCH_NOT_PORTABLE, ResumeRequest, Verdict
 from scratchbank.domain.records import ScratchBanked, ScratchRestored

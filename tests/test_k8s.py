@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 
 from scratchbank.adapters.k8s_sandbox import KubernetesSandbox, read_status
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.restore import resume
+from scratchbank.application.resume import resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.restore import ResumeOutcome, resume
+from scratchbank.application.resume import ResumeOutcome, resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import (
     SCRATCH_NOT_PORTABLE,
