@@ -30,6 +30,15 @@ def _code(error: ClientError) -> str:
 
 
 class S3BankStore:
+    """Banks in an S3 bucket (a BankStore): ``<prefix>/sessions/<run>/scratch.tgz``.
+
+    Works against any S3 endpoint (AWS, MinIO, moto's server; ``endpoint_url`` or
+    AWS_ENDPOINT_URL) with boto3's usual credentials. The archive's SHA-256 rides as
+    object metadata; ``fetch`` recomputes and compares it, ``stat`` reads it with the
+    size from a one-byte ranged GET (so NoSuchKey and NoSuchBucket stay apart). Only
+    NoSuchKey means the bank is gone; anything else is BankReadFailed (read again).
+    """
+
     keeps_banks = True
 
     def __init__(
@@ -97,3 +106,22 @@ class S3BankStore:
                     self.client.delete_object(Bucket=self.bucket, Key=obj["Key"])
         except (BotoCoreError, ClientError) as error:
             raise BankWriteFailed(f"sweeping {folder}: {error}") from error
+
+    def stat(self, run_id: str) -> StoredBank | None:
+        """Size and SHA-256 of the run's object; None on NoSuchKey (nothing else)."""
+        where = f"s3://{self.bucket}/{self.key(run_id)}"
+        try:
+            got = self.client.get_object(Bucket=self.bucket, Key=self.key(run_id), Range="bytes=0-0")
+            got["Body"].close()
+        except ClientError as error:
+            if _code(error) == "NoSuchKey":
+                return None
+            raise BankReadFailed(f"{where}: {error}") from error
+        except BotoCoreError as error:
+            raise BankReadFailed(f"{where}: {error}") from error
+        size = int(str(got.get("ContentRange", "/0")).rsplit("/", 1)[-1])
+        kept = got.get("Metadata", {}).get(DIGEST_KEY)
+        if kept is None:
+            with open("/dev/null", "wb") as sink:
+                return self.fetch(run_id, sink, max_bytes=size)
+        return StoredBank(size, str(kept))
