@@ -155,7 +155,7 @@ def api_settings(
 class ResumeBody(BaseModel):
     """A resume call's body. Unknown fields are refused (422), never ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     force: bool = Field(False, description="accept a changed source or artifact contract (C1)")
     accept_scratch_loss: bool = Field(False, description="accept the scratch's loss (C2)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import uvicorn
@@ -52,13 +53,27 @@ def parked_run(home: Path, *, stale: bool, run_id: str = RUN) -> None:
 
 
 def tree_digest(root: Path) -> str:
-    """One digest of every file's path and bytes under ``root`` (a refusal changes nothing)."""
+    """One digest of what is under ``root`` (a refusal changes nothing): every file's path and
+    bytes, a SQLite database by its rows (its pages move when a reader checkpoints)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*")):
+    for path in sorted(p for p in root.rglob("*") if not p.name.endswith(SQLITE_SIDE_FILES)):
         digest.update(str(path.relative_to(root)).encode() + b"\0")
-        if path.is_file():
+        if path.suffix == ".db":
+            digest.update(_rows(path))
+        elif path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _rows(path: Path) -> bytes:
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return "\n".join(db.iterdump()).encode()
+    except sqlite3.DatabaseError:  # not a database: its bytes are what must not change
+        return path.read_bytes()
 
 
 @contextmanager
