@@ -99,7 +99,7 @@ def settings_from(
     found = None
     if home or env.get("SCRATCHBANK_HOME") or not (timeline and bank):
         found = find_home(home, env, cwd or Path.cwd())
-    timeline = timeline or f"sqlite:///{found.path if found else ''}/timeline.db"
+    timeline = timeline or f"sqlite://{found.path if found else ''}/timeline.db"
     bank = bank or f"file://{found.path if found else ''}/banks"
     return Settings(timeline, bank, found, env.get("SCRATCHBANK_SCRATCH") or DEFAULT_SCRATCH)
 
@@ -107,7 +107,7 @@ def settings_from(
 def home_settings(path: Path) -> Settings:
     """An embedding engine's settings: everything under one home folder it names."""
     home = Home(path.resolve(), "given")
-    return Settings(f"sqlite:///{home.path}/timeline.db", f"file://{home.path}/banks", home)
+    return Settings(f"sqlite://{home.path}/timeline.db", f"file://{home.path}/banks", home)
 
 
 def _sqlite_path(url: str) -> Path:
