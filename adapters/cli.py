@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, NoReturn
 
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.service import Explanation, ScratchService, Target
 from scratchbank.domain import errors
 from scratchbank.domain.consent import Consents
+from scratchbank.domain.fold import Evidence
 from scratchbank.domain.resume_gate import ResumeRequest, Where
 
 from . import config
+from .jsonl import TimelineFile, read_timeline_file
 from .present import (
     decision_data,
     decision_text,
@@ -96,27 +98,37 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines on stderr")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    resume_cmd = sub.add_parser("resume", help="resume a run: restore its scratch or refuse, by name")
-    resume_cmd.add_argument("run")
-    _consent_flags(resume_cmd)
-    _where(resume_cmd)
-    resume_cmd.add_argument("--sandbox", default=None, help=f"where to restore: {config.SANDBOX_FORMS}")
-    resume_cmd.add_argument(
-        "--scratch", default=None, help=f"scratch path in a container ({config.DEFAULT_SCRATCH})"
-    )
-    resume_cmd.add_argument("--progress", action="store_true", help="show the restore's stages")
+    _resume_parser(sub.add_parser("resume", help="resume a run: restore its scratch or refuse, by name"))
     status = sub.add_parser("status", help="what a resume would do, and is the bank in the store")
     status.add_argument("run")
     _consent_flags(status)
     _where(status)
     sub.add_parser("demo", help="the whole story on the embedded default (local, SQLite, files)")
-    serve = sub.add_parser("serve", help="serve the HTTP API (OpenAPI at /openapi.json)")
+    _serve_parser(sub.add_parser("serve", help="serve the HTTP API (OpenAPI at /openapi.json)"))
+    _explain_parser(sub.add_parser("explain", help="fold a JSONL timeline and explain the decisions"))
+    return parser
+
+
+def _resume_parser(resume: argparse.ArgumentParser) -> None:
+    resume.add_argument("run")
+    _consent_flags(resume)
+    _where(resume)
+    resume.add_argument("--sandbox", default=None, help=f"where to restore: {config.SANDBOX_FORMS}")
+    resume.add_argument(
+        "--scratch", default=None, help=f"scratch path in a container ({config.DEFAULT_SCRATCH})"
+    )
+    resume.add_argument("--progress", action="store_true", help="show the restore's stages")
+
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
     _where(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", default="8080", help="TCP port (0-65535)")
     serve.add_argument("--token-file", default=None, help="bearer token file (else SCRATCHBANK_API_TOKEN)")
     serve.add_argument("--allow-sandbox", action="append", default=None, help="a pattern callers may name")
-    explain = sub.add_parser("explain", help="fold a JSONL timeline and explain the decisions")
+
+
+def _explain_parser(explain: argparse.ArgumentParser) -> None:
     explain.add_argument("timeline", help="a JSON Lines file, one record per line")
     _consent_flags(explain)
     explain.add_argument("--artifact-contract-changed", action="store_true")
@@ -126,7 +138,6 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--finished", action="store_true", help="the run finished (teardown)")
     explain.add_argument("--host-backed", action="store_true", help="the scratch is host-backed")
     explain.add_argument("--not-isolated", action="store_true", help="no PID namespace of its own")
-    return parser
 
 
 def _request(args: argparse.Namespace, where: Where = Where.ENGINE) -> ResumeRequest:
@@ -143,20 +154,21 @@ def _print(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> 
 
 
 def explain(args: argparse.Namespace) -> int:
-    from .jsonl import read_timeline_file
-
     try:
         timeline = read_timeline_file(args.timeline)
     except errors.TimelineUnreadable as error:  # the file is the command's input: bad input, exit 2
         _report(error, None)
         return EXIT_USAGE
-
-    def where(ev: Any) -> str:
-        return f"line {timeline.line_of(ev.position)}"
-
     request = _request(args, Where.SURFACE if args.surface else Where.ENGINE)
     facts = {"host_backed": args.host_backed, "isolated": not args.not_isolated, "finished": args.finished}
-    out = ScratchService.explain(timeline.records, request, **facts)
+    _print_explanation(args, ScratchService.explain(timeline.records, request, **facts), timeline)
+    return EXIT_OK
+
+
+def _print_explanation(args: argparse.Namespace, out: Explanation, timeline: TimelineFile) -> None:
+    def where(ev: Evidence) -> str:
+        return f"line {timeline.line_of(ev.position)}"
+
     data = {
         "state": state_data(out.state, where),
         "teardown": plan_data(out.plan),
@@ -165,7 +177,6 @@ def explain(args: argparse.Namespace) -> int:
     lines = state_text(out.state, where)
     lines.append(f"teardown now: {out.plan.action.value.upper()} ({out.plan.rule}): {out.plan.reason}")
     _print(args, data, lines + decision_text(out.decision, where))
-    return EXIT_OK
 
 
 def _service(args: argparse.Namespace) -> ScratchService:

@@ -120,23 +120,29 @@ def _sqlite_path(url: str) -> Path:
 
 
 def _check_timeline_url(url: str, *, create: bool) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme == "sqlite":
-        path = _sqlite_path(url)
-        if path.parent.exists() and not path.parent.is_dir():
-            raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
-        if not create and not path.is_file():
-            raise HomeNotFound(f"no timeline at {path} (a read creates none)")
-        return
-    if parsed.scheme in ("postgres", "postgresql"):
-        try:
-            host = parsed.hostname and (parsed.port or True) and parsed.hostname
-        except ValueError:  # a port that is not a number
-            host = None
-        if not host:
-            raise ConfigInvalid(f"the timeline URL {redact(url)!r} names no host")
-        return
+    scheme = urlparse(url).scheme
+    if scheme == "sqlite":
+        return _check_sqlite(_sqlite_path(url), create=create)
+    if scheme in ("postgres", "postgresql"):
+        return _check_postgres(url)
     raise ConfigInvalid(f"unsupported timeline URL {redact(url)!r} (sqlite:///PATH or postgresql://...)")
+
+
+def _check_sqlite(path: Path, *, create: bool) -> None:
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
+    if not create and not path.is_file():
+        raise HomeNotFound(f"no timeline at {path} (a read creates none)")
+
+
+def _check_postgres(url: str) -> None:
+    parsed = urlparse(url)
+    try:
+        host = parsed.hostname and (parsed.port or True) and parsed.hostname
+    except ValueError:  # a port that is not a number
+        host = None
+    if not host:
+        raise ConfigInvalid(f"the timeline URL {redact(url)!r} names no host")
 
 
 def open_timeline(url: str, *, create: bool = False) -> Timeline:

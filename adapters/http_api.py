@@ -34,7 +34,7 @@ import ipaddress
 import json
 import os
 import secrets
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _token(token_file: str | None, env: MutableMapping[str, str] | os._Environ[str]) -> str | None:
+def _token(token_file: str | None, env: Mapping[str, str]) -> str | None:
     path = token_file or env.get("SCRATCHBANK_API_TOKEN_FILE")
     if path:
         try:
@@ -129,7 +129,7 @@ def api_settings(
     port: int = 8080,
     token_file: str | None = None,
     sandboxes: list[str] | None = None,
-    env: MutableMapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ApiSettings:
     """The server's settings from flags and environment; refuses an open bind without a token."""
     env = os.environ if env is None else env
@@ -138,18 +138,19 @@ def api_settings(
         raise errors.ConfigInvalid(
             f"refusing to serve on {host} without a token (SCRATCHBANK_API_TOKEN[_FILE])"
         )
-    allowed = sandboxes or [p for p in env.get("SCRATCHBANK_API_SANDBOXES", "").split(",") if p]
-    hosts = ("127.0.0.1", "localhost", "[::1]", host, *env.get("SCRATCHBANK_API_HOSTS", "").split(","))
-    scratch = env.get("SCRATCHBANK_SCRATCH") or config.DEFAULT_SCRATCH
     return ApiSettings(
         token or secrets.token_urlsafe(24),
-        tuple(allowed),
-        tuple(h for h in hosts if h),
-        scratch=scratch,
+        tuple(sandboxes or _listed(env, "SCRATCHBANK_API_SANDBOXES")),
+        ("127.0.0.1", "localhost", "[::1]", host, *_listed(env, "SCRATCHBANK_API_HOSTS")),
+        scratch=env.get("SCRATCHBANK_SCRATCH") or config.DEFAULT_SCRATCH,
         bind=host,
         port=port,
         generated=token is None,
     )
+
+
+def _listed(env: Mapping[str, str], var: str) -> list[str]:
+    return [item.strip() for item in env.get(var, "").split(",") if item.strip()]
 
 
 class ResumeBody(BaseModel):
@@ -278,8 +279,10 @@ def create_app(service: ScratchService, api: ApiSettings) -> ASGIApp:
     _install_handlers(app)
 
     @app.get("/runs/{run_id}/status", response_model=StatusBody, responses=_errors(400, 404, 421, 503))
-    def status(run_id: str) -> Any:
-        return status_data(service.status(check_run_id(run_id)))
+    def status(run_id: str, force: bool = False, accept_scratch_loss: bool = False) -> Any:
+        """What a resume with these consents would do (the same decision), and the store check."""
+        request = ResumeRequest(consents=Consents(force=force, accept_scratch_loss=accept_scratch_loss))
+        return status_data(service.status(check_run_id(run_id), request))
 
     @app.post(
         "/runs/{run_id}/resume",
@@ -308,21 +311,25 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "")
         if _host_name(host) not in self.api.hosts:
-            error: errors.ScratchbankError = errors.HostNotAllowed(f"Host {host[:100]!r} is not served here")
-            return await _send_error(send, error)
+            return await _send_error(send, errors.HostNotAllowed(f"Host {host[:100]!r} is not served here"))
         declared = headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > self.api.max_body:
+        body = (
+            await self._body(receive) if declared.isdigit() and int(declared) <= self.api.max_body else None
+        )
+        if body is None:
             return await _send_error(send, errors.BodyTooLarge(f"the body is over {self.api.max_body} bytes"))
-        body, more, too_big = b"", True, False
+        return await self.app(scope, _replay(body, receive), send)
+
+    async def _body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit (the rest is never kept)."""
+        body, more = b"", True
         while more:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-            too_big = too_big or len(body) > self.api.max_body
-            body = body[: self.api.max_body + 1]
-        if too_big:
-            return await _send_error(send, errors.BodyTooLarge(f"the body is over {self.api.max_body} bytes"))
-        return await self.app(scope, _replay(body, receive), send)
+            if len(body) > self.api.max_body:
+                return None
+        return body
 
 
 def _host_name(host: str) -> str:

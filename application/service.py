@@ -5,6 +5,11 @@
 ``assess``, decides for both ``status`` and ``resume``, so what ``status`` says a resume
 would do is what ``resume`` does. A run the timeline has never seen is RUN_NOT_FOUND and
 a restore with nowhere to go is NO_RESTORE_TARGET (A15), both before anything is written.
+
+The CLI and the HTTP API resume in this process (R11: the operator hears the engine's
+verdict as the surface's own), so the service decides as the engine does (``where``
+ENGINE) for ``status`` and ``resume`` alike; ``explain --surface`` still shows R10's
+deferral for a surface that only queues a resume for a remote engine.
 """
 
 from __future__ import annotations

@@ -181,3 +181,11 @@ def test_demo_tells_both_scenarios(tmp_path: Path) -> None:
     done = cli("demo", home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "REFUSE SCRATCH_NOT_PORTABLE (R2)" in done.stdout
+
+
+def test_the_default_scratch_path_carries_no_other_products_name() -> None:
+    """Finding 7: the default scratch in a container is scratchbank's own."""
+    from scratchbank.adapters import config
+
+    assert config.DEFAULT_SCRATCH == "/tmp/scratchbank-scratch"
+    assert "iterion" not in cli("resume", "--help", home=None).stdout

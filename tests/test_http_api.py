@@ -88,6 +88,10 @@ def test_status_reports_the_one_decision_and_the_store(api: httpx.Client, servic
     body = got.json()
     assert got.status_code == 200 and body["resume"]["verdict"] == "restore" and body["needs_target"]
     assert body["store"]["verdict"] == "matches"
+    service.timeline.append(RUN, [node("measure", "agent")])
+    assert api.get(f"/runs/{RUN}/status").json()["resume"]["code"] == "SCRATCH_NOT_PORTABLE"
+    consented = api.get(f"/runs/{RUN}/status", params={"accept_scratch_loss": "true"}).json()
+    assert consented["resume"]["verdict"] == "restore" and consented["resume"]["rule"] == "R7"
     service.timeline.append(RUN, [unbanked("tar failed")])
     got = api.post(f"/runs/{RUN}/resume", json={}, headers=AUTH)
     assert got.status_code == 400 and got.json()["rule"] == "R1"
