@@ -34,6 +34,7 @@ import ipaddress
 import json
 import os
 import secrets
+import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,14 @@ _DESCRIPTIONS = {
 
 
 def error_body(error: errors.ScratchbankError) -> dict[str, Any]:
-    return {"error": error.message, "error_code": error.code.lower(), "remedy": error.remedy}
+    remedy = HTTP_REMEDIES.get(type(error), error.remedy)
+    return {"error": error.message, "error_code": error.code.lower(), "remedy": remedy}
+
+
+#: Remedies that name the API's own fields rather than the CLI's flags.
+HTTP_REMEDIES = {
+    errors.NoRestoreTarget: 'name where to restore in the body: "sandbox": "docker:NAME" (a spec the server allows)',
+}
 
 
 def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
@@ -363,10 +371,27 @@ def serve(service: ScratchService, api: ApiSettings) -> None:  # pragma: no cove
 
     import uvicorn
 
-    print(f"scratchbank API on http://{api.bind}:{api.port}; writes need the bearer token", file=sys.stderr)
+    sock = listen(api)
+    print(
+        f"scratchbank API on http://{api.bind}:{sock.getsockname()[1]}; writes need the bearer token",
+        file=sys.stderr,
+    )
     if api.generated:
         print(f"generated token (this run only): {api.token}", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(create_app(service, api), log_level="warning"))
+    server.run(sockets=[sock])
+
+
+def listen(api: ApiSettings) -> socket.socket:
+    """The server's socket, bound here so that a bad address or a port in use is named."""
+    family = socket.AF_INET6 if ":" in api.bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        uvicorn.run(create_app(service, api), host=api.bind, port=api.port, log_level="warning")
-    except (OSError, SystemExit) as error:
-        raise errors.ConfigInvalid(f"cannot listen on {api.bind}:{api.port}: {error}") from None
+        sock.bind((api.bind.strip("[]"), api.port))
+    except OSError as error:
+        sock.close()
+        raise errors.ConfigInvalid(
+            f"cannot listen on {api.bind}:{api.port}: {error.strerror or error}"
+        ) from None
+    return sock

@@ -64,6 +64,7 @@ def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
     before = tree_digest(home)
     got = api.post(f"/runs/{RUN}/resume", json={"accept_scratch_loss": True}, headers=AUTH)
     assert got.status_code == 400 and got.json()["error_code"] == "no_restore_target"
+    assert '"sandbox"' in got.json()["remedy"]
     assert tree_digest(home) == before
 
 

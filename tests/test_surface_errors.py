@@ -5,6 +5,7 @@ code or status, no traceback, no secret echoed, and nothing changed on disk."""
 from __future__ import annotations
 
 import json
+import socket
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,3 +243,14 @@ def test_printable_run_ids_are_checked_by_the_domain_alone() -> None:
     for ch in set(string.printable) - set(string.ascii_letters + string.digits + "._-"):
         with pytest.raises(InvalidRunId):
             check_run_id(f"a{ch}b")
+
+
+def test_serve_on_a_port_in_use_is_named(home: Path) -> None:
+    """`serve` binds its socket itself: a port in use is CONFIG_INVALID naming why, exit 2."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        done = cli("serve", "--port", str(held.getsockname()[1]), home=home)
+    assert done.returncode == 2
+    assert_named(done.stderr, "CONFIG_INVALID")
+    assert "Address already in use" in done.stderr
