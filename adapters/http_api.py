@@ -219,8 +219,8 @@ def error_body(error: errors.ScratchbankError) -> dict[str, Any]:
 
 
 #: Remedies that name the API's own fields rather than the CLI's flags.
-HTTP_REMEDIES = {
-    errors.NoRestoreTarget: 'name where to restore in the body: "sandbox": "docker:NAME" (a spec the server allows)',
+HTTP_REMEDIES: dict[type[errors.ScratchbankError], str] = {
+    errors.NoRestoreTarget: 'name where to restore in the body: "sandbox": "docker:NAME" (one the server allows)',
 }
 
 
