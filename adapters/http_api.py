@@ -220,7 +220,7 @@ def error_body(error: errors.ScratchbankError) -> dict[str, Any]:
 
 #: Remedies that name the API's own fields rather than the CLI's flags.
 HTTP_REMEDIES: dict[type[errors.ScratchbankError], str] = {
-    errors.NoRestoreTarget: 'name where to restore in the body: "sandbox": "docker:NAME" (one the server allows)',
+    errors.NoRestoreTarget: 'name where to restore: "sandbox": "docker:NAME" in the body (an allowed one)',
 }
 
 
