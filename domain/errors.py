@@ -259,7 +259,11 @@ class Fenced(ScratchbankError):
 
 
 class SurfaceError(ScratchbankError):
-    """A refusal by an operator surface (CLI, HTTP API, bootstrap) before any use case runs."""
+    """A refusal by an operator surface (CLI, HTTP API, bootstrap) before any use case runs.
+
+    Raised when: never itself, only as one of its leaves below. Not raised for: a use
+    case's own refusals (RunNotFound, NoRestoreTarget, a refusal decision).
+    """
 
     code = "SURFACE_ERROR"
 

@@ -28,6 +28,7 @@ def service_over(records: list[Record]) -> ScratchService:
 def test_status_says_what_a_resume_without_a_target_then_does(
     records: list[Record], request: ResumeRequest
 ) -> None:
+    """status's decision is resume's; with no target a restore is refused and nothing written."""
     service = service_over(records)
     said = service.status("run-1", request).assessment
     if said.decision.verdict is Verdict.RESTORE:  # A15: refused by name, nothing written
@@ -48,6 +49,7 @@ def test_status_says_what_a_resume_without_a_target_then_does(
 def test_a_run_the_timeline_never_saw_is_not_found_and_stays_unseen(
     request: ResumeRequest, run_id: str
 ) -> None:
+    """An unseen run is RUN_NOT_FOUND for status and resume, and stays unseen."""
     service = service_over([])
     for call in (lambda: service.status(run_id, request), lambda: service.resume(run_id, request, Target())):
         with pytest.raises(RunNotFound):

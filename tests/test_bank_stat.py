@@ -39,6 +39,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], BankSto
 
 
 def test_stat_says_what_the_store_holds_or_none(make: Callable[[], BankStore], tmp_path: Path) -> None:
+    """stat: None, then the size and digest put, then None after delete; bad ids refused."""
     store = make()
     assert store.stat("run-1") is None
     archive = tmp_path / "a.tgz"

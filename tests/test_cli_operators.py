@@ -178,6 +178,7 @@ def test_an_engine_home_is_created_with_its_folders(tmp_path: Path) -> None:
 
 
 def test_demo_tells_both_scenarios(tmp_path: Path) -> None:
+    """`scratchbank demo` still dispatches to the runner's story."""
     done = cli("demo", home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "REFUSE SCRATCH_NOT_PORTABLE (R2)" in done.stdout

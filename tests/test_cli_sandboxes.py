@@ -22,6 +22,7 @@ current-context: double
 
 @pytest.mark.parametrize("engine", ["docker-busybox", "podman-busybox"])
 def test_resume_restores_into_the_container_the_spec_names(tmp_path: Path, engine: str) -> None:
+    """docker:NAME and podman:NAME: the bank is restored into that container."""
     parked_run(tmp_path, stale=False)
     with container_rig(engine) as rig:
         spec = f"{engine.split('-')[0]}:{rig.sandbox.container_id}"
@@ -32,6 +33,7 @@ def test_resume_restores_into_the_container_the_spec_names(tmp_path: Path, engin
 
 
 def test_resume_restores_into_the_pod_k8s_namespace_slash_pod(tmp_path: Path) -> None:
+    """k8s:NAMESPACE/POD through a kubeconfig: the bank is restored into that pod."""
     parked_run(tmp_path / "home", stale=False)
     with running_double() as double:
         pod = double.add_pod("ns1", "p1")
@@ -49,6 +51,7 @@ def test_resume_restores_into_the_pod_k8s_namespace_slash_pod(tmp_path: Path) ->
 def test_a_container_that_does_not_exist_is_SANDBOX_GONE_and_nothing_is_written(
     tmp_path: Path, docker_url: str
 ) -> None:
+    """A missing container is SANDBOX_GONE (exit 5) and the home is unchanged."""
     parked_run(tmp_path, stale=False)
     before = tree_digest(tmp_path)
     done = cli("resume", RUN, "--sandbox", "docker:no-such-container-here", home=tmp_path)

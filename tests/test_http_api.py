@@ -42,6 +42,7 @@ def api(service: ScratchService, home: Path) -> Iterator[httpx.Client]:
 
 
 def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, service: ScratchService) -> None:
+    """C9: a refusal is a 400 with the code, the hint and also_needs_force."""
     service.timeline.append(RUN, [node("measure", "agent")])
     got = api.post(f"/runs/{RUN}/resume", json={"source_changed": True}, headers=AUTH)
     body = got.json()
@@ -51,6 +52,7 @@ def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, servi
 
 
 def test_C9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
+    """C9, A9: a call that had --force is told to keep it."""
     service.timeline.append(RUN, [node("measure", "agent")])
     body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()
     assert body["also_needs_force"] is False and body["keep_force"] is True and "keep --force" in body["hint"]
@@ -69,6 +71,7 @@ def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
 
 
 def test_a_resume_into_an_allowed_sandbox_restores(api: httpx.Client, home: Path) -> None:
+    """A sandbox the server allows is a target: the bank is restored there."""
     got = api.post(f"/runs/{RUN}/resume", json={"sandbox": f"local:{home.parent}/box"}, headers=AUTH)
     assert got.status_code == 200, got.text
     assert got.json()["restore"]["restored"] is True
@@ -85,6 +88,7 @@ def test_an_unknown_run_is_404_RUN_NOT_FOUND_and_nothing_is_written(api: httpx.C
 
 
 def test_status_reports_the_one_decision_and_the_store(api: httpx.Client, service: ScratchService) -> None:
+    """Status over HTTP: the one decision (with the consents asked about) and the store check."""
     got = api.get(f"/runs/{RUN}/status")
     body = got.json()
     assert got.status_code == 200 and body["resume"]["verdict"] == "restore" and body["needs_target"]

@@ -21,6 +21,7 @@ def report_twice(progress: StageProgress) -> None:
 
 
 def test_plain_lines_off_a_terminal_each_stage_once() -> None:
+    """Off a terminal: one plain line per stage, in order, none twice."""
     out = io.StringIO()
     report_twice(StageProgress(out))
     assert [line.split(":")[0].strip() for line in out.getvalue().splitlines()] == [
@@ -31,6 +32,7 @@ def test_plain_lines_off_a_terminal_each_stage_once() -> None:
 
 
 def test_bars_on_a_terminal_each_stage_once() -> None:
+    """On a terminal: a tqdm bar per stage, each finished once."""
     out = Terminal()
     progress = StageProgress(out)
     report_twice(progress)

@@ -23,11 +23,13 @@ def quickstart_blocks() -> list[tuple[str, str]]:
 
 
 def test_the_readme_has_the_three_quickstart_steps() -> None:
+    """The quickstart is three marked blocks: shell, Python, shell."""
     assert [lang for lang, _ in quickstart_blocks()] == ["sh", "python", "sh"]
 
 
 @pytest.mark.docker
 def test_the_docker_quickstart_runs_as_written(tmp_path: Path, docker_url: str) -> None:
+    """Finding 6: the quickstart, as written, against the real Docker engine."""
     suffix = uuid.uuid4().hex[:8]
     env = {k: v for k, v in os.environ.items() if k != "SCRATCHBANK_HOME"}
     env |= {"DOCKER_HOST": docker_url, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}

@@ -14,6 +14,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_python_example_runs_and_refuses_with_R2() -> None:
+    """The README's first example runs as written and refuses with R2."""
     block = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
     assert block, "README has a python example"
     out = io.StringIO()
@@ -30,6 +31,7 @@ def test_the_package_docstring_example_runs_as_a_doctest() -> None:
 
 
 def test_everything_the_docstring_promises_is_exported() -> None:
+    """Finding 6: the use cases and adapters are exported; the bank stores have docstrings."""
     for name in ("bank_at_teardown", "resume", "bootstrap", "open_home", "ScratchService", "Target",
                  "EventStoreTimeline", "FilesystemBankStore", "S3BankStore", "DockerSandbox",
                  "KubernetesSandbox", "LocalSandbox", "InMemoryBankStore", "NoRestoreTarget"):  # fmt: skip

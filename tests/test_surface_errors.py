@@ -91,6 +91,7 @@ def assert_named(stderr: str, code: str) -> None:
 def test_every_bad_cli_input_is_named_with_its_exit_code_and_changes_nothing(
     home: Path, name: str, argv: list[str], env: dict[str, str], code: str, exit_code: int
 ) -> None:
+    """Finding 4: each bad input through the CLI, named, with its documented exit code."""
     before = tree_digest(home.parent)
     done = cli(*argv, home=home, **env)
     assert done.returncode == exit_code, (name, done.stdout, done.stderr)
@@ -101,6 +102,7 @@ def test_every_bad_cli_input_is_named_with_its_exit_code_and_changes_nothing(
 
 @pytest.mark.parametrize(("name", "line"), [("deeply nested JSON", DEEP), ("a huge integer", HUGE)])
 def test_explain_on_hostile_json_names_the_line(tmp_path: Path, name: str, line: str) -> None:
+    """Finding 4: `explain` on deeply nested JSON or a huge integer names the line, exit 2."""
     path = tmp_path / "t.jsonl"
     path.write_text('{"type": "run_started"}\n' + line + "\n")
     done = cli("explain", path, home=None)
@@ -110,6 +112,7 @@ def test_explain_on_hostile_json_names_the_line(tmp_path: Path, name: str, line:
 
 
 def test_json_output_carries_the_error_as_data(home: Path) -> None:
+    """With --json an error is data on stdout too: error, error_code, remedy."""
     done = cli("resume", "run-never-seen", "--json", home=home)
     assert json.loads(done.stdout) == {
         "error": "the timeline has no run 'run-never-seen'",
@@ -133,6 +136,7 @@ safe_argv_text = st.text(
 )
 @given(run_id=safe_argv_text)
 def test_generated_run_ids_through_the_cli_are_named_never_a_traceback(tmp_path: Path, run_id: str) -> None:
+    """Generated run ids through the CLI: a named error (2 or 4), never a traceback."""
     done = cli("status", run_id, "--home", str(tmp_path), home=None)
     assert done.returncode in (2, 4), done.stderr
     assert "Traceback" not in done.stderr and "error: " in done.stderr
@@ -182,6 +186,7 @@ HTTP_CASES: list[tuple[str, str, str, Any, int, str]] = [
 def test_every_bad_http_input_is_named_with_its_status_and_changes_nothing(
     server: tuple[httpx.Client, Path], name: str, method: str, path: str, body: Any, status: int, code: str
 ) -> None:
+    """Finding 4: each bad input through the real server, named, with its documented status."""
     client, home = server
     before = tree_digest(home)
     got = client.request(method, httpx.URL(str(client.base_url).rstrip("/") + path), json=body, headers=AUTH)
@@ -199,6 +204,7 @@ def test_every_bad_http_input_is_named_with_its_status_and_changes_nothing(
     ],
 )
 def test_hostile_bodies_are_named_not_500(server: tuple[httpx.Client, Path], name: str, raw: bytes) -> None:
+    """Finding 4: hostile bodies are named errors, never a 500."""
     client, _ = server
     got = client.post(f"/runs/{RUN}/resume", content=raw, headers=AUTH | {"content-type": "application/json"})
     assert got.status_code in (400, 422), (name, got.text)
@@ -223,6 +229,7 @@ bodies = st.dictionaries(
 def test_generated_run_ids_and_bodies_are_named_never_500_and_write_nothing(
     server: tuple[httpx.Client, Path], run_id: str, body: dict[str, Any]
 ) -> None:
+    """Generated run ids and bodies through the real server: named, never 500, nothing written."""
     client, home = server
     before = tree_digest(home)
     base = str(client.base_url).rstrip("/")
