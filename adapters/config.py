@@ -195,7 +195,8 @@ def parse_sandbox(spec: str) -> tuple[str, str]:
         namespace, _, pod = target.partition("/")
         ok = ok and bool(_NAME.fullmatch(namespace)) and bool(_NAME.fullmatch(pod))
     elif kind == "local":
-        ok = ok and target.startswith("/") and "\x00" not in target
+        # absolute and already normal: no '..' can walk out of a directory an allow-list names
+        ok = ok and target.startswith("/") and "\x00" not in target and os.path.normpath(target) == target
     else:
         ok = ok and bool(_NAME.fullmatch(target))
     if not ok:
