@@ -151,7 +151,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Cli
     home = tmp_path_factory.mktemp("api") / "home"
     parked_run(home, stale=True)
     service = open_home(home)
-    settings_ = ApiSettings(TOKEN, sandboxes=("local:/nonexistent/*", "docker:*"))
+    settings_ = ApiSettings(TOKEN, sandboxes=("local:/nonexistent/*", "local:/usr/*", "docker:*"))
     with served(service, settings_) as base, httpx.Client(base_url=base, timeout=60) as client:
         yield client, home
     close(service)
@@ -176,7 +176,7 @@ HTTP_CASES: list[tuple[str, str, str, Any, int, str]] = [
         "allowed pattern, walking out with ..",
         "POST",
         f"/runs/{RUN}/resume",
-        {"sandbox": "local:/nonexistent/../../etc"},
+        {"sandbox": "local:/usr/../etc"},
         400,
         "config_invalid",
     ),
