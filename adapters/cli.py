@@ -196,7 +196,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    from .progress import StageProgress
+    from .terminal import StageProgress
 
     service = _service(args)
     scratch = args.scratch or config.DEFAULT_SCRATCH
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = _parser().parse_args(argv)
-        from .progress import configure_logging
+        from .terminal import configure_logging
 
         configure_logging(sys.stderr, fmt=args.log_format, level=args.log_level)
         return _dispatch(args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from scratchbank.adapters.progress import StageProgress
+from scratchbank.adapters.terminal import StageProgress
 
 
 class Terminal(io.StringIO):
