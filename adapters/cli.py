@@ -184,8 +184,7 @@ def _service(args: argparse.Namespace) -> ScratchService:
 
     settings = config.settings_from(home=args.home, timeline=args.timeline, bank=args.bank)
     log.info("%s", settings.describe())
-    if not getattr(args, "json", False):
-        print(f"# {settings.describe()}", file=sys.stderr)
+    print(f"# {settings.describe()}", file=sys.stderr)  # stderr: a --json stdout stays JSON
     return bootstrap(settings)
 
 
