@@ -22,6 +22,7 @@ from scratchbank.application.ports import (
     SandboxFacts,
     StoredBank,
 )
+from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import (
     BankGone,
     BankWriteFailed,
@@ -64,14 +65,16 @@ class InMemoryBankStore:
         self.banks: dict[str, bytes] = {}
         self.puts = 0
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
         check_run_id(run_id)
         if not self.keeps_banks:
             raise BankWriteFailed("this store keeps no bank")
         self.banks[run_id] = archive.read_bytes()
         self.puts += 1
 
-    def fetch(self, run_id: str, dest: BinaryIO, *, max_bytes: int) -> StoredBank:
+    def fetch(
+        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+    ) -> StoredBank:
         check_run_id(run_id)
         data = self.banks.get(run_id)
         if data is None:
@@ -121,17 +124,21 @@ class FakeSandbox:
         if self.gone:
             raise SandboxGone("the fake sandbox is gone")
 
-    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport:
+    def quiesce(
+        self, *, budget_seconds: int, wait_seconds: int, deadline: Deadline | None = None
+    ) -> QuiesceReport:
         self._step("quiesce")
         self.quiesces += 1
         self.stopped = True
         return QuiesceReport(True, False, (), 1)
 
-    def continue_processes(self) -> None:
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         self.continued += 1
         self.stopped = False
 
-    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
+    def archive(
+        self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
+    ) -> ArchiveReport:
         self._step("archive")
         self.archives += 1
         if not self.files:

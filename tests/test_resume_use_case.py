@@ -21,6 +21,7 @@ from scratchbank.domain import (
 from scratchbank.domain.errors import BankReadFailed, StreamBroken, TimelineWriteFailed
 from scratchbank.domain.records import Record, ScratchRestored
 from scratchbank.testing.builders import node, started
+from scratchbank.testing.clocks import ManualClock
 
 FILES = {"verify.sh": b"#!/bin/sh\n", "clone/README": b"docs"}
 ACCEPT = ResumeRequest(consents=Consents(accept_scratch_loss=True))
@@ -96,10 +97,10 @@ def test_X4_a_bank_that_is_gone_parks_scratch_not_portable_and_holds() -> None:
     assert fold(w.timeline.read("run-1")).forsaken is not None
 
 
-def test_X4_a_resume_without_a_sandbox_parks_scratch_not_portable() -> None:
+def test_X4_a_resume_without_a_sandbox_on_purpose_parks_scratch_not_portable() -> None:
     w = World()
     w.park()
-    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None)
+    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, without_sandbox=True)
     assert out.restore is not None and out.restore.park is not None
     assert out.restore.park.code == SCRATCH_NOT_PORTABLE
 
@@ -195,16 +196,9 @@ def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> N
         def read(self, run_id):  # type: ignore[no-untyped-def]
             return w.timeline.read(run_id)
 
-    class Instant:
-        now = 0.0
-
-        def monotonic(self) -> float:
-            return self.now
-
-        def sleep(self, s: float) -> None:
-            self.now += s
-
-    out = resume("run-1", ACCEPT, timeline=Failing(), store=w.store, sandbox=FakeSandbox({}), clock=Instant())
+    out = resume(
+        "run-1", ACCEPT, timeline=Failing(), store=w.store, sandbox=FakeSandbox({}), clock=ManualClock()
+    )
     assert out.restore is not None and out.restore.must_record
     assert not out.recorded and not out.proceeds
     # the next resume restores the bank again: the stale restore was never recorded

@@ -15,6 +15,7 @@ import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.ports import StoredBank
+from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.errors import (
@@ -27,21 +28,12 @@ from scratchbank.domain.errors import (
 from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.domain.teardown import TeardownAction
 from scratchbank.testing.builders import banked, restore_failed, resumed, started
+from scratchbank.testing.clocks import ManualClock
 
 FILES = {"verify.sh": b"#!/bin/sh\nexit 0\n", "measure.json": b'{"floor": 12}'}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+FakeClock = ManualClock
 
 
 class FlakyStore(InMemoryBankStore):
@@ -50,12 +42,12 @@ class FlakyStore(InMemoryBankStore):
         self.fail_puts = fail_puts
         self.put_digests: list[str] = []
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
         self.put_digests.append(hashlib.sha256(archive.read_bytes()).hexdigest())
         if self.fail_puts:
             self.fail_puts -= 1
             raise BankWriteFailed("store blip")
-        super().put(run_id, archive, sha256=sha256)
+        super().put(run_id, archive, sha256=sha256, deadline=deadline)
 
 
 class FlakyTimeline(InMemoryTimeline):
@@ -296,9 +288,9 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     gate = threading.Event()
 
     class SlowSandbox(FakeSandbox):
-        def archive(self, dest, *, compress, verify):  # type: ignore[no-untyped-def]
+        def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
             gate.wait(5)
-            return super().archive(dest, compress=compress, verify=verify)
+            return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
 
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
@@ -326,7 +318,10 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     assert last_record(timeline).banked and "run-1" in store.banks
 
 
-def test_an_unreadable_timeline_still_banks() -> None:
+def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
+    """Banking more is never wrong; a record appended without the version it decided on
+    could land after a newer execution's claim, so it is not written."""
+
     class Unreadable(InMemoryTimeline):
         def read(self, run_id: str):  # type: ignore[no-untyped-def]
             from scratchbank.domain.errors import TimelineUnreadable
@@ -342,7 +337,9 @@ def test_an_unreadable_timeline_still_banks() -> None:
         run_finished=False,
         clock=FakeClock(),
     )
-    assert "run-1" in store.banks and report.recorded
+    assert "run-1" in store.banks and not report.recorded
+    assert InMemoryTimeline.read(timeline, "run-1") == ()  # nothing written blind
+    assert any("not written within its budget" in n for n in report.notes)
 
 
 def test_the_fake_store_round_trips() -> None:
