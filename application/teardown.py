@@ -312,21 +312,15 @@ def _continue(run: _Run) -> None:
 def _archive(run: _Run, attempt: int) -> Complete | None:
     """Archive to a host file; run tar again while it races and budget allows (T16).
 
-    A pass that fails for any reason after an earlier complete pass returns that
-    earlier archive: the last complete archive is never dropped for a later failure.
+    Every complete pass is kept on the run (``_Run.keep``): a pass that fails later, for
+    any reason, leaves it to ``_one_try`` to bank that one.
     """
     verify = not (run.quiesce and run.quiesce.quiesced)
     last: Complete | None = None
     passes = 0
     while True:
         started = run.clock.monotonic()
-        try:
-            taken = _one_pass(run, run.work / f"try{attempt}-pass{passes}.tgz", verify)
-        except _TRY_FAILURES as error:
-            if last is None:
-                raise
-            run.notes.append(f"tar pass {passes + 1} failed ({error.code}); kept the last complete archive")
-            return last
+        taken = _one_pass(run, run.work / f"try{attempt}-pass{passes}.tgz", verify)
         passes += 1
         run.tar_passes += 1
         if taken is None:
