@@ -49,7 +49,7 @@ from scratchbank.domain.snapshot import state_from_data, state_to_data
 
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
-from .recording import Claim, append_at, new_execution, read_since
+from .recording import Claim, append_at
 from .restore import Progress, restore_bank
 from .retry import Budget
 
@@ -102,10 +102,16 @@ def check_resume(
 
 @attrs.frozen
 class Gate:
-    """A decision and the version of the timeline it was made on (-1: unreadable)."""
+    """A decision, the version of the timeline it was made on (-1: unreadable), and the
+    position of the latest execution's start it saw (None: none)."""
 
     decision: ResumeDecision
     version: int
+    latest_execution: int | None = None
+
+    def started_since(self, version: int) -> bool:
+        """Did another execution start at or after ``version`` (a claim by someone else)?"""
+        return self.latest_execution is not None and self.latest_execution >= version
 
 
 def _gate(
@@ -119,7 +125,8 @@ def _gate(
         state = current_state(timeline, run_id, workflow, snapshots)
     except TimelineUnreadable as error:
         return Gate(refuse_unreadable(error.message), -1)
-    return Gate(decide_resume(state, request), state.records)
+    latest = state.latest_execution.position if state.latest_execution is not None else None
+    return Gate(decide_resume(state, request), state.records, latest)
 
 
 @attrs.frozen
@@ -199,20 +206,32 @@ def _claim(
     clock: Clock,
     budget: float,
 ) -> ResumeOutcome | tuple[ResumeDecision, Claim]:
-    """Read, decide, claim at the version read; after a conflict read and decide again."""
+    """Read, decide, claim at the version read; after a conflict read and decide again.
+
+    Deciding again is never a blind retry: an execution that started since the first
+    read (another resume's claim) means this resume lost the run (ResumeSuperseded);
+    anything else (a teardown's record, an unrelated record) is decided on afresh.
+    """
+    origin: int | None = None
     for _ in range(DECIDE_AGAIN):
         gate = _gate(timeline, run_id, request, workflow, snapshots)
         if gate.version == 0:
             raise RunNotFound(f"the timeline holds no record of run {run_id}; nothing was written")
+        if origin is not None and gate.started_since(origin):
+            raise ResumeSuperseded(
+                f"run {run_id}: another execution claimed it after this resume read it (record "
+                f"{(gate.latest_execution or 0) + 1}); nothing was written"
+            )
         if gate.decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
             return ResumeOutcome(gate.decision)
         target.check(gate.decision)
+        origin = gate.version if origin is None else origin
         claim = Claim(run_id, gate.version)
         records = _claim_records(gate.decision, request, attempt, clock)
         try:
             return gate.decision, append_at(timeline, claim, records, budget=Budget.start(clock, budget))
         except TimelineConflict:
-            _superseded_unless_harmless(timeline, claim)
+            continue  # read what was appended, and decide again
     raise ResumeSuperseded(f"run {run_id}: the timeline kept moving under {DECIDE_AGAIN} claims")
 
 
@@ -225,19 +244,6 @@ def _claim_records(
         at=now, attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
     )
     return [started, *(attrs.evolve(r, at=r.at or now) for r in decision.records)]
-
-
-def _superseded_unless_harmless(timeline: Timeline, claim: Claim) -> None:
-    """After a lost claim: another execution started -> superseded; else decide again."""
-    try:
-        since = read_since(timeline, claim)
-    except TimelineUnreadable:
-        return  # the next read refuses the resume (R15)
-    winner = new_execution(since)
-    if winner is not None:
-        raise ResumeSuperseded(
-            f"run {claim.run_id}: another execution ({winner.WIRE}) claimed it at record {claim.position + 1}"
-        )
 
 
 def _restore_guarded(
