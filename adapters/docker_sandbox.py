@@ -152,11 +152,24 @@ class DockerSandbox(ScriptedSandbox):
         except docker.errors.NotFound:
             raise SandboxGone(f"container {self.container_id[:12]} is gone") from None
         except docker.errors.APIError as error:
-            if error.status_code == 409:
+            # Docker answers 409 for a stopped container, Podman 500 ("container state
+            # improper"): ask the engine whether the container still runs.
+            if error.status_code == 409 or not self._running():
                 raise SandboxGone(f"container {self.container_id[:12]} is not running") from None
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
         except docker.errors.DockerException as error:
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
+
+    def _running(self) -> bool:
+        """Does the container still run? (False when it is gone; True when the engine
+        cannot tell, so that an engine outage stays an ExecFailed, retried.)"""
+        try:
+            state = self.client.api.inspect_container(self.container_id).get("State") or {}
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.DockerException:
+            return True
+        return bool(state.get("Running", True))
 
     def _exit_code(self, exec_id: str) -> int:
         try:

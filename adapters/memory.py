@@ -133,6 +133,7 @@ class FakeSandbox:
         return QuiesceReport(True, False, (), 1)
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        self._step("continue")  # a gone sandbox cannot be continued either, as the real ones
         self.continued += 1
         self.stopped = False
 
@@ -145,9 +146,10 @@ class FakeSandbox:
             return ArchiveReport(empty=True)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz" if compress else "w", format=tarfile.GNU_FORMAT) as tar:
-            root = tarfile.TarInfo(".")
-            root.type, root.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(root)
+            for folder in ("", *_folders(self.files)):  # directory entries, as tar writes them
+                root = tarfile.TarInfo(f"./{folder}".rstrip("/") or ".")
+                root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, 1_700_000_000
+                tar.addfile(root)
             for name, data in sorted(self.files.items()):
                 info = tarfile.TarInfo(f"./{name}")
                 info.size, info.mode, info.mtime = len(data), 0o644, 1_700_000_000
@@ -173,4 +175,12 @@ class FakeSandbox:
         self.files = files
 
     def list_scratch(self) -> list[str]:
-        return sorted(json.dumps([name, "file", len(data)]) for name, data in (self.files or {}).items())
+        files = self.files or {}
+        dirs = [json.dumps([folder, "dir", 0]) for folder in _folders(files)]
+        return sorted(dirs + [json.dumps([name, "file", len(data)]) for name, data in files.items()])
+
+
+def _folders(files: dict[str, bytes]) -> list[str]:
+    """Every directory the files lie in, parents first (a tar lists them before their files)."""
+    found = {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
+    return sorted(found)
