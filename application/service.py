@@ -15,13 +15,13 @@ deferral for a surface that only queues a resume for a remote engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
 
-from scratchbank.domain.errors import BankReadFailed, NoRestoreTarget, RunNotFound
+from scratchbank.domain.errors import BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import Record
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
@@ -34,10 +34,6 @@ from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
 
 log = logging.getLogger("scratchbank")
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @attrs.frozen
@@ -130,7 +126,6 @@ class ScratchService:
     store: BankStore
     snapshots: SnapshotStore | None = None
     clock: Clock = attrs.field(factory=SystemClock)
-    now: Callable[[], datetime] = utc_now
     where: Where = Where.ENGINE
 
     def assess(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> Assessment:
@@ -145,7 +140,7 @@ class ScratchService:
     def status(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> StatusReport:
         """What a resume with ``request`` would do, and is the bank there as recorded."""
         assessment = self.assess(run_id, request)
-        return StatusReport(assessment, self._stored(assessment), age_of(assessment.state, self.now()))
+        return StatusReport(assessment, self._stored(assessment), age_of(assessment.state, self.clock.now()))
 
     def _stored(self, assessment: Assessment) -> StoreCheck:
         if assessment.state.bank is None:
@@ -164,10 +159,8 @@ class ScratchService:
         progress: Progress | None = None,
         attempt: str | None = None,
     ) -> resume_use_case.ResumeOutcome:
-        """Resume as the engine does; refused by name before any write when it cannot."""
-        assessment = self.assess(run_id, request)
-        if assessment.needs_target and not target.exists:
-            raise NoRestoreTarget(f"run {run_id}: the resume would restore its bank, and no target was named")
+        """Resume as the engine does: the use case decides once, and refuses by name before
+        any write (RUN_NOT_FOUND, NO_RESTORE_TARGET: ADR 0004) when it cannot go on."""
         outcome = resume_use_case.resume(
             run_id,
             attrs.evolve(request, where=self.where),
@@ -175,12 +168,14 @@ class ScratchService:
             store=self.store,
             sandbox=target.sandbox,
             host_directory=target.host_directory,
+            without_sandbox=target.without_sandbox,
             attempt=attempt,
             clock=self.clock,
             progress=progress,
             snapshots=self.snapshots,
         )
-        log.info("run %s: %s", run_id, "goes on" if outcome.proceeds else "does not go on")
+        verdict = f"{outcome.decision.verdict.value} ({outcome.decision.rule})"
+        log.info("run %s: %s, %s", run_id, verdict, "goes on" if outcome.proceeds else "does not go on")
         return outcome
 
     def bank_at_teardown(

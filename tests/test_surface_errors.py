@@ -115,11 +115,9 @@ def test_explain_on_hostile_json_names_the_line(tmp_path: Path, name: str, line:
 def test_json_output_carries_the_error_as_data(home: Path) -> None:
     """With --json an error is data on stdout too: error, error_code, remedy."""
     done = cli("resume", "run-never-seen", "--json", home=home)
-    assert json.loads(done.stdout) == {
-        "error": "the timeline has no run 'run-never-seen'",
-        "error_code": "run_not_found",
-        "remedy": json.loads(done.stdout)["remedy"],
-    }
+    data = json.loads(done.stdout)
+    assert set(data) == {"error", "error_code", "remedy"} and data["error_code"] == "run_not_found"
+    assert "run-never-seen" in data["error"] and data["remedy"]
 
 
 safe_argv_text = st.text(
