@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from typing import Any, TextIO
 
 
@@ -32,7 +33,11 @@ class StageProgress:
         if stage not in self._bars:
             from tqdm import tqdm
 
-            self._bars[stage] = tqdm(total=total, desc=stage, unit="B", unit_scale=True, file=self.stream)
+            # a terminal that reports a 0x0 window (a bare pty) would hide every bar: 80x24 then
+            size = shutil.get_terminal_size()
+            shape = {"ncols": size.columns, "nrows": size.lines}
+            bar = tqdm(total=total, desc=stage, unit="B", unit_scale=True, file=self.stream, **shape)
+            self._bars[stage] = bar
         return self._bars[stage]
 
     def _finish(self, stage: str, total: int) -> None:

@@ -5,11 +5,16 @@ Each of issue 12's findings 1-3 and 6 (the CLI's part) is a test here.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
+import re
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from operator_rigs import RUN, cli, parked_run, tree_digest
+from operator_rigs import EXE, RUN, cli, parked_run, tree_digest
 
 from scratchbank.adapters.bootstrap import close, open_home
 from scratchbank.adapters.event_store import EventStoreTimeline
@@ -190,3 +195,31 @@ def test_the_default_scratch_path_carries_no_other_products_name() -> None:
 
     assert config.DEFAULT_SCRATCH == "/tmp/scratchbank-scratch"
     assert "iterion" not in cli("resume", "--help", home=None).stdout
+
+
+def test_progress_on_a_terminal_draws_a_bar_per_stage(tmp_path: Path) -> None:
+    """Finding 6: --progress on a real pseudo-terminal (0x0 window, as `script` makes): a bar per stage."""
+    parked_run(tmp_path / "home", stale=False)
+    target = tmp_path / "box"
+    target.mkdir()
+    main, terminal = pty.openpty()
+    argv = [
+        str(EXE),
+        "resume",
+        RUN,
+        "--progress",
+        "--sandbox",
+        f"local:{target}",
+        "--home",
+        str(tmp_path / "home"),
+    ]
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=terminal, text=True, timeout=120, check=False)
+    os.close(terminal)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the terminal's other end is closed and drained
+        while chunk := os.read(main, 65536):
+            shown += chunk
+    os.close(main)
+    assert done.returncode == 0, shown
+    for stage in ("fetched", "checked", "streamed into the sandbox"):
+        assert re.search(rf"{stage}: 100%\|", shown.decode(errors="replace")), (stage, shown)
