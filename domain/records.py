@@ -215,6 +215,31 @@ class UnknownRecord(Record):
     data: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+@attrs.frozen(kw_only=True)
+class LeaseTaken(Record):
+    """A runner took the run's lease: its first write carries its fencing token.
+
+    ``token`` grows with every new holder (the lease store's revision when it was
+    taken); a write by a holder with an older token after this record is refused.
+    """
+
+    WIRE = "lease_taken"
+    holder: str = wire(STR)
+    token: int = wire(INT)
+    attempt: str | None = wire(STR, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class ResumeRefused(Record):
+    """A detached runner's refusal, in the run's log (R12), with the hint of remedy() (C10)."""
+
+    WIRE = "resume_refused"
+    code: str = wire(STR)
+    rule: str = wire(STR)
+    hint: str = wire(STR)
+    attempt: str | None = wire(STR, required=False)
+
+
 KNOWN_RECORDS: tuple[type[Record], ...] = (
     RunStarted,
     RunResumed,
@@ -227,4 +252,6 @@ KNOWN_RECORDS: tuple[type[Record], ...] = (
     AttemptQueued,
     AttemptClaimed,
     RunStatusChanged,
+    LeaseTaken,
+    ResumeRefused,
 )
