@@ -40,11 +40,17 @@ from scratchbank.domain.errors import LeaseLost, QueueUnavailable
 from scratchbank.domain.runs import check_run_id
 
 T = TypeVar("T")
-STREAM = "SB_RESUMES"
-SUBJECT = "sb.resume"
-DURABLE = "sb-runners"
-BUCKET = "sb_leases"
 CALL_TIMEOUT = 30.0
+
+
+def names(namespace: str = "sb") -> tuple[str, str, str, str]:
+    """Stream, subject prefix, durable consumer and lease bucket of one deployment."""
+    return (
+        f"{namespace.upper()}_RESUMES",
+        f"{namespace}.resume",
+        f"{namespace}-runners",
+        f"{namespace}_leases",
+    )
 
 
 class NatsConnection:
@@ -125,26 +131,37 @@ class NatsInbound:
 class NatsDeliveryQueue:
     """A DeliveryQueue on a JetStream stream with one durable pull consumer."""
 
-    def __init__(self, conn: NatsConnection, *, ack_wait: float = 240.0, max_deliver: int = -1) -> None:
+    def __init__(
+        self, conn: NatsConnection, *, ack_wait: float = 240.0, max_deliver: int = -1, namespace: str = "sb"
+    ) -> None:
         self.conn = conn
+        self.stream, self.subject, self.durable, _ = names(namespace)
         self.conn.call(self._setup(ack_wait, max_deliver))
 
     async def _setup(self, ack_wait: float, max_deliver: int) -> None:
         js = self.conn.js
         config = StreamConfig(
-            name=STREAM, subjects=[f"{SUBJECT}.>"], storage=StorageType.FILE, duplicate_window=120.0
+            name=self.stream,
+            subjects=[f"{self.subject}.>"],
+            storage=StorageType.FILE,
+            duplicate_window=120.0,
         )
         try:
             await js.add_stream(config)
         except nats.js.errors.BadRequestError:
             await js.update_stream(config)
         consumer = ConsumerConfig(
-            durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait, max_deliver=max_deliver
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_deliver=max_deliver,
         )
-        self._sub = await js.pull_subscribe(f"{SUBJECT}.>", durable=DURABLE, stream=STREAM, config=consumer)
+        self._sub = await js.pull_subscribe(
+            f"{self.subject}.>", durable=self.durable, stream=self.stream, config=consumer
+        )
 
     def publish(self, delivery: ResumeDelivery) -> bool:
-        subject = f"{SUBJECT}.{check_run_id(delivery.run_id)}"
+        subject = f"{self.subject}.{check_run_id(delivery.run_id)}"
         headers = {"Nats-Msg-Id": delivery.msg_id}
         ack = self.conn.call(self.conn.js.publish(subject, _payload(delivery), headers=headers))
         return not ack.duplicate
@@ -171,15 +188,16 @@ class NatsDeliveryQueue:
 class NatsKvLease:
     """A Lease on the JetStream key-value store: compare-and-set on the key's revision."""
 
-    def __init__(self, conn: NatsConnection, *, lapse: float = 60.0) -> None:
+    def __init__(self, conn: NatsConnection, *, lapse: float = 60.0, namespace: str = "sb") -> None:
         self.conn, self.lapse = conn, lapse
+        self.bucket = names(namespace)[3]
         self.kv: KeyValue = self.conn.call(self._bucket())
 
     async def _bucket(self) -> KeyValue:
         try:
-            return await self.conn.js.key_value(BUCKET)
+            return await self.conn.js.key_value(self.bucket)
         except nats.js.errors.BucketNotFoundError:
-            return await self.conn.js.create_key_value(bucket=BUCKET, history=1)
+            return await self.conn.js.create_key_value(bucket=self.bucket, history=1)
 
     def _value(self, holder: str) -> bytes:
         return json.dumps({"holder": holder, "expires": time.time() + self.lapse}).encode()
