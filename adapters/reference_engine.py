@@ -45,9 +45,16 @@ def _finished(records: Sequence[Record]) -> set[str]:
 
 
 def _answered(records: Sequence[Record]) -> bool:
-    """A park, then a resume: the human gate was answered."""
+    """A park, then the resume of another attempt: the human gate was answered.
+
+    The same attempt delivered again (its runner died after the park) answers nothing.
+    """
     parked = [i for i, r in enumerate(records) if _is(r, RunStatus.PAUSED)]
-    return bool(parked) and any(isinstance(r, RunResumed) for r in records[parked[-1] :])
+    if not parked:
+        return False
+    before = [r.attempt for r in records[: parked[-1]] if isinstance(r, RunResumed)]
+    parked_in = before[-1] if before else None
+    return any(isinstance(r, RunResumed) and r.attempt != parked_in for r in records[parked[-1] :])
 
 
 def _is(record: Record, status: RunStatus) -> bool:

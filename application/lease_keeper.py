@@ -36,6 +36,7 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_refresh: Callable[[], None] | None = None
+        self._refreshed_at = clock.monotonic()
 
     def start(self, on_refresh: Callable[[], None] | None = None) -> None:
         self._on_refresh = on_refresh
@@ -66,9 +67,17 @@ class LeaseKeeper:
             try:
                 self.grant = self.lease.refresh(self.grant)
                 self.refreshes += 1
-            except ScratchbankError as error:
+                self._refreshed_at = self.clock.monotonic()
+            except LeaseLost as error:
                 self._let_go(f"the refresh failed ({error.code}): the run context is cancelled (L5)")
                 return
+            except ScratchbankError as error:  # the store did not answer: the lease is ours until it lapses
+                if self.clock.monotonic() - self._refreshed_at >= self.timing.lapse:
+                    self._let_go(
+                        f"no refresh within the lapse ({error.code}): the run context is cancelled (L5)"
+                    )
+                    return
+                continue
             if self._on_refresh is not None:
                 with contextlib.suppress(ScratchbankError):
                     self._on_refresh()

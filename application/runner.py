@@ -34,7 +34,7 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.fold import ScratchState, fold
-from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for, orphan_may_bank
 from scratchbank.domain.records import AttemptClaimed, AttemptQueued, ResumeRefused
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
@@ -159,7 +159,9 @@ class Runner:
         try:
             return self._under_lease(inbound, grant, keeper)
         except Fenced as error:
-            return _acked(inbound, Handled.FENCED, error.message)
+            # Not acked: the delivery is the new holder's now (an ack by stream sequence
+            # would settle it under that holder's feet).
+            return Handling(Handled.FENCED, d, error.message)
         finally:
             keeper.stop()
             with contextlib.suppress(LeaseLost, ScratchbankError):
@@ -181,6 +183,8 @@ class Runner:
         dropped = _dropped(inbound, verdict, "under the lease")
         if dropped is not None:
             return dropped
+        if self._take_over(d.run_id, fenced):
+            records = fenced.read(d.run_id)
         request = ResumeRequest(consents=verdict.consents, where=Where.ENGINE)
         decision = decide_resume(fold(records), request)
         if decision.refused:
@@ -191,6 +195,25 @@ class Runner:
         if claimed is not None:
             return claimed
         return self._carry_on(inbound, fenced, request, keeper)
+
+    def _take_over(self, run_id: str, fenced: FencedTimeline) -> int:
+        """Bank (when safe) and stop the sandboxes a lapsed holder left, before the claim."""
+        orphans = self.sandboxes.orphans(run_id)
+        for orphan in orphans:
+            try:
+                if orphan_may_bank(fenced.read(run_id)):
+                    bank_at_teardown(
+                        run_id,
+                        timeline=fenced,
+                        store=self.store,
+                        sandbox=orphan,
+                        run_finished=False,
+                        budgets=self.settings.teardown,
+                        clock=self.clock,
+                    )
+            finally:
+                self.sandboxes.stop(orphan)
+        return len(orphans)
 
     def _refuse(
         self, inbound: Inbound, fenced: FencedTimeline, decision: ResumeDecision, at: int

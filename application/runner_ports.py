@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
@@ -92,11 +93,18 @@ class Lease(Protocol):
 
 
 class SandboxProvider(Protocol):
-    """Starts a fresh sandbox for a run, and tears one down."""
+    """Starts a fresh sandbox for a run, and tears one down.
+
+    ``orphans`` finds the run's sandboxes this provider did not start: those a runner
+    whose lease lapsed left behind (killed or cut off before its teardown). The new
+    holder banks them when that is safe, then stops them, before its own claim.
+    """
 
     def start(self, run_id: str) -> Sandbox: ...
 
     def stop(self, sandbox: Sandbox) -> None: ...
+
+    def orphans(self, run_id: str) -> Sequence[Sandbox]: ...
 
 
 class EngineEnd(enum.Enum):

@@ -14,8 +14,12 @@ ceiling, of which the storage bank's 31 minutes are most, and a 2 h 30 cutoff.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import attrs
+
+from .fold import fold
+from .records import Record, RunResumed, RunStarted, ScratchBanked, ScratchRestored
 
 MINUTE = 60.0
 
@@ -123,3 +127,26 @@ def past_ceiling(hold: HoldClock, now: float, b: HoldBudgets) -> str | None:
     if hold.resume_can_wait and now - hold.engine_returned_at > post_engine_ceiling(b):
         return "post-engine ceiling"
     return None
+
+
+def _last_execution(records: Sequence[Record]) -> int | None:
+    starts = [i for i, r in enumerate(records) if isinstance(r, RunStarted | RunResumed)]
+    return starts[-1] if starts else None
+
+
+def orphan_may_bank(records: Sequence[Record]) -> bool:
+    """May a new lease holder bank the sandbox a lapsed holder left behind? (T9, X3)
+
+    Only when that execution's restore landed (``sandbox_scratch_restored {restored}``)
+    or none was due, and its teardown did not already record the scratch: a sandbox
+    cut off mid-restore holds a part of the bank, never banked over the bank itself.
+    """
+    last = _last_execution(records)
+    if last is None:
+        return True
+    since = records[last:]
+    if any(isinstance(r, ScratchBanked) for r in since):
+        return False
+    if fold(records[:last]).bank is None:
+        return True
+    return any(isinstance(r, ScratchRestored) and r.restored for r in since)
