@@ -7,6 +7,7 @@ it saw. Short settings: lease interval 0.3 s, lapse 1.5 s, ack wait 3 s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -108,10 +109,8 @@ def _end_leftover_sandboxes(base: Path) -> None:
     for owner in base.glob("*/owner.json"):
         pid = json.loads(owner.read_text()).get("init")
         if isinstance(pid, int):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 @pytest.fixture
@@ -189,7 +188,7 @@ def test_fault_SIGKILL_mid_teardown_another_runner_banks_what_it_left(cluster: C
     wait_for(lambda: "put-started" in _text(a_log), "a's upload", c, run)
     a.kill()
     assert not [r for r in c.records(run) if isinstance(r, ScratchBanked)]
-    _, b_log = c.runner("b")
+    c.runner("b")
     wait_for(paused(c, run), "b banks a's sandbox and parks again", c, run)
     queue_resume(c.timeline, c.queue, run, "a2")
     wait_for(finished(c, run), "the resume finishes the run", c, run)
@@ -242,8 +241,8 @@ def test_fault_two_runners_race_one_delivery_exactly_one_claims(cluster: Cluster
     """One resume published twice (a publisher past the de-dup window): two runners each take
     a copy; exactly one claims and runs, the other writes nothing."""
     c, run = cluster, new_run(cluster)
-    a, a_log = c.runner("a")
-    b, b_log = c.runner("b")
+    _, a_log = c.runner("a")
+    _, b_log = c.runner("b")
     queue_resume(c.timeline, c.queue, run, "a1")
     _publish_again(c, run, "a1")
     wait_for(paused(c, run), "the park", c, run)
@@ -277,7 +276,7 @@ def test_fault_NATS_restarted_mid_flow_no_delivery_lost_none_applied_twice(clust
     """The server restarts while runs are being carried on: each run parks exactly once."""
     c = cluster
     runs = [new_run(c) for _ in range(4)]
-    _, log = c.runner("a")
+    c.runner("a")
     for run in runs:
         queue_resume(c.timeline, c.queue, run, "a1")
     wait_for(lambda: any(paused(c, r)() for r in runs), "a first park", c, runs[0])
