@@ -45,16 +45,19 @@ def _finished(records: Sequence[Record]) -> set[str]:
 
 
 def _answered(records: Sequence[Record]) -> bool:
-    """A park, then the resume of another attempt: the human gate was answered.
+    """The last park, not answered yet, then the resume of another attempt: answered.
 
     The same attempt delivered again (its runner died after the park) answers nothing.
     """
     parked = [i for i, r in enumerate(records) if _is(r, RunStatus.PAUSED)]
     if not parked:
         return False
+    since = records[parked[-1] :]
+    if any(isinstance(r, NodeFinished) and r.answered for r in since):
+        return False  # that park was another gate's, answered already
     before = [r.attempt for r in records[: parked[-1]] if isinstance(r, RunResumed)]
     parked_in = before[-1] if before else None
-    return any(isinstance(r, RunResumed) and r.attempt != parked_in for r in records[parked[-1] :])
+    return any(isinstance(r, RunResumed) and r.attempt != parked_in for r in since)
 
 
 def _is(record: Record, status: RunStatus) -> bool:
@@ -74,7 +77,7 @@ class ReferenceEngine:
     def continue_run(
         self, run_id: str, *, sandbox: Sandbox, timeline: Timeline, cancel: threading.Event
     ) -> EngineEnd:
-        return self._run(run_id, self.workflow, sandbox, timeline, cancel)
+        return self._run(run_id, self.workflow_of(run_id), sandbox, timeline, cancel)
 
     def _run(
         self,
@@ -158,16 +161,24 @@ class ReferenceEngine:
             clock=self.clock,
         )
         self.log.append(f"{node.name}: adoption {adoption.rule}: {adoption.reason}")
-        if not adoption.adopted:
-            finish = NodeFinished(node=node.name, succeeded=False, kind="subbot", in_sandbox=True)
-            timeline.append(run_id, [finish, RunStatusChanged(status=RunStatus.FAILED)])
-            return EngineEnd.FAILED
-        child_end = self._run(child_run, node.children, sandbox, self.timeline, cancel)
-        ok = child_end is EngineEnd.FINISHED
+        ok = False
+        if adoption.adopted:
+            child_end = self._run(child_run, node.children, sandbox, self.timeline, cancel)
+            ok = child_end is EngineEnd.FINISHED
+            if not ok:
+                self.log.append(
+                    f"{node.name}: the child {child_run} {child_end.value}; it resumes alone (S2)"
+                )
+        # The parent goes on either way: a refused child did not run here (S1, S5); a
+        # parked one waits for its own resume (S2).
         finish = NodeFinished(node=node.name, succeeded=ok, kind="subbot", in_sandbox=True, on_cycle=False)
-        if not ok:
-            self.log.append(f"{node.name}: the child {child_run} {child_end.value}; it resumes alone (S2)")
-            timeline.append(run_id, [finish, RunStatusChanged(status=RunStatus.FAILED)])
-            return EngineEnd.FAILED
         timeline.append(run_id, [finish])
         return None
+
+    def workflow_of(self, run_id: str) -> tuple[Node, ...]:
+        """The parent's workflow, or a subbot child's (``<parent>.<node>``) when resumed alone."""
+        parent, _, name = run_id.rpartition(".")
+        for node in self.workflow if parent else ():
+            if node.kind == "subbot" and node.name == name:
+                return node.children
+        return self.workflow
