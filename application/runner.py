@@ -35,7 +35,13 @@ from scratchbank.domain.errors import (
 )
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for, orphan_may_bank
-from scratchbank.domain.records import AttemptClaimed, AttemptQueued, ResumeRefused
+from scratchbank.domain.records import (
+    AttemptClaimed,
+    AttemptQueued,
+    ResumeRefused,
+    RunStatus,
+    RunStatusChanged,
+)
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 
@@ -233,7 +239,8 @@ class Runner:
         """C7: claim from the very status read; a newer attempt that won supersedes (C6)."""
         d = inbound.delivery
         try:
-            fenced.append(d.run_id, [AttemptClaimed(attempt=d.attempt)], expected=at)
+            running = RunStatusChanged(status=RunStatus.RUNNING)  # C7: never reads paused from here
+            fenced.append(d.run_id, [AttemptClaimed(attempt=d.attempt), running], expected=at)
             return None
         except TimelineConflict:
             state = fold(fenced.read(d.run_id))

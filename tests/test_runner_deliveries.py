@@ -12,15 +12,19 @@ import pytest
 from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
+from scratchbank.adapters.reference_engine import Node
 from scratchbank.application.runner import Handled, queue_resume
 from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.domain.consent import Consents
+from scratchbank.domain.fold import fold
 from scratchbank.domain.records import (
     AttemptClaimed,
     AttemptQueued,
     NodeFinished,
     ResumeRefused,
     RunStarted,
+    RunStatus,
+    RunStatusChanged,
     ScratchBanked,
     ScratchRestored,
 )
@@ -205,3 +209,23 @@ def test_C3_a_consent_is_not_kept_for_the_next_resume(tmp_path: Path, consents: 
     fresh = rig.runner().handle(RecordingInbound(ResumeDelivery("run-1", "a2", consents)))
     expected = Handled.RAN if consents.accept_scratch_loss else Handled.REFUSED
     assert fresh.handled is expected, fresh.detail
+
+
+def test_C7_the_claim_is_the_first_write_from_the_status_read_and_the_run_reads_running(
+    tmp_path: Path,
+) -> None:
+    """Nothing of the resume is written before the claim; from the claim on the run is running."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl, workflow=(Node("wait", "tool", "true"), Node("gate", "human")))
+    tl.append("run-1", [RunStarted(), RunStatusChanged(status=RunStatus.PAUSED), AttemptQueued(attempt="a1")])
+    seen = len(tl.read("run-1"))
+    handled = rig.runner().handle(RecordingInbound(ResumeDelivery("run-1", "a1")))
+    assert handled.handled is Handled.RAN, handled.detail
+    records = tl.read("run-1")
+    assert types(records[seen : seen + 4]) == [
+        "lease_taken",
+        "attempt_claimed",
+        "run_status_changed",
+        "run_resumed",
+    ]
+    assert fold(records[: seen + 3]).status is RunStatus.RUNNING
