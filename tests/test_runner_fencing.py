@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from runner_rigs import checksum, types
 
 from scratchbank.adapters.event_store import EventStoreTimeline
@@ -120,3 +122,41 @@ def test_fence_racing_holders_no_stale_record_follows_the_new_token(timeline: Ti
     assert len(taken) == 1
     after = records[taken[0] :]
     assert not [r for r in after if isinstance(r, NodeFinished)]
+
+
+# --- a property: any interleaving of three holders' reads and writes ------------------
+
+OPS = st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from(["read", "write"])), max_size=30)
+
+
+@settings(deadline=None, derandomize=True, max_examples=200)
+@given(OPS)
+def test_fence_property_no_write_lands_after_a_newer_token(ops: list[tuple[int, str]]) -> None:
+    """Model (issue #13, item 4): a holder's write lands iff no newer holder has written yet;
+    else it is refused FENCED. So no record lands after a newer token's first record."""
+    tl = InMemoryTimeline()
+    run = _run(tl)
+    holders = {t: FencedTimeline(tl, run, Token(f"h{t}", t)) for t in (1, 2, 3)}
+    newest_written = 0
+    for token, op in ops:
+        holder = holders[token]
+        if op == "read":
+            fenced = newest_written > token
+            try:
+                holder.read(run)
+                assert not fenced
+            except Fenced:
+                assert fenced
+            continue
+        try:
+            holder.append(run, [_node(f"h{token}")])
+            assert newest_written <= token
+            newest_written = max(newest_written, token)
+        except Fenced:
+            assert newest_written > token
+    newest = 0
+    for record in tl.read(run):
+        if isinstance(record, LeaseTaken):
+            newest = max(newest, record.token)
+        elif isinstance(record, NodeFinished):
+            assert int(record.node[1:]) == newest
