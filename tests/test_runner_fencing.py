@@ -160,3 +160,15 @@ def test_fence_property_no_write_lands_after_a_newer_token(ops: list[tuple[int, 
             newest = max(newest, record.token)
         elif isinstance(record, NodeFinished):
             assert int(record.node[1:]) == newest
+
+
+def test_fence_records_round_trip_on_the_wire() -> None:
+    """The runner's two records keep every field through the codec (the timeline's storage)."""
+    from scratchbank.domain.records import ResumeRefused
+    from scratchbank.domain.wire import decode, encode
+
+    for rec in (
+        LeaseTaken(holder="runner-a", token=42, attempt="a2"),
+        ResumeRefused(code="SCRATCH_NOT_PORTABLE", rule="R2", hint="relaunch", attempt="a3"),
+    ):
+        assert decode(encode(rec)) == rec
