@@ -48,7 +48,7 @@ from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdic
 from .clock import Clock, SystemClock
 from .fencing import FencedTimeline, Token
 from .lease_keeper import LeaseKeeper
-from .ports import BankStore, Timeline
+from .ports import BankStore, Sandbox, Timeline
 from .resume import ResumeOutcome, check_resume, resume
 from .runner_ports import (
     DeliveryQueue,
@@ -251,32 +251,48 @@ class Runner:
     def _carry_on(
         self, inbound: Inbound, fenced: FencedTimeline, request: ResumeRequest, keeper: LeaseKeeper
     ) -> Handling:
+        """A new sandbox; the resume (restore); the engine; the teardown's bank; torn down."""
         d = inbound.delivery
         sandbox = self.sandboxes.start(d.run_id)
         try:
-            try:
-                outcome = resume(
-                    d.run_id, request, timeline=fenced, store=self.store, sandbox=sandbox, attempt=d.attempt
-                )
-            except ResumeSuperseded as error:
-                return _acked(inbound, Handled.SUPERSEDED, f"the engine refused: {error.message}")
-            if not outcome.proceeds:
-                return _restore_parked(inbound, outcome)
-            end = self.engine.continue_run(d.run_id, sandbox=sandbox, timeline=fenced, cancel=keeper.cancel)
-            keeper.engine_returned(resume_can_wait=end.resume_can_wait)
-            report = bank_at_teardown(
-                d.run_id,
-                timeline=fenced,
-                store=self.store,
-                sandbox=sandbox,
-                run_finished=end is EngineEnd.FINISHED,
-                budgets=self.settings.teardown,
-                clock=self.clock,
-            )
+            stopped = self._resume(inbound, fenced, request, sandbox)
+            if stopped is not None:
+                return stopped
+            end, report = self._engine_then_bank(d, fenced, sandbox, keeper)
         finally:
             self.sandboxes.stop(sandbox)
         fenced.read(d.run_id)  # a holder fenced while banking learns it here
         return _acked(inbound, Handled.RAN, keeper.note, end=end, teardown=report)
+
+    def _resume(
+        self, inbound: Inbound, fenced: FencedTimeline, request: ResumeRequest, sandbox: Sandbox
+    ) -> Handling | None:
+        """The resume use case; a Handling when the run does not go on past it."""
+        d = inbound.delivery
+        try:
+            outcome = resume(
+                d.run_id, request, timeline=fenced, store=self.store, sandbox=sandbox, attempt=d.attempt
+            )
+        except ResumeSuperseded as error:  # C6: the engine refused before anything of its resume
+            return _acked(inbound, Handled.SUPERSEDED, f"the engine refused: {error.message}")
+        return None if outcome.proceeds else _restore_parked(inbound, outcome)
+
+    def _engine_then_bank(
+        self, d: ResumeDelivery, fenced: FencedTimeline, sandbox: Sandbox, keeper: LeaseKeeper
+    ) -> tuple[EngineEnd, TeardownReport]:
+        """The engine, then the teardown's bank under the same lease (L1, L2)."""
+        end = self.engine.continue_run(d.run_id, sandbox=sandbox, timeline=fenced, cancel=keeper.cancel)
+        keeper.engine_returned(resume_can_wait=end.resume_can_wait)
+        report = bank_at_teardown(
+            d.run_id,
+            timeline=fenced,
+            store=self.store,
+            sandbox=sandbox,
+            run_finished=end is EngineEnd.FINISHED,
+            budgets=self.settings.teardown,
+            clock=self.clock,
+        )
+        return end, report
 
 
 def _dropped(inbound: Inbound, verdict: DeliveryVerdict, where: str) -> Handling | None:
