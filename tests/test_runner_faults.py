@@ -136,6 +136,13 @@ def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
         server.stop()
 
 
+def show(c: Cluster, run: str, *logs: Path) -> None:
+    """What the timeline holds after the fault, and what each runner did (pytest -s)."""
+    print(f"\n{run}: {' '.join(types(c.records(run)))}")
+    for log in logs:
+        print(f"  {log.stem}: {', '.join(handled(log))}")
+
+
 def new_run(c: Cluster) -> str:
     run = f"run-{uuid.uuid4().hex[:10]}"
     c.timeline.append(run, [RunStarted()])
@@ -189,13 +196,14 @@ def test_fault_SIGKILL_mid_teardown_another_runner_banks_what_it_left(cluster: C
     a.kill()
     assert not [r for r in c.records(run) if isinstance(r, ScratchBanked)]
     c.runner("b")
-    wait_for(paused(c, run), "b banks a's sandbox and parks again", c, run)
+    wait_for(paused(c, run, times=2), "b banks a's sandbox and parks again", c, run)
     queue_resume(c.timeline, c.queue, run, "a2")
     wait_for(finished(c, run), "the resume finishes the run", c, run)
     recs = c.records(run)
     assert finishes(recs) == {"clone": 1, "review": 1, "build": 1, "measure": 1}
     assert [r.attempt for r in recs if isinstance(r, AttemptClaimed)] == ["a1", "a1", "a2"]
     assert any(isinstance(r, ScratchRestored) and r.restored for r in recs)
+    show(c, run, a_log, c.tmp / "b.log")
 
 
 def test_fault_SIGKILL_mid_restore_the_bank_holds_and_another_runner_restores(cluster: Cluster) -> None:
@@ -215,6 +223,7 @@ def test_fault_SIGKILL_mid_restore_the_bank_holds_and_another_runner_restores(cl
     banks = [r for r in recs if isinstance(r, ScratchBanked)]
     assert len(banks) == banks_before + 1 and banks[-1].finished  # only the finish's record
     assert [r.attempt for r in recs if isinstance(r, AttemptClaimed)] == ["a1", "a2", "a2"]
+    show(c, run, a_log, c.tmp / "b.log")
 
 
 def test_fault_SIGSTOP_past_the_lease_then_SIGCONT_the_fence_refuses_its_writes(cluster: Cluster) -> None:
@@ -235,6 +244,7 @@ def test_fault_SIGSTOP_past_the_lease_then_SIGCONT_the_fence_refuses_its_writes(
     assert [r.token for r in recs if isinstance(r, LeaseTaken)] == tokens
     assert finishes(recs) == {"clone": 1, "review": 1, "build": 1, "measure": 1}
     assert not [r for r in recs if isinstance(r, NodeFinished) and not r.succeeded]
+    show(c, run, a_log, c.tmp / "b.log")
 
 
 def test_fault_two_runners_race_one_delivery_exactly_one_claims(cluster: Cluster) -> None:
@@ -251,6 +261,7 @@ def test_fault_two_runners_race_one_delivery_exactly_one_claims(cluster: Cluster
     assert [r.attempt for r in recs if isinstance(r, AttemptClaimed)] == ["a1"]
     assert len([r for r in recs if isinstance(r, LeaseTaken)]) == 1
     assert sorted(settled(a_log) + settled(b_log)) == ["done", "ran"]
+    show(c, run, a_log, b_log)
 
 
 def settled(log: Path) -> list[str]:
@@ -274,6 +285,7 @@ def test_fault_a_delivery_for_an_older_attempt_is_acked_with_nothing_written(clu
     wait_for(lambda: len(settled(log)) >= 2, "both settled", c, run)
     assert settled(log) == ["superseded", "ran"]
     assert [r.attempt for r in c.records(run) if isinstance(r, AttemptClaimed)] == ["a2"]
+    show(c, run, log)
 
 
 def test_fault_NATS_restarted_mid_flow_no_delivery_lost_none_applied_twice(cluster: Cluster) -> None:
@@ -295,3 +307,5 @@ def test_fault_NATS_restarted_mid_flow_no_delivery_lost_none_applied_twice(clust
         assert finishes(recs) == {"clone": 1}, types(recs)
         assert sum(isinstance(r, ScratchBanked) for r in recs) == 1
         assert [r.attempt for r in recs if isinstance(r, AttemptClaimed)] == ["a1"]
+        show(c, run)
+    show(c, runs[0], c.tmp / "a.log")
