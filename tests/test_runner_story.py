@@ -102,3 +102,21 @@ def test_story_on_nats_postgres_s3_and_containers(
     assert isinstance(records[-1], ScratchBanked) and records[-1].finished
     assert not provider.client.containers.list(all=True, filters={"label": f"scratchbank.run={run}"})
     EXERCISED.add(engine)
+
+
+def test_container_provider_finds_the_sandbox_a_lapsed_runner_left(docker_url: str) -> None:
+    """Another runner's container for the run (by label) is an orphan; its own are not."""
+    mine = ContainerSandboxProvider(docker_url, "scratchbank-busybox:test", scratch=SCRATCH)
+    theirs = ContainerSandboxProvider(docker_url, "scratchbank-busybox:test", scratch=SCRATCH)
+    run = f"run-{uuid.uuid4().hex[:10]}"
+    left = theirs.start(run)
+    own = mine.start(run)
+    try:
+        found = mine.orphans(run)
+        assert [o.container_id for o in found] == [left.container_id]  # type: ignore[attr-defined]
+        assert mine.orphans(run) == []  # taken over once
+        assert mine.orphans(f"{run}-other") == []
+    finally:
+        mine.stop(own)
+        theirs.stop(left)
+    EXERCISED.add("docker")
