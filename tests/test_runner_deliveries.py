@@ -229,3 +229,16 @@ def test_C7_the_claim_is_the_first_write_from_the_status_read_and_the_run_reads_
         "run_resumed",
     ]
     assert fold(records[: seen + 3]).status is RunStatus.RUNNING
+
+
+def test_story_the_demo_tells_the_runner_story_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    """`scratchbank demo`: park and bank, restore, R2 heard (R11) and logged (R12), R7, S1/S5, S2/S4."""
+    from scratchbank.adapters.demo import run_demo
+
+    assert run_demo() == 0
+    out = capsys.readouterr().out
+    assert "sandbox 2 now holds: clone/README.md, verify.sh" in out
+    assert "the run's log (R12): SCRATCH_NOT_PORTABLE (R2): relaunch the run fresh" in out
+    assert "resume: RESTORE (R7)" in out
+    assert "(S1): 0 records, never ran there" in out and "(1 sandbox_shared, S5)" in out
+    assert "REFUSE SCRATCH_NOT_PORTABLE (S2)" in out and "scratch_forsaken records: 1" in out
