@@ -168,6 +168,8 @@ class Runner:
             # Not acked: the delivery is the new holder's now (an ack by stream sequence
             # would settle it under that holder's feet).
             return Handling(Handled.FENCED, d, error.message)
+        except ScratchbankError as error:  # a sandbox that would not start, a store outage (X5)
+            return _redeliver(inbound, RETRY_SOON, f"{error.code}: {error.message}")
         finally:
             keeper.stop()
             with contextlib.suppress(LeaseLost, ScratchbankError):

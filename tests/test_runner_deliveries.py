@@ -13,9 +13,11 @@ from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.adapters.reference_engine import Node
+from scratchbank.application.ports import Sandbox
 from scratchbank.application.runner import Handled, queue_resume
 from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.domain.consent import Consents
+from scratchbank.domain.errors import ExecFailed
 from scratchbank.domain.fold import fold
 from scratchbank.domain.records import (
     AttemptClaimed,
@@ -242,3 +244,28 @@ def test_story_the_demo_tells_the_runner_story_end_to_end(capsys: pytest.Capture
     assert "resume: RESTORE (R7)" in out
     assert "(S1): 0 records, never ran there" in out and "(1 sandbox_shared, S5)" in out
     assert "REFUSE SCRATCH_NOT_PORTABLE (S2)" in out and "scratch_forsaken records: 1" in out
+
+
+class _NoSandboxes:
+    """A provider whose engine refuses to start sandboxes (a node pool with no room)."""
+
+    def start(self, run_id: str) -> Sandbox:
+        raise ExecFailed("no room for a sandbox")
+
+    def stop(self, sandbox: Sandbox) -> None: ...
+
+    def orphans(self, run_id: str) -> list[Sandbox]:
+        return []
+
+
+def test_X5_a_sandbox_that_will_not_start_is_delivered_again(tmp_path: Path) -> None:
+    """A failure a later try may cure: the delivery is nak'd, never acked, the lease let go."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    rig.provider = _NoSandboxes()  # type: ignore[assignment]
+    tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1")])
+    inbound = RecordingInbound(ResumeDelivery("run-1", "a1"))
+    handled = rig.runner().handle(inbound)
+    assert handled.handled is Handled.REDELIVER and "EXEC_FAILED" in handled.detail
+    assert not inbound.acked and inbound.naks
+    assert rig.lease.acquire("run-1", "runner-b") is not None
