@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from scratchbank.application.ports import BankStore, StoredBank
+from scratchbank.application.retry import Deadline
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.teardown import Budgets
 from scratchbank.domain.lease import LeaseTiming
@@ -51,15 +52,17 @@ class HeldBankStore:
         self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
         self.keeps_banks = inner.keeps_banks
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
         self.log.say(event="put-started", run=run_id)
         time.sleep(self.put_wait)
-        self.inner.put(run_id, archive, sha256=sha256)
+        self.inner.put(run_id, archive, sha256=sha256, deadline=deadline)
 
-    def fetch(self, run_id: str, dest: BinaryIO, *, max_bytes: int) -> StoredBank:
+    def fetch(
+        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+    ) -> StoredBank:
         self.log.say(event="fetch-started", run=run_id)
         time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes)
+        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
 
     def delete(self, run_id: str) -> None:
         self.inner.delete(run_id)

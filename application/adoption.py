@@ -13,10 +13,13 @@ from collections.abc import Sequence
 import attrs
 
 from scratchbank.domain.adoption import AdoptionDecision, ChildNode, decide_adoption
+from scratchbank.domain.errors import TimelineConflict
+from scratchbank.domain.records import Record
 
 from .clock import Clock, SystemClock
 from .ports import SandboxFacts, Timeline
-from .recording import append_within_budget
+from .recording import RETRYABLE
+from .retry import Budget, retry_within
 
 #: S5: the adoption record's own budget (the records' default, RULES.md facts).
 ADOPTION_RECORD_BUDGET = 30.0
@@ -49,8 +52,21 @@ def adopt_child(
     if not decision.adopt or decision.record is None:
         return Adoption(False, decision.rule, decision.reason, decision)
     record = attrs.evolve(decision.record, parent_run=parent_run)
-    why = append_within_budget(timeline, child_run, [record], clock=clock or SystemClock(), budget=budget)
+    why = _record_within(timeline, child_run, record, Budget.start(clock or SystemClock(), budget))
     if why is not None:
         reason = f"the adoption record did not land within its budget ({why}): not run there"
         return Adoption(False, "S5", reason, decision)
     return Adoption(True, "S5", decision.reason, decision)
+
+
+def _record_within(timeline: Timeline, child_run: str, record: Record, budget: Budget) -> str | None:
+    """Append the adoption record, retrying a store outage within ``budget``; None once
+    written, else why not. The child has no claim of its own yet: an append that raced
+    another writer is tried again at the new tail (the record only adds a fact)."""
+    try:
+        retry_within(
+            budget, lambda _d: timeline.append(child_run, [record]), retry_on=(*RETRYABLE, TimelineConflict)
+        )
+    except (*RETRYABLE, TimelineConflict) as error:
+        return error.message
+    return None
