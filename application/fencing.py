@@ -7,6 +7,14 @@ saw, a prefix it checked holds no newer token. Of two holders racing, the stale 
 either lands before the new holder's first record (its append was at exactly that
 position) or its append conflicts, it re-reads, meets the newer token and is refused
 ``Fenced``. This works on every Timeline adapter, with no schema change.
+
+The resume and teardown use cases claim by position (application/recording.py): each
+counts its own records to know where its next append must land. A fenced timeline
+handed to them must already be announced (``announce``, or the runner's claim), so
+that the token is not slipped into their first batch behind their backs; from then
+on the fenced writer appends exactly what they give it, at the position they name,
+and a conflict past a newer token is ``Fenced`` (the stale holder stops) while one
+without is theirs to read (their own ``ResumeSuperseded`` or lost teardown).
 """
 
 from __future__ import annotations
@@ -75,6 +83,17 @@ class FencedTimeline:
             return list(records)
         t = self.token
         return [LeaseTaken(holder=t.holder, token=t.token, attempt=t.attempt), *records]
+
+    def announce(self) -> int:
+        """Write the token alone at the position last read (read first when none was).
+
+        Call it before a use case that counts its own positions writes through this
+        timeline. A no-op once announced; Fenced past a newer token.
+        """
+        if self.announced:
+            return self.position if self.position is not None else len(self._checked(self.run_id))
+        at = self.position if self.position is not None else len(self._checked(self.run_id))
+        return self._append_at(self.run_id, [], at)
 
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         """Append at the position last seen (or ``expected``); refuse Fenced past a newer token."""

@@ -12,7 +12,10 @@ Per delivery (C3-C8, R10-R12, L1-L5):
    appended at that position. Lost to a newer attempt -> acked, nothing more (C6).
 5. A new sandbox, the resume (restore), the engine, the teardown's bank, the sandbox
    torn down: every write through the fenced timeline, the lease refreshed all along
-   on its interval and let go past a ceiling (L1, L2, L5).
+   on its interval and let go past a ceiling (L1, L2, L5). The resume claims the run
+   again by position (``run_resumed`` at the version it read) through that same
+   fenced timeline: a resume that loses its claim (ResumeSuperseded) is acked with
+   nothing more written (C6); one fenced by a newer holder is left to that holder.
 """
 
 from __future__ import annotations
@@ -210,6 +213,7 @@ class Runner:
         for orphan in orphans:
             try:
                 if orphan_may_bank(fenced.read(run_id)):
+                    fenced.announce()  # the token first: the teardown counts its own positions
                     bank_at_teardown(
                         run_id,
                         timeline=fenced,
@@ -275,8 +279,8 @@ class Runner:
             outcome = resume(
                 d.run_id, request, timeline=fenced, store=self.store, sandbox=sandbox, attempt=d.attempt
             )
-        except ResumeSuperseded as error:  # C6: the engine refused before anything of its resume
-            return _acked(inbound, Handled.SUPERSEDED, f"the engine refused: {error.message}")
+        except ResumeSuperseded as error:  # C6: the resume lost its claim; it wrote nothing more
+            return _acked(inbound, Handled.SUPERSEDED, f"{error.code}: {error.message}")
         return None if outcome.proceeds else _restore_parked(inbound, outcome)
 
     def _engine_then_bank(
