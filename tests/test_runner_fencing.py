@@ -94,10 +94,12 @@ def test_fence_racing_holders_no_stale_record_follows_the_new_token(timeline: Ti
     run = _run(timeline)
     stale = FencedTimeline(timeline, run, Token("a", 1))
     fresh = FencedTimeline(timeline, run, Token("b", 2))
-    refused, writing = threading.Event(), threading.Event()
+    refused, writing, stop = threading.Event(), threading.Event(), threading.Event()
 
     def write_until_fenced() -> None:
         for i in range(100_000):  # bounded: it is fenced within a few writes of the claim
+            if stop.is_set():
+                return
             try:
                 stale.append(run, [_node(f"stale-{i}")])
             except Fenced:
@@ -105,17 +107,25 @@ def test_fence_racing_holders_no_stale_record_follows_the_new_token(timeline: Ti
                 return
             if i == 5:
                 writing.set()
+            # A breath between writes, as a slow holder has: without it, on a server a
+            # round trip away, the stale writer (one round trip a write) starves the new
+            # holder's read-then-claim (two) for good. The writes still race the claim.
+            stop.wait(0.002)
 
     writer = threading.Thread(target=write_until_fenced)
     writer.start()
-    assert writing.wait(60)
-    for _ in range(50):
-        try:
-            fresh.append(run, [AttemptClaimed(attempt="a2")], expected=len(fresh.read(run)))
-            break
-        except TimelineConflict:
-            continue
-    writer.join(60)
+    try:
+        assert writing.wait(60)
+        for _ in range(2000):
+            try:
+                fresh.append(run, [AttemptClaimed(attempt="a2")], expected=len(fresh.read(run)))
+                break
+            except TimelineConflict:
+                continue
+        writer.join(60)
+    finally:
+        stop.set()
+        writer.join(60)
     assert refused.is_set()
     records = list(timeline.read(run))
     taken = [i for i, r in enumerate(records) if isinstance(r, LeaseTaken) and r.token == 2]
