@@ -98,6 +98,7 @@ def _payload(delivery: ResumeDelivery) -> bytes:
         "attempt": delivery.attempt,
         "force": c.force,
         "accept_scratch_loss": c.accept_scratch_loss,
+        "republished": delivery.republished,
     }
     return json.dumps(body, sort_keys=True).encode()
 
@@ -105,7 +106,8 @@ def _payload(delivery: ResumeDelivery) -> bytes:
 def _delivery(data: bytes) -> ResumeDelivery:
     body = json.loads(data)
     consents = Consents(force=bool(body["force"]), accept_scratch_loss=bool(body["accept_scratch_loss"]))
-    return ResumeDelivery(check_run_id(str(body["run_id"])), str(body["attempt"]), consents)
+    again = int(body.get("republished", 0))
+    return ResumeDelivery(check_run_id(str(body["run_id"])), str(body["attempt"]), consents, again)
 
 
 class NatsInbound:

@@ -342,6 +342,7 @@ def queue_resume(
     consents: Consents = Consents(),
     *,
     source_changed: bool = False,
+    clock: Clock | None = None,
 ) -> tuple[ResumeDecision, ResumeDelivery | None]:
     """The surface's side (R9, R10, C5): judge, then queue the run and publish a delivery.
 
@@ -354,7 +355,10 @@ def queue_resume(
     if decision.verdict is Verdict.REFUSE:
         return decision, None
     queued = AttemptQueued(
-        attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
+        at=(clock or SystemClock()).now(),  # the orphan sweeper ages the queue from it (L4)
+        attempt=attempt,
+        force=consents.force,
+        accept_scratch_loss=consents.accept_scratch_loss,
     )
     timeline.append(run_id, [queued])
     delivery = ResumeDelivery(run_id, attempt, consents)

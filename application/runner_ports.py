@@ -23,16 +23,20 @@ from .ports import Sandbox, Timeline
 class ResumeDelivery:
     """One published resume: the run, the attempt it was published for, its consents (C5).
 
-    ``msg_id`` de-duplicates a publication the publisher sent twice.
+    ``msg_id`` de-duplicates a publication the publisher sent twice. ``republished``
+    counts the orphan sweeper's publications of the same attempt (a new message id,
+    the same resume: the same attempt and consents).
     """
 
     run_id: str
     attempt: str
     consents: Consents = Consents()
+    republished: int = 0
 
     @property
     def msg_id(self) -> str:
-        return f"{self.run_id}.{self.attempt}"
+        again = f".r{self.republished}" if self.republished else ""
+        return f"{self.run_id}.{self.attempt}{again}"
 
 
 class Inbound(Protocol):

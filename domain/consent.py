@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import attrs
 
 from .fold import ScratchState
-from .records import AttemptClaimed, Record, ScratchBanked
+from .records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, ScratchBanked
 
 
 @attrs.frozen
@@ -67,9 +67,20 @@ def attempt_ended(records: Sequence[Record], attempt: str) -> bool:
     return bool(claims) and any(isinstance(r, ScratchBanked) for r in records[claims[-1] :])
 
 
+def orphan_parked(records: Sequence[Record], attempt: str) -> bool:
+    """The orphan sweeper parked ``attempt`` after it was last queued (L4)."""
+    queued = [i for i, r in enumerate(records) if isinstance(r, AttemptQueued) and r.attempt == attempt]
+    since = records[queued[-1] :] if queued else records
+    return any(isinstance(r, OrphanSwept) and r.parked and r.attempt == attempt for r in since)
+
+
 def admit(records: Sequence[Record], state: ScratchState, attempt: str, carried: Consents) -> DeliveryVerdict:
-    """Admit a delivery: superseded (C6), already carried on, or judge_delivery's verdict."""
+    """Admit a delivery: superseded (C6), already carried on, parked by the orphan
+    sweeper (L4: a late delivery applies nothing), or judge_delivery's verdict."""
     verdict = judge_delivery(state, attempt, carried)
+    if verdict.delivery is Delivery.CLAIM and orphan_parked(records, attempt):
+        why = f"attempt {attempt} went unclaimed and the orphan sweeper parked the run: resume it again"
+        return DeliveryVerdict(Delivery.DONE, NONE, "L4", why)
     if verdict.delivery is Delivery.REDELIVERED and attempt_ended(records, attempt):
         why = f"attempt {attempt} was claimed and its execution ended: nothing is applied twice"
         return DeliveryVerdict(Delivery.DONE, NONE, "C4", why)

@@ -240,6 +240,18 @@ class ResumeRefused(Record):
     attempt: str | None = wire(STR, required=False)
 
 
+@attrs.frozen(kw_only=True)
+class OrphanSwept(Record):
+    """The orphan sweeper took a queued attempt no runner claimed within the cutoff (L4):
+    it published the attempt's delivery again (``parked`` False) or, when that one too
+    went unclaimed past the cutoff, parked the run (``parked`` True)."""
+
+    WIRE = "orphan_swept"
+    attempt: str = wire(STR)
+    parked: bool = wire(BOOL)
+    reason: str = wire(STR, required=False, default="")
+
+
 KNOWN_RECORDS: tuple[type[Record], ...] = (
     RunStarted,
     RunResumed,
@@ -254,4 +266,5 @@ KNOWN_RECORDS: tuple[type[Record], ...] = (
     RunStatusChanged,
     LeaseTaken,
     ResumeRefused,
+    OrphanSwept,
 )

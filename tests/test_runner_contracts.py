@@ -57,6 +57,20 @@ def test_queue_publication_is_deduplicated_by_message_id(queue: DeliveryQueue) -
     assert queue.fetch(0.3) is None
 
 
+def test_queue_a_sweepers_republication_is_a_new_message_with_the_same_resume(queue: DeliveryQueue) -> None:
+    """L4: the orphan sweeper's publication of the same attempt is not a duplicate, and
+    arrives with its attempt, consents and republication count."""
+    assert queue.publish(D1) is True
+    first = queue.fetch(2)
+    assert first is not None
+    first.ack()
+    again = ResumeDelivery(D1.run_id, D1.attempt, D1.consents, republished=1)
+    assert queue.publish(again) is True
+    got = queue.fetch(2)
+    assert got is not None and got.delivery == again
+    got.ack()
+
+
 def test_queue_nak_delivers_again_after_its_delay_with_a_count(queue: DeliveryQueue) -> None:
     """A nak'd delivery comes back (not before its delay), counted as the second delivery."""
     queue.publish(D1)

@@ -25,6 +25,7 @@ WIRE_NAMES = {
     "run_status_changed",
     "lease_taken",  # the runner's fencing token (issue #13)
     "resume_refused",  # a detached runner's refusal in the run's log (R12)
+    "orphan_swept",  # the orphan sweeper published again or parked (L4)
 }
 
 
