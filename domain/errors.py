@@ -23,6 +23,8 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
     ├── Fenced                    code FENCED                (a stale lease holder's write, refused)
+    ├── LeaseLost                 code LEASE_LOST            (L5: the run's lease lapsed or was taken)
+    ├── QueueUnavailable          code QUEUE_UNAVAILABLE     (the delivery queue cannot be reached)
     └── SurfaceError              (the operator surfaces: CLI, HTTP API, bootstrap)
         ├── ConfigInvalid         code CONFIG_INVALID        (a URL, sandbox, port or home that cannot work)
         ├── HomeNotFound          code HOME_NOT_FOUND        (no explicit home and none found from here)
@@ -349,3 +351,26 @@ class InvalidRequest(SurfaceError):
 
     code = "INVALID_REQUEST"
     remedy = "send only the fields the OpenAPI document lists (/openapi.json), with their types"
+
+
+class LeaseLost(ScratchbankError):
+    """The runner's lease on a run lapsed, was taken by another runner, or vanished (L5).
+
+    Raised when: a refresh or release finds the lease at another revision or gone.
+    Not raised for: a lease held by another runner at acquire time (acquire answers
+    None: the delivery backs off, L4).
+    """
+
+    code = "LEASE_LOST"
+    remedy = "nothing to do: the runner cancels its run context; another runner takes the run"
+
+
+class QueueUnavailable(ScratchbankError):
+    """The delivery queue (or the lease store next to it) cannot be reached.
+
+    Raised when: the server does not answer or refuses a publish, fetch or ack.
+    Not raised for: a duplicate publication (publish answers False) or an empty fetch.
+    """
+
+    code = "QUEUE_UNAVAILABLE"
+    remedy = "check the NATS server (SCRATCHBANK_NATS_URL); deliveries wait in the stream"
