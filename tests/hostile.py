@@ -117,7 +117,7 @@ def corpus() -> list[tuple[str, bytes, str]]:
         ("second gzip member", good_gz + _gz(_tar(_file("/etc/evil"))), "trailing data after the gzip"),
         ("truncated tar", _gz(ok[: BLOCK + 100]), "truncated"),
         ("no end marker", _gz(_tar(_file("a"), end=False)), "truncated"),
-        ("bomb", _gz(_bomb_header()), "bytes uncompressed"),
+        ("bomb", _gz(_bomb_header()), "size field .* is out of range"),
         ("file named like a directory", _gz(_tar(_file("dir/"))), "named like a directory"),
         (
             "GNU long name and PAX path",
