@@ -7,7 +7,8 @@ read by one strict grammar (octal, or GNU base-256 for positive values only) and
 checked against its range, and PAX records are read on an allow-list: the keys we
 use (``path``, ``linkpath``, ``size``, ``mtime``) and a short list of harmless ones
 normalised away (``atime``, ``ctime``: times we do not restore; ``uid``, ``gid``,
-``uname``, ``gname``: owners we ignore). Anything else is refused by name.
+``uname``, ``gname``: owners we ignore; ``hdrcharset``: BINARY or UTF-8, both read as
+bytes). Anything else is refused by name.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ MAX_MTIME = 8**11 - 1  # what an 11-digit ustar field holds: the year 4147
 MAX_ID = 2**32 - 1
 MAX_MODE = 0o7777
 USED_PAX_KEYS = frozenset({"path", "linkpath", "size", "mtime"})
-DROPPED_PAX_KEYS = frozenset({"atime", "ctime", "uid", "gid", "uname", "gname"})
+DROPPED_PAX_KEYS = frozenset({"atime", "ctime", "uid", "gid", "uname", "gname", "hdrcharset"})
+#: ``hdrcharset`` only says how to read ``path``/``linkpath``: we read both as bytes anyway
+#: (undecodable bytes kept by surrogateescape), so only its two standard values pass.
+HDRCHARSETS = frozenset({"BINARY", "ISO-IR 10646 2000 UTF-8"})
 
 _OCTAL = re.compile(rb"^ *([0-7]*)[ \x00]*$")
 _DIGITS = re.compile(r"^[0-9]{1,20}$")
@@ -102,6 +106,8 @@ def _check_pax_value(key: str, value: str) -> None:
         raise refuse(f"bad PAX {key} {value[:40]!r}")
     if key in ("mtime", "atime", "ctime") and not _TIME.match(value):
         raise refuse(f"bad PAX {key} {value[:40]!r}")
+    if key == "hdrcharset" and value not in HDRCHARSETS:
+        raise refuse(f"PAX hdrcharset {value[:40]!r} is not accepted")
     if key in ("uid", "gid") and int(value) > MAX_ID:
         raise refuse(f"PAX {key} {value} is out of range")
 
