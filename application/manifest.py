@@ -90,12 +90,41 @@ def _s(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+_quote = json.encoder.encode_basestring_ascii
+
+
 def line_of(path: str, kind: str, size: int) -> str:
-    return json.dumps([path, kind, size])
+    """``json.dumps([path, kind, size])``, without the encoder's per-call overhead."""
+    return f'[{_quote(path)}, "{kind}", {size:d}]'
+
+
+class PathTaken(Exception):
+    """A member at a path the log already holds (a duplicate, or a non-directory where
+    an implicit parent stands)."""
+
+    def __init__(self, path: str, existing: str) -> None:
+        super().__init__(path)
+        self.path, self.existing = path, existing
+
+
+_UPSERT = (
+    "INSERT INTO members (seq, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?) "
+    "ON CONFLICT(path) DO UPDATE SET seq = excluded.seq, type = excluded.type, mode = excluded.mode, "
+    "mtime = excluded.mtime, line = excluded.line "
+    "WHERE members.type = 'implicit' AND excluded.type = 'dir'"
+)
+_Row = tuple[int, bytes, str, int, int, int, bytes, str]
 
 
 class MemberLog:
-    """Accepted members, in order, on disk. Iterating yields them as ``Member``."""
+    """Accepted members, in order, on disk. Iterating yields them as ``Member``.
+
+    Writes are batched (``BATCH`` rows per ``executemany``, looked up in memory until
+    then): one SQLite call per member would cost more than parsing it. A conflict with
+    a row already on disk is found when its batch lands, and raised as PathTaken then.
+    """
+
+    BATCH = 2048
 
     def __init__(self) -> None:
         self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
@@ -103,51 +132,72 @@ class MemberLog:
         self._db.execute("PRAGMA temp_store = FILE")
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
+        self._pending: dict[bytes, _Row] = {}
+        self._listed: list[tuple[bytes, str, int, str]] = []
+        self._seq = 0
         self.count = 0
 
     def close(self) -> None:
         self._db.close()
 
-    def kind(self, path: str) -> str | None:
-        row = self._db.execute("SELECT type FROM members WHERE path = ?", (_b(path),)).fetchone()
-        return None if row is None else str(row[0])
-
-    def link_of(self, path: str) -> str | None:
-        row = self._db.execute("SELECT link FROM members WHERE path = ? AND type = 'symlink'", (_b(path),))
-        found = row.fetchone()
-        return None if found is None else _s(found[0])
+    # -- writing --------------------------------------------------------------------------
+    def add(self, m: Member) -> None:
+        """Record a member (an implicit parent arriving as a directory takes its place)."""
+        self._put(m, self._line(m))
+        if m.type != IMPLICIT:
+            self.count += 1
 
     def add_implicit(self, path: str) -> None:
         """A parent directory the bank leaves implicit (it has no entry of its own)."""
-        self._db.execute(
-            "INSERT INTO members (path, type, size, mode, mtime, link, line) VALUES (?, ?, 0, 0, 0, X'', '')",
-            (_b(path), IMPLICIT),
-        )
+        self._put(Member(path, IMPLICIT, 0, 0, 0), "")
 
-    def make_explicit(self, m: Member) -> None:
-        """An implicit parent that arrives later as a directory entry of its own."""
-        self._db.execute(
-            "UPDATE members SET type = ?, mode = ?, mtime = ?, line = ? WHERE path = ?",
-            (DIR, m.mode, m.mtime, self._line(m), _b(m.path)),
-        )
-        self.count += 1
+    def _put(self, m: Member, line: str) -> None:
+        key = _b(m.path)
+        held = self._pending.get(key)
+        if held is not None and not (held[2] == IMPLICIT and m.type == DIR):
+            raise PathTaken(m.path, held[2])
+        self._seq += 1
+        self._pending[key] = (self._seq, key, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
+        if len(self._pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Land the pending rows; raise PathTaken for the first that met a row on disk."""
+        if not self._pending:
+            return
+        rows = list(self._pending.values())
+        self._pending.clear()
+        before = self._db.total_changes
+        self._db.executemany(_UPSERT, rows)
+        if self._db.total_changes - before != len(rows):
+            self._conflict(rows)
+
+    def _conflict(self, rows: list[_Row]) -> None:
+        for row in rows:
+            found = self._db.execute("SELECT seq, type FROM members WHERE path = ?", (row[1],)).fetchone()
+            if found is not None and found[0] != row[0]:
+                raise PathTaken(_s(row[1]), str(found[1]))
+
+    # -- looking up (pending rows first) --------------------------------------------------
+    def _row(self, path: str) -> tuple[str, int, bytes] | None:
+        key = _b(path)
+        held = self._pending.get(key)
+        if held is not None:
+            return held[2], held[3], held[6]
+        found = self._db.execute("SELECT type, size, link FROM members WHERE path = ?", (key,)).fetchone()
+        return None if found is None else (str(found[0]), int(found[1]), bytes(found[2]))
+
+    def kind(self, path: str) -> str | None:
+        row = self._row(path)
+        return None if row is None else row[0]
+
+    def link_of(self, path: str) -> str | None:
+        row = self._row(path)
+        return _s(row[2]) if row is not None and row[0] == SYMLINK else None
 
     def file_size(self, path: str) -> int:
-        row = self._db.execute("SELECT size FROM members WHERE path = ? AND type = 'file'", (_b(path),))
-        found = row.fetchone()
-        return 0 if found is None else int(found[0])
-
-    def add(self, m: Member) -> bool:
-        """Record a member; False (and nothing recorded) when its path is already there."""
-        try:
-            self._db.execute(
-                "INSERT INTO members (path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?)",
-                (_b(m.path), m.type, m.size, m.mode, m.mtime, _b(m.linkname), self._line(m)),
-            )
-        except sqlite3.IntegrityError:
-            return False
-        self.count += 1
-        return True
+        row = self._row(path)
+        return row[1] if row is not None and row[0] == FILE else 0
 
     def _line(self, m: Member) -> str:
         if m.path == "" or m.type == FIFO:
@@ -159,12 +209,14 @@ class MemberLog:
         return line_of(m.path, m.type, m.size if m.type == FILE else 0)
 
     def __iter__(self) -> Iterator[Member]:
+        self.flush()
         rows = self._db.execute("SELECT path, type, size, mode, mtime, link FROM members ORDER BY seq")
         for path, kind, size, mode, mtime, link in rows:
             if kind not in (FIFO, IMPLICIT):
                 yield Member(_s(path), kind, size, mode, mtime, _s(link))
 
     def members_of(self, kind: str, *, deepest_first: bool = False) -> Iterator[Member]:
+        self.flush()
         order = "path DESC" if deepest_first else "seq"
         rows = self._db.execute(
             f"SELECT path, size, mode, mtime, link FROM members WHERE type = ? ORDER BY {order}", (kind,)
@@ -173,6 +225,7 @@ class MemberLog:
             yield Member(_s(path), kind, size, mode, mtime, _s(link))
 
     def lines(self) -> Iterator[str]:
+        self.flush()
         for (line,) in self._db.execute("SELECT line FROM members WHERE line != '' ORDER BY line"):
             yield str(line)
 
@@ -188,13 +241,17 @@ class MemberLog:
 
     # -- the restored tree, compared with the manifest ------------------------------------
     def add_listed(self, path: str, kind: str, size: int) -> None:
-        self._db.execute(
-            "INSERT INTO listing VALUES (?,?,?,?)", (_b(path), kind, size, line_of(path, kind, size))
-        )
+        self._listed.append((_b(path), kind, size, line_of(path, kind, size)))
+        if len(self._listed) >= self.BATCH:
+            self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+            self._listed.clear()
 
     def compare(self) -> Comparison:
         """Lines the manifest has and the listing lacks; listed lines the manifest lacks,
         except the directories a bank left implicit (parents with no entry of their own)."""
+        self.flush()
+        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+        self._listed.clear()
         missing = self._db.execute(
             "SELECT COUNT(*) FROM members m WHERE m.line != '' "
             "AND NOT EXISTS (SELECT 1 FROM listing l WHERE l.line = m.line)"

@@ -29,7 +29,7 @@ DROPPED_PAX_KEYS = frozenset({"atime", "ctime", "uid", "gid", "uname", "gname", 
 #: (undecodable bytes kept by surrogateescape), so only its two standard values pass.
 HDRCHARSETS = frozenset({"BINARY", "ISO-IR 10646 2000 UTF-8"})
 
-_OCTAL = re.compile(rb"^ *([0-7]*)[ \x00]*$")
+_OCTAL_DIGITS = b"01234567"
 _DIGITS = re.compile(r"^[0-9]{1,20}$")
 _TIME = re.compile(r"^-?[0-9]{1,20}(\.[0-9]{1,20})?$")
 _PAX_LENGTH = re.compile(rb"^[1-9][0-9]{0,9}$")
@@ -41,16 +41,19 @@ def refuse(why: str) -> HostileArchive:
 
 
 def number(field: bytes, what: str, high: int) -> int:
-    """An octal field (or GNU base-256, positive only) within ``[0, high]``."""
+    """An octal field (or GNU base-256, positive only) within ``[0, high]``.
+
+    Octal: optional leading spaces, octal digits, then only NULs and spaces (no sign,
+    no underscore, nothing after the terminator)."""
     if field[:1] == b"\x80":
         value = int.from_bytes(field[1:], "big")
     elif field[:1] and field[0] & 0x80:
         raise refuse(f"negative or malformed base-256 number in the {what} field")
     else:
-        match = _OCTAL.match(field)
-        if match is None:
+        digits = field.lstrip(b" ").rstrip(b" \x00")
+        if digits.translate(None, _OCTAL_DIGITS):
             raise refuse(f"bad number in the {what} field")
-        value = int(match.group(1) or b"0", 8)
+        value = int(digits or b"0", 8)
     if value > high:
         raise refuse(f"the {what} field ({value}) is out of range")
     return value
@@ -59,7 +62,7 @@ def number(field: bytes, what: str, high: int) -> int:
 def checksum_ok(block: bytes) -> bool:
     """The header checksum, unsigned sum only (what every tar writes)."""
     stored = number(block[148:156], "checksum", 8 * 255 * BLOCK)
-    return stored == sum(block[:148]) + 8 * 32 + sum(block[156:])
+    return stored == sum(block) - sum(block[148:156]) + 8 * 32
 
 
 def cstring(field: bytes) -> bytes:

@@ -33,7 +33,7 @@ import attrs
 
 from scratchbank.domain.errors import HostileArchive, UnreadableArchive
 
-from .manifest import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Manifest, Member, MemberLog
+from .manifest import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Manifest, Member, MemberLog, PathTaken
 from .symlink_tree import first_escaping_link
 from .tar_header import BLOCK, RawHeader, cstring, pax_mtime, pax_records, read_header, refuse, text
 
@@ -91,9 +91,18 @@ def _named(state: list[HostileArchive]) -> Iterator[None]:
     except HostileArchive as error:
         state.append(error)
         raise
+    except PathTaken as taken:
+        state.append(_taken(taken))
+        raise state[0] from None
     except Exception as error:
         state.append(UnreadableArchive(f"bank refused on the host: the parser failed ({error!r:.200})"))
         raise state[0] from error
+
+
+def _taken(taken: PathTaken) -> HostileArchive:
+    if taken.existing == IMPLICIT:
+        return refuse(f"{taken.path!r} is a parent of earlier members but not a directory")
+    return refuse(f"duplicate member {taken.path!r}")
 
 
 def _call(callback: Callable[[Member], None] | Callable[[bytes], None] | None, arg: object) -> None:
@@ -214,6 +223,7 @@ class TarReader:
             raise refuse("no end-of-archive marker (truncated)")
         if any(self._buf[self._pos :]):
             raise refuse("trailing data after the end-of-archive marker")
+        self.log.flush()
         if self.limits.host_directory:
             escaping = first_escaping_link(self.log)
             if escaping is not None:
@@ -344,17 +354,9 @@ class TarReader:
         return ""
 
     def _record(self, member: Member) -> None:
-        path = member.path
-        self._check_parents(path)
-        if self.log.add(member):
-            self._remember_dir(member)
-            return
-        if member.type == DIR and self.log.kind(path) == IMPLICIT:
-            self.log.make_explicit(member)
-            return
-        if self.log.kind(path) == IMPLICIT:
-            raise refuse(f"{path!r} is a parent of earlier members but not a directory")
-        raise refuse(f"duplicate member {path!r}")
+        self._check_parents(member.path)
+        self.log.add(member)  # a duplicate raises PathTaken (now, or when its batch lands)
+        self._remember_dir(member)
 
     def _check_parents(self, path: str) -> None:
         parts = path.split("/")
