@@ -237,3 +237,31 @@ def test_X2_a_size_that_claims_more_than_the_archive_holds_is_truncation() -> No
     block = set_field(_block(), 124, b"%011o\x00" % 4096)
     with pytest.raises(HostileArchive, match="truncated"):
         read(block + b"x" * 512 + end())
+
+
+# -- memory: flat in the member count (issue 10 hole 5) --------------------------------------
+def _many(n: int) -> bytes:
+    return b"".join(ustar(member(f"d{i % 50}/f{i}", size=1), b"z") for i in range(n)) + end()
+
+
+def _peak_while_reading(raw: bytes) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        reader = TarReader()
+        for i in range(0, len(raw), 1 << 16):
+            reader.feed(raw[i : i + (1 << 16)])
+        reader.close()
+        lines = sum(1 for _ in reader.log.lines())
+        assert lines == len(raw) // 1024 - 1
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_X2_host_memory_does_not_grow_with_the_member_count() -> None:
+    """The members go to disk (SQLite), in batches: 10x the members, the same Python peak."""
+    small, large = _many(1_000), _many(10_000)
+    growth = _peak_while_reading(large) - _peak_while_reading(small)
+    assert growth < 1 << 20, f"{growth} bytes more for 9,000 more members"
