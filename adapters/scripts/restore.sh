@@ -24,9 +24,12 @@ parent=$(dirname "$scratch")
 staged="$parent/.scratchbank-staged.${3:-none}"
 
 list_tree() { # $1 directory, $2 work directory
+    # Two walks of a tree nobody else writes (a fresh staging directory): stat's lines
+    # (no names in them) and the names NUL-separated, in the same order. Not `xargs -0`:
+    # BusyBox 1.35's splits names at its buffer boundaries.
     cd "$1/." 2>/dev/null || exit 12
+    find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 12
     find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 12
-    xargs -0 -r stat -c '%f %s' <"$2/names" >"$2/stats" 2>/dev/null || exit 12
     wc -c <"$2/stats" | tr -d ' '
     cat "$2/stats" "$2/names"
 }
