@@ -163,3 +163,13 @@ def test_X6_a_host_backed_scratch_holds_links_out_but_nothing_on_the_host_follow
         sorted(p.name for p in outside.iterdir()) == ["secret"]
         and (outside / "secret").read_text() == "untouched"
     )
+
+
+def test_X2_thousands_of_long_names_list_exactly_on_busybox() -> None:
+    """BusyBox's `xargs -0` splits names at its buffer boundaries; the listing must not."""
+    names = [f"d{i % 40}/a-rather-long-file-name-to-fill-buffers-{i:05d}.json" for i in range(3000)]
+    with rig("docker-busybox") as r:
+        out = restore(gz(files(*names, size=1) + end()), r.sandbox)
+        assert out.proceeds, out
+        listed = [json.loads(line)[0] for line in r.sandbox.list_scratch()]
+    assert sorted(p for p in listed if "/" in p) == sorted(names)
