@@ -173,3 +173,20 @@ def test_X2_thousands_of_long_names_list_exactly_on_busybox() -> None:
         assert out.proceeds, out
         listed = [json.loads(line)[0] for line in r.sandbox.list_scratch()]
     assert sorted(p for p in listed if "/" in p) == sorted(names)
+
+
+def test_X2_the_canonical_stream_may_go_gzip_level_1(box: Rig) -> None:
+    """For a slow transport: the same staged restore over a gzip'd canonical stream."""
+    from scratchbank.application.restore import restore_bank
+    from scratchbank.application.resume import check_resume
+
+    data = gz(files("z/one", "two") + end())
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    record = record_for(data)
+    assert isinstance(record, ScratchBanked)
+    timeline.append("run-z", [started(), record])
+    store.banks["run-z"] = data
+    decision = check_resume(timeline, "run-z", ResumeRequest())
+    attempt = restore_bank("run-z", decision, store=store, sandbox=box.sandbox, gzip_level=1)
+    assert attempt.result.value == "restored", attempt
+    assert box.sh(f"cat {box.scratch}/z/one {box.scratch}/two") == "abcabc"
