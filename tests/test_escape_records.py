@@ -16,6 +16,7 @@ from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import SCRATCH_NOT_PORTABLE, ResumeRequest
 from scratchbank.domain.records import ScratchBanked, ScratchRestored
 from scratchbank.testing.builders import node, started
+from scratchbank.testing.clocks import ManualClock
 
 HOSTILE = {
     "PAX mtime past any float": [("mtime", "1e400")],
@@ -34,19 +35,6 @@ def bank_of(pairs: list[tuple[str, str]]) -> bytes:
     return gz(raw + end())
 
 
-class NoWait:
-    """A clock whose pauses between tries take no time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class HostileSandbox(FakeSandbox):
     """A compromised sandbox: its tar streams whatever bytes it likes."""
 
@@ -54,7 +42,7 @@ class HostileSandbox(FakeSandbox):
         super().__init__({"f": b"ok"})
         self.data = data
 
-    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
+    def archive(self, dest: ByteSink, *, compress: bool, verify: bool, **_: object) -> ArchiveReport:
         self._step("archive")
         dest.write(self.data if compress else b"")
         return ArchiveReport(False)
@@ -66,7 +54,7 @@ def test_T6_a_bank_the_parser_chokes_on_is_still_recorded(case: str) -> None:
     timeline.append("run-t", [started(), node("clone", "tool")])
     sandbox = HostileSandbox(bank_of(HOSTILE[case]))
     report = bank_at_teardown(
-        "run-t", timeline=timeline, store=store, sandbox=sandbox, run_finished=False, clock=NoWait()
+        "run-t", timeline=timeline, store=store, sandbox=sandbox, run_finished=False, clock=ManualClock()
     )
     last = timeline.read("run-t")[-1]
     assert isinstance(last, ScratchBanked) and report.recorded
