@@ -12,12 +12,15 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   ├── BankWriteFailed       code BANK_WRITE_FAILED     (T8/T10: retry may cure)
     │   ├── BankMismatch          code BANK_MISMATCH         (X4: not the bank the record names)
     │   └── HostileArchive        code HOSTILE_ARCHIVE       (X2/X4: refused on the host)
+    │       └── UnreadableArchive code ARCHIVE_UNREADABLE    (X2/X4/T6: the parser itself failed)
     ├── SandboxError
     │   ├── SandboxGone           code SANDBOX_GONE          (T19: cannot even list)
     │   ├── ExecFailed            code EXEC_FAILED           (T8: an exec blip)
     │   ├── ArchiveFailed         code ARCHIVE_FAILED        (T8: tar failed in the sandbox)
     │   ├── RestoreRefused        code RESTORE_REFUSED       (X2/X4: the sandbox's tar refused)
     │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
+    ├── DestinationRefused        code DESTINATION_REFUSED   (X6: the host directory cannot take it)
+    │   └── NoSpaceAtDestination  code NO_SPACE_AT_DESTINATION (X6: less free space than declared)
     ├── InvalidRunId              code INVALID_RUN_ID
     ├── RunNotFound               code RUN_NOT_FOUND         (the timeline has never seen the run)
     ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
@@ -162,11 +165,51 @@ class HostileArchive(BankError):
     """A bank the host-side check refused: it must not be extracted anywhere.
 
     Raised when: the archive breaks the allow-list (absolute or '..' names, links out,
-    devices, duplicates, bombs, trailing data, corrupt gzip, size or digest mismatch).
+    devices, duplicates, bombs, trailing data, corrupt gzip, size or digest mismatch,
+    a header field off its grammar or range, a PAX key off the allow-list). Not raised
+    for: a bank that is gone (BankGone) or a store read that failed (BankReadFailed).
     """
 
     code = "HOSTILE_ARCHIVE"
     remedy = "relaunch the run fresh, or resume accepting the scratch's loss"
+
+
+class UnreadableArchive(HostileArchive):
+    """The archive made the host's parser itself fail (a bug met by hostile bytes).
+
+    Raised when: any exception other than a named refusal escapes the gzip or tar
+    parser (an overflow, a decode error, an index error): the one boundary in
+    TarReader/GzipReader turns it into this refusal. Not raised for: the allow-list's
+    named refusals (HostileArchive), nor a failure of what consumes the parsed stream
+    (a broken pipe into a sandbox stays what it is).
+    """
+
+    code = "ARCHIVE_UNREADABLE"
+
+
+class DestinationRefused(ScratchbankError):
+    """A restore into a host directory could not create the tree there (X6).
+
+    Raised when: the destination's parent cannot be opened, an entry cannot be created
+    (permissions, a name the filesystem refuses, disk full mid-way), or the swap into
+    place fails; the destination is left as it was. Not raised for: a bank the host
+    check refused (HostileArchive), which never reaches the destination.
+    """
+
+    code = "DESTINATION_REFUSED"
+    remedy = "fix the host directory's permissions or space, or resume accepting the scratch's loss"
+
+
+class NoSpaceAtDestination(DestinationRefused):
+    """The host directory's filesystem has less free space than the bank declares (X6).
+
+    Raised when: free space (for the caller's user) at the destination's parent is
+    below the bank's declared uncompressed total, checked before anything is created.
+    Not raised for: a disk that fills while extracting (DestinationRefused).
+    """
+
+    code = "NO_SPACE_AT_DESTINATION"
+    remedy = "free space on the host directory's filesystem, or resume accepting the scratch's loss"
 
 
 class SandboxError(ScratchbankError):
