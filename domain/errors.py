@@ -22,7 +22,9 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── RunNotFound               code RUN_NOT_FOUND         (the timeline has never seen the run)
     ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
-    └── Fenced                    code FENCED                (a stale lease holder's write, refused)
+    ├── Fenced                    code FENCED                (a stale lease holder's write, refused)
+    ├── LeaseLost                 code LEASE_LOST            (L5: the run's lease lapsed or was taken)
+    └── QueueUnavailable          code QUEUE_UNAVAILABLE     (the delivery queue cannot be reached)
 
 Errors are values the domain can name; raising and catching them happens in the
 application layer and at adapter edges. The domain raises only TimelineUnreadable,
@@ -248,3 +250,26 @@ class Fenced(ScratchbankError):
 
     code = "FENCED"
     remedy = "nothing to do: a newer lease holder owns the run"
+
+
+class LeaseLost(ScratchbankError):
+    """The runner's lease on a run lapsed, was taken by another runner, or vanished (L5).
+
+    Raised when: a refresh or release finds the lease at another revision or gone.
+    Not raised for: a lease held by another runner at acquire time (acquire answers
+    None: the delivery backs off, L4).
+    """
+
+    code = "LEASE_LOST"
+    remedy = "nothing to do: the runner cancels its run context; another runner takes the run"
+
+
+class QueueUnavailable(ScratchbankError):
+    """The delivery queue (or the lease store next to it) cannot be reached.
+
+    Raised when: the server does not answer or refuses a publish, fetch or ack.
+    Not raised for: a duplicate publication (publish answers False) or an empty fetch.
+    """
+
+    code = "QUEUE_UNAVAILABLE"
+    remedy = "check the NATS server (SCRATCHBANK_NATS_URL); deliveries wait in the stream"
