@@ -77,10 +77,11 @@ class S3BankStore:
         deadline = deadline_of(deadline, CALL_SECONDS)
         extra = {"Metadata": {DIGEST_KEY: sha256}}
         manager = TransferManager(self.client, MULTIPART)
-        future = None
+        finished = False
         try:
             future = manager.upload(str(archive), self.bucket, self.key(run_id), extra_args=extra)
             _wait(future, deadline, where)
+            finished = True
         except (BotoCoreError, ClientError, OSError) as error:
             raise BankWriteFailed(f"{where}: {error}") from error
         except BankWriteFailed:
@@ -88,7 +89,7 @@ class S3BankStore:
         except Exception as error:  # s3transfer's failures and friends
             raise BankWriteFailed(f"{where}: {error}") from error
         finally:
-            _close(manager, finished=future is not None and future.done())
+            _close(manager, finished=finished)
 
     def fetch(
         self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
@@ -177,11 +178,21 @@ def _close(manager: TransferManager, *, finished: bool) -> None:
 
 
 def _shut(body: Any) -> None:
-    """Shut the socket under a streaming body down, so a blocked read returns at once."""
-    raw = getattr(body, "_raw_stream", None)
-    conn = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
-    sock = getattr(conn, "sock", None)
+    """Shut the socket under a streaming body down, so a blocked read returns at once
+    (closing it from another thread would not wake the read)."""
+    sock = _socket_of(body)
     if sock is not None:
         sock.shutdown(socket.SHUT_RDWR)
     else:
         body.close()
+
+
+def _socket_of(body: Any) -> socket.socket | None:
+    """The socket a botocore StreamingBody reads from (urllib3 2: the response's file)."""
+    raw = getattr(body, "_raw_stream", None)
+    reader = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+    sock = getattr(reader, "_sock", None)
+    if isinstance(sock, socket.socket):
+        return sock
+    conn = getattr(getattr(raw, "_connection", None), "sock", None)
+    return conn if isinstance(conn, socket.socket) else None
