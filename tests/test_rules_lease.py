@@ -171,14 +171,18 @@ class StuckArchive(LocalSandbox):
 
     def __init__(self, root: Path | None = None) -> None:
         super().__init__(root)
-        self.archiving = threading.Event()
         self.continues = 0
 
     def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
-        if source == ARCHIVE:
-            self.archiving.set()
-            source = "sleep 1000"
+        if source == ARCHIVE:  # the marker is written once the exec (and its watchdog) runs
+            source = f"touch {self.root}/archiving; exec sleep 1000"
         return super().run(source, args, **kw)
+
+    def wait_archiving(self, bound: float = 30.0) -> bool:
+        end = time.monotonic() + bound
+        while not (self.root / "archiving").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        return (self.root / "archiving").exists()
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         super().continue_processes(deadline=deadline)
@@ -217,7 +221,7 @@ def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_conti
             daemon=True,
         )
         teardown.start()
-        assert box.archiving.wait(30), "the archive never started"
+        assert box.wait_archiving(), "the archive never started"
         cancel.cut("the refresh failed (LEASE_LOST): the run context is cancelled (L5)")
         teardown.join(30)  # a bound for the test, not a timing assertion: an uncut tar sleeps 1000 s
         assert not teardown.is_alive(), "the cancel did not cut the archive"
