@@ -91,6 +91,15 @@ def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
     return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
 
 
+def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
+    """The recorder's method without the driver's own retry loop (eventsourcing's
+    PostgreSQL recorder tries an OperationalError ten times): one call, one deadline;
+    retries are the use case's, within its budget (T8)."""
+    method = getattr(type(recorder), name)
+    bare = getattr(method, "__wrapped__", method)
+    return functools.partial(bare, recorder)
+
+
 def _server_timeouts(factory: InfrastructureFactory[Any], seconds: float) -> None:
     """PostgreSQL: every connection the pool opens ends a statement or a lock wait by
     the deadline, and gives up connecting by it (set before the pool first opens)."""
@@ -149,6 +158,8 @@ class EventStoreTimeline:
             _server_timeouts(self._factory, call_seconds)
             self._cutter = _Cutter(self._factory)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
+            self._select = _once(self._recorder, "select_events")
+            self._insert_events = _once(self._recorder, "insert_events")
             self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
             raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
@@ -191,7 +202,7 @@ class EventStoreTimeline:
         """The records after the first ``position`` ones (a snapshot's tail)."""
         check_run_id(run_id)
         stored_events = self._within(
-            lambda: self._recorder.select_events(run_id, gt=position or None),
+            lambda: self._select(run_id, gt=position or None),
             TimelineUnreadable,
             f"cannot read run {run_id}",
         )
@@ -211,7 +222,7 @@ class EventStoreTimeline:
 
     def _length(self, run_id: str) -> int:
         last = self._within(
-            lambda: self._recorder.select_events(run_id, desc=True, limit=1),
+            lambda: self._select(run_id, desc=True, limit=1),
             TimelineWriteFailed,
             f"cannot read run {run_id} to append",
         )
@@ -251,7 +262,7 @@ class EventStoreTimeline:
 
     def _insert(self, stored: list[StoredEvent]) -> None:
         try:
-            self._recorder.insert_events(stored)
+            self._insert_events(stored)
         except IntegrityError:
             raise _Conflict from None
 
