@@ -1,0 +1,131 @@
+"""The bank as it arrives on the host (T2, T20, X2, ADR 0003): compressed, hashed, written and
+checked in lanes beside the stream, in the gzip format any tar opens, whichever codec wrote it."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import re
+import tarfile
+import zlib
+from pathlib import Path
+
+import pytest
+from hostile import corpus
+
+from scratchbank.application.gzip_codec import GzipCodec, _isal, choose_codec
+from scratchbank.application.host_archive import BATCH, ArchiveFacts, HostArchive
+from scratchbank.application.tarstream import Limits
+from scratchbank.domain.errors import ArchiveFailed, HostArchiveFailed
+
+CODECS = [GzipCodec("zlib", 1), GzipCodec("zlib", 6)]
+if _isal() is not None:
+    CODECS.append(GzipCodec("isal", 1))
+
+
+def raw_tar(files: int = 40, size: int = 70_000) -> bytes:
+    """A plain tar of ``files`` members of mixed text, past several 1 MiB batches."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(files):
+            data = (b"line %d of file %d\n" % (i, i)) * (size // 20)
+            info = tarfile.TarInfo(f"dir{i % 3}/f{i}.txt")
+            info.size, info.mtime = len(data), 1_700_000_000
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def stream(sink: HostArchive, data: bytes, chunk: int = 65_519) -> ArchiveFacts:
+    for i in range(0, len(data), chunk):
+        assert sink.write(data[i : i + chunk]) == len(data[i : i + chunk])
+    return sink.finish()
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: f"{c.library}-{c.level}")
+def test_T2_a_raw_stream_is_stored_as_one_gzip_any_gunzip_opens_with_its_digest(
+    tmp_path: Path, codec: GzipCodec
+) -> None:
+    """What the host file holds is one gzip of exactly the tar sent, and the facts describe that file."""
+    raw = raw_tar()
+    assert len(raw) > 2 * BATCH
+    facts = stream(
+        HostArchive(tmp_path / "b.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30, codec=codec), raw
+    )
+    stored = (tmp_path / "b.tgz").read_bytes()
+    assert gzip.decompress(stored) == raw
+    assert facts.bytes == len(stored)
+    assert facts.sha256 == hashlib.sha256(stored).hexdigest()
+    assert facts.manifest is not None and facts.manifest.entries == 40
+    assert facts.refused == ""
+
+
+def test_T2_a_sandbox_gzipped_stream_is_stored_byte_for_byte(tmp_path: Path) -> None:
+    """compress_in_sandbox: the host stores what it was sent and checks it through gunzip."""
+    sent = gzip.compress(raw_tar(), compresslevel=6)
+    facts = stream(HostArchive(tmp_path / "b.tgz", gzipped_input=True, gzip_level=1, cap=1 << 30), sent)
+    assert (tmp_path / "b.tgz").read_bytes() == sent
+    assert facts.sha256 == hashlib.sha256(sent).hexdigest()
+    assert facts.manifest is not None and facts.manifest.entries == 40
+
+
+def test_T20_past_the_cap_the_host_counts_the_whole_archive_but_writes_no_more(tmp_path: Path) -> None:
+    """The cap is judged on the whole compressed size; the file stops growing at the cap."""
+    raw = raw_tar(files=30, size=200_000)
+    whole = stream(HostArchive(tmp_path / "a.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30), raw)
+    cap = whole.bytes // 3
+    capped = stream(HostArchive(tmp_path / "c.tgz", gzipped_input=False, gzip_level=1, cap=cap), raw)
+    assert capped.bytes == whole.bytes
+    assert capped.sha256 == whole.sha256
+    assert (tmp_path / "c.tgz").stat().st_size <= cap
+
+
+@pytest.mark.parametrize(("name", "data", "says"), corpus(), ids=[c[0] for c in corpus()])
+def test_X2_a_hostile_raw_stream_is_refused_by_name_while_still_stored_and_hashed(
+    tmp_path: Path, name: str, data: bytes, says: str
+) -> None:
+    """The refusal is a named reason on the facts (recorded, never banked), not an exception."""
+    if "gzip" in says:
+        pytest.skip("a gzip-level case: only a sandbox-compressed bank carries its own gzip")
+    try:
+        raw = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        pytest.skip("a broken gzip stream: only a sandbox-compressed bank can carry one")
+    limits = Limits(uncompressed_bytes=1 << 30)
+    sink = HostArchive(tmp_path / "h.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30, limits=limits)
+    facts = stream(sink, raw)
+    assert re.search(says.replace("(", r"\("), facts.refused), facts
+    assert facts.manifest is None
+    assert facts.sha256 == hashlib.sha256((tmp_path / "h.tgz").read_bytes()).hexdigest()
+
+
+def test_T8_a_host_file_that_cannot_be_written_is_named_and_the_stream_still_drains() -> None:
+    """/dev/full refuses every write (ENOSPC): write() keeps taking the stream, finish() names it."""
+    sink = HostArchive(Path("/dev/full"), gzipped_input=False, gzip_level=1, cap=1 << 30)
+    raw = raw_tar(files=60, size=100_000)
+    for i in range(0, len(raw), 65_536):
+        sink.write(raw[i : i + 65_536])  # never raises: a transport must drain its stream
+    with pytest.raises(HostArchiveFailed) as caught:
+        sink.finish()
+    assert caught.value.code == "HOST_ARCHIVE_FAILED"
+    assert isinstance(caught.value, ArchiveFailed)  # so banking tries again (T8)
+    assert "No space left" in caught.value.message
+
+
+def test_close_without_finish_stops_the_lanes(tmp_path: Path) -> None:
+    """An archive cut short (the exec failed) leaves no thread behind."""
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    sink = HostArchive(tmp_path / "x.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30)
+    sink.write(raw_tar()[: 3 * BATCH])
+    sink.close()
+    assert {t.name for t in threading.enumerate()} - before == set()
+
+
+def test_the_codec_is_isal_up_to_level_3_when_installed_and_zlib_beyond() -> None:
+    """ADR 0003: ISA-L knows levels 0-3; a higher level asks for zlib's ratio."""
+    assert choose_codec(6) == GzipCodec("zlib", 6)
+    assert choose_codec(1, prefer_isal=False) == GzipCodec("zlib", 1)
+    expected = "isal" if _isal() is not None else "zlib"
+    assert choose_codec(1) == GzipCodec(expected, 1)
