@@ -124,6 +124,8 @@ class CheckLane:
             (self._gunzip.feed if self._gunzip else self.reader.feed)(batch)
         except HostileArchive as error:
             self.refused = error.message
+        except Exception as error:  # an archive the host cannot even parse is refused, never trusted
+            self.refused = f"bank refused on the host: the check failed ({type(error).__name__}: {error})"
 
     def end(self) -> Manifest | None:
         """Check the stream ended where an archive ends; the manifest, or None if refused."""

@@ -129,3 +129,39 @@ def test_the_codec_is_isal_up_to_level_3_when_installed_and_zlib_beyond() -> Non
     assert choose_codec(1, prefer_isal=False) == GzipCodec("zlib", 1)
     expected = "isal" if _isal() is not None else "zlib"
     assert choose_codec(1) == GzipCodec(expected, 1)
+
+
+def test_X2_a_stream_the_check_cannot_even_parse_is_refused_not_trusted(tmp_path: Path) -> None:
+    """A PAX mtime of "inf" (an overflow, not a format error) still ends in a refusal by name."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("f")
+        info.pax_headers = {"mtime": "inf"}
+        tar.addfile(info, io.BytesIO(b""))
+    facts = stream(
+        HostArchive(tmp_path / "i.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30), out.getvalue()
+    )
+    assert facts.refused.startswith("bank refused on the host"), facts
+    assert facts.manifest is None
+
+
+def test_a_lane_that_failed_keeps_draining_and_keeps_its_first_error() -> None:
+    """A producer never blocks on a failed lane (its queue is bounded): it drains, keeps the first error."""
+    import threading
+
+    from scratchbank.application.host_archive import DEPTH, Lane
+
+    seen: list[bytes] = []
+
+    def work(batch: bytes) -> None:
+        seen.append(batch)
+        raise ValueError(f"failed on {batch!r}")
+
+    lane = Lane("test-lane", work)
+    producer = threading.Thread(target=lambda: [lane.put(b"%d" % i) for i in range(5 * DEPTH)], daemon=True)
+    producer.start()
+    producer.join(timeout=60)  # a liveness guard, not a speed figure: a stuck lane would block forever
+    assert not producer.is_alive()
+    lane.close()
+    assert seen == [b"0"]
+    assert str(lane.error) == "failed on b'0'"
