@@ -7,17 +7,24 @@ import gzip
 import hashlib
 import io
 import re
+import subprocess
 import tarfile
+import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hostile import corpus
 
+from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
 from scratchbank.application.gzip_codec import GzipCodec, _isal, choose_codec
 from scratchbank.application.host_archive import BATCH, ArchiveFacts, HostArchive
 from scratchbank.application.tarstream import Limits
+from scratchbank.application.teardown import Budgets, bank_at_teardown
 from scratchbank.domain.errors import ArchiveFailed, HostArchiveFailed
+from scratchbank.testing.builders import started
 
 CODECS = [GzipCodec("zlib", 1), GzipCodec("zlib", 6)]
 if _isal() is not None:
@@ -165,3 +172,54 @@ def test_a_lane_that_failed_keeps_draining_and_keeps_its_first_error() -> None:
     lane.close()
     assert seen == [b"0"]
     assert str(lane.error) == "failed on b'0'"
+
+
+@pytest.fixture
+def full_tmpdir(tmp_path: Path) -> Iterator[Path]:
+    """TMPDIR on a 64 KiB tmpfs: the host's temporary space runs out for real."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(mount)
+    try:
+        yield mount
+    finally:
+        tempfile.tempdir = saved
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+class NoSleep:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the_earlier_bank(
+    full_tmpdir: Path, tmp_path: Path
+) -> None:
+    """HOST_ARCHIVE_FAILED is tried again within the budget, recorded by name, and stores nothing."""
+    import os
+
+    store = FilesystemBankStore(tmp_path / "banks")
+    earlier = tmp_path / "earlier.tgz"
+    earlier.write_bytes(gzip.compress(raw_tar(files=2)))
+    store.put("run-1", earlier, sha256=hashlib.sha256(earlier.read_bytes()).hexdigest())
+    before = hashlib.sha256(store.path("run-1").read_bytes()).hexdigest()
+    timeline = InMemoryTimeline()
+    timeline.append("run-1", [started()])
+    box = FakeSandbox({"noise.bin": os.urandom(512 << 10)})
+    report = bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=box, run_finished=False, clock=NoSleep()
+    )
+    assert report.record is not None and not report.record.banked
+    assert "could not keep the archive" in report.record.reason
+    assert len(report.tries) == Budgets().bank_tries
+    assert hashlib.sha256(store.path("run-1").read_bytes()).hexdigest() == before
