@@ -22,9 +22,11 @@ import docker.errors
 from docker.utils.socket import frames_iter
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import ExecResult, Output, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
+from .watchdog import Watchdog
 
 CHUNK = 1 << 20
 
@@ -112,72 +114,118 @@ class DockerSandbox(ScriptedSandbox):
         stdin: BinaryIO | None = None,
         stdout: ByteSink | None = None,
         user: str | None = None,
+        deadline: Deadline | None = None,
     ) -> ExecResult:
+        deadline = deadline_of(deadline, EXEC_SECONDS)
+        exec_id, sock = self._start(source, args, stdin is not None, user)
+        raw = getattr(sock, "_sock", sock)
+        raw.settimeout(None)
+        output = Output(stdout)
+        with Watchdog(deadline, lambda: raw.shutdown(socket.SHUT_RDWR)) as dog:
+            writer = _Writer(raw, stdin, dog) if stdin is not None else None
+            try:
+                if writer is not None:
+                    writer.start()
+                _read_frames(sock, output)
+            finally:
+                if writer is not None:
+                    writer.join(timeout=max(1.0, deadline.left()))
+                sock.close()
+                raw.close()
+        _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
+        return output.result(self._exit_code(exec_id))
+
+    def _start(self, source: str, args: Sequence[str], stdin: bool, user: str | None) -> tuple[str, Any]:
+        """Create and start the exec; translate the engine's answers (gone vs failed)."""
         api = self.client.api
         cmd = ["sh", "-c", source, "scratchbank", *args]
         try:
             exec_id = api.exec_create(
                 self.container_id,
                 cmd,
-                stdin=stdin is not None,
+                stdin=stdin,
                 stdout=True,
                 stderr=True,
                 user=user or self.default_user or "",
             )["Id"]
-            sock = api.exec_start(exec_id, socket=True)
+            return exec_id, api.exec_start(exec_id, socket=True)
         except docker.errors.NotFound:
             raise SandboxGone(f"container {self.container_id[:12]} is gone") from None
         except docker.errors.APIError as error:
-            if error.status_code == 409:
+            # Docker answers 409 for a stopped container, Podman 500 ("container state
+            # improper"): ask the engine whether the container still runs.
+            if error.status_code == 409 or not self._running():
                 raise SandboxGone(f"container {self.container_id[:12]} is not running") from None
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
         except docker.errors.DockerException as error:
             raise ExecFailed(f"exec in {self.container_id[:12]}: {error}") from error
-        output = Output(stdout)
-        raw = getattr(sock, "_sock", sock)
-        raw.settimeout(None)
-        writer = _start_writer(raw, stdin) if stdin is not None else None
+
+    def _running(self) -> bool:
+        """Does the container still run? (False when it is gone; True when the engine
+        cannot tell, so that an engine outage stays an ExecFailed, retried.)"""
         try:
-            for stream, data in frames_iter(sock, tty=False):
-                if stream == 1:
-                    output.stdout(data)
-                else:
-                    output.stderr(data)
-        except OSError as error:
-            raise StreamBroken(f"exec stream broke: {error}") from error
-        finally:
-            if writer is not None:
-                writer.join(timeout=30)
-            sock.close()
-            raw.close()
-        if writer is not None and writer.error is not None and not isinstance(writer.error, BrokenPipeError):
-            raise StreamBroken(f"stdin stream broke: {writer.error}")
+            state = self.client.api.inspect_container(self.container_id).get("State") or {}
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.DockerException:
+            return True
+        return bool(state.get("Running", True))
+
+    def _exit_code(self, exec_id: str) -> int:
         try:
-            code = api.exec_inspect(exec_id).get("ExitCode")
+            code = self.client.api.exec_inspect(exec_id).get("ExitCode")
         except docker.errors.DockerException as error:
             raise ExecFailed(f"cannot read the exit code: {error}") from error
         if code is None:
             raise StreamBroken("the exec ended without an exit code")
-        return output.result(int(code))
+        return int(code)
+
+
+def _read_frames(sock: Any, output: Output) -> None:
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            if stream == 1:
+                output.stdout(data)
+            else:
+                output.stderr(data)
+    except OSError as error:
+        raise StreamBroken(f"exec stream broke: {error}") from error
+
+
+def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> None:
+    """The deadline cut the exec, or the stdin writer failed: say so by name."""
+    if dog.fired:
+        why = f"the exec did not end within its deadline ({dog.deadline.left():.0f} s left): cut"
+        raise StreamBroken(why) if streaming else ExecFailed(why)
+    if writer is not None and writer.error is not None:
+        raise StreamBroken(f"stdin stream broke: {writer.error!r}")
 
 
 class _Writer(threading.Thread):
-    def __init__(self, raw: socket.socket, src: BinaryIO) -> None:
+    """Sends stdin in 1 MiB chunks. A source that fails cuts the exec (the reader must not
+    wait for bytes that will never come); a peer that stopped reading early is not an error
+    of ours (the script decides by its exit status)."""
+
+    def __init__(self, raw: socket.socket, src: BinaryIO, dog: Watchdog) -> None:
         super().__init__(daemon=True)
-        self.raw, self.src = raw, src
+        self.raw, self.src, self.dog = raw, src, dog
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while chunk := self.src.read(CHUNK):
+            while chunk := self._read():
                 self.raw.sendall(chunk)
             with contextlib.suppress(OSError):
                 self.raw.shutdown(socket.SHUT_WR)
-        except BaseException as error:  # reported by the caller
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except BaseException as error:  # raised by the caller as StreamBroken
             self.error = error
 
-
-def _start_writer(raw: Any, src: BinaryIO) -> _Writer:
-    writer = _Writer(raw, src)
-    writer.start()
-    return writer
+    def _read(self) -> bytes:
+        try:
+            return self.src.read(CHUNK)
+        except BaseException as error:
+            self.error = error
+            self.dog.cut_now()
+            raise

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scratchbank.application.ports import StoredBank
+from scratchbank.application.retry import Deadline
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
 from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, HostileArchive
 from scratchbank.domain.runs import check_run_id
@@ -42,7 +43,8 @@ class FilesystemBankStore:
     def path(self, run_id: str) -> Path:
         return self.run_dir(run_id) / BANK_NAME
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+        """Atomic replace; ``deadline`` is accepted for the port (a local disk has no transport)."""
         folder = self.run_dir(run_id)
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -60,7 +62,9 @@ class FilesystemBankStore:
         except OSError as error:
             raise BankWriteFailed(f"filesystem bank for {run_id}: {error}") from error
 
-    def fetch(self, run_id: str, dest: BinaryIO, *, max_bytes: int) -> StoredBank:
+    def fetch(
+        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+    ) -> StoredBank:
         path = self.path(run_id)
         try:
             with open(path, "rb") as src:

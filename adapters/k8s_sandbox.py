@@ -27,9 +27,11 @@ from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
 from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import ExecResult, Output, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
+from .watchdog import Watchdog
 
 FRAME = 1 << 20
 
@@ -132,11 +134,40 @@ class KubernetesSandbox(ScriptedSandbox):
         stdin: BinaryIO | None = None,
         stdout: ByteSink | None = None,
         user: str | None = None,
+        deadline: Deadline | None = None,
     ) -> ExecResult:
-        argv = ["sh", "-c", source, "scratchbank", *args]
+        deadline = deadline_of(deadline, EXEC_SECONDS)
+        ws = self._open(["sh", "-c", source, "scratchbank", *args], stdin is not None)
+        # create_websocket offers the protocols as a raw header, so websocket-client does
+        # not record the one chosen: read it from the handshake's answer.
+        answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
+        self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
+        output = Output(stdout)
+        with Watchdog(deadline, ws.shutdown) as dog:
+            v5 = self.protocol == V5_CHANNEL_PROTOCOL
+            writer = _Writer(ws, stdin, v5, dog) if stdin is not None else None
+            try:
+                if writer is not None:
+                    writer.start()
+                status = _receive(ws, output, dog)
+            finally:
+                if writer is not None:
+                    writer.stop(max(1.0, deadline.left()))
+                with contextlib.suppress(Exception):
+                    ws.close(timeout=2)
+                ws.shutdown()
+        _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
+        if status is None:
+            raise StreamBroken("the exec stream closed without a status (not a success)")
+        if status.exit_code is None:
+            raise ExecFailed(f"exec failed: {status.reason}")
+        return output.result(status.exit_code)
+
+    def _open(self, argv: list[str], stdin: bool) -> Any:
+        """The exec websocket; gone vs failed by the handshake's status."""
         try:
-            ws = create_websocket(  # type: ignore[no-untyped-call]
-                self.api_client.configuration, self._url(argv, stdin is not None), headers=self._headers()
+            return create_websocket(  # type: ignore[no-untyped-call]
+                self.api_client.configuration, self._url(argv, stdin), headers=self._headers()
             )
         except WebSocketBadStatusException as error:
             if error.status_code == 404:
@@ -146,63 +177,71 @@ class KubernetesSandbox(ScriptedSandbox):
             raise ExecFailed(f"exec handshake failed ({error.status_code})") from None
         except (OSError, WebSocketException) as error:
             raise ExecFailed(f"cannot open the exec stream: {error}") from error
-        # create_websocket offers the protocols as a raw header, so websocket-client does
-        # not record the one chosen: read it from the handshake's answer.
-        answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
-        self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
-        output = Output(stdout)
-        status: ExecStatus | None = None
-        writer = _Writer(ws, stdin, self.protocol == V5_CHANNEL_PROTOCOL) if stdin is not None else None
+
+
+def _receive(ws: Any, output: Output, dog: Watchdog) -> ExecStatus | None:
+    """Hand channels 1 and 2 to their sinks until the close; channel 3's status, if any."""
+    status: ExecStatus | None = None
+    while True:
         try:
-            if writer is not None:
-                writer.start()
-            while True:
-                try:
-                    opcode, data = ws.recv_data()
-                except (OSError, WebSocketException) as error:
-                    raise StreamBroken(f"exec stream dropped: {error}") from error
-                if opcode == ABNF.OPCODE_CLOSE:
-                    break
-                if opcode != ABNF.OPCODE_BINARY or not data:
-                    continue
-                channel, payload = data[0], data[1:]
-                if channel == 1:
-                    output.stdout(payload)
-                elif channel == 2:
-                    output.stderr(payload)
-                elif channel == 3:
-                    status = read_status(payload)
-        finally:
-            if writer is not None:
-                writer.stop()
-            with contextlib.suppress(Exception):
-                ws.close(timeout=2)
-            ws.shutdown()
-        if status is None:
-            raise StreamBroken("the exec stream closed without a status (not a success)")
-        if status.exit_code is None:
-            raise ExecFailed(f"exec failed: {status.reason}")
-        return output.result(status.exit_code)
+            opcode, data = ws.recv_data()
+        except (OSError, WebSocketException, AttributeError) as error:
+            if dog.fired:
+                return status  # the deadline cut the socket: raised by name below
+            raise StreamBroken(f"exec stream dropped: {error}") from error
+        if opcode == ABNF.OPCODE_CLOSE:
+            return status
+        if opcode != ABNF.OPCODE_BINARY or not data:
+            continue
+        channel, payload = data[0], data[1:]
+        if channel == 1:
+            output.stdout(payload)
+        elif channel == 2:
+            output.stderr(payload)
+        elif channel == 3:
+            status = read_status(payload)
+
+
+def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> None:
+    """The deadline cut the exec, or the stdin writer failed: say so by name (the writer's
+    error was once stored and never read: a restore whose source failed hung)."""
+    if dog.fired:
+        why = "the exec did not end within its deadline: cut"
+        raise StreamBroken(why) if streaming else ExecFailed(why)
+    if writer is not None and writer.error is not None:
+        raise StreamBroken(f"stdin stream broke: {writer.error!r}")
 
 
 class _Writer(threading.Thread):
-    """Sends stdin on channel 0 in frames of at most 1 MiB, then closes it (v5 only)."""
+    """Sends stdin on channel 0 in frames of at most 1 MiB, then closes it (v5 only).
 
-    def __init__(self, ws: Any, src: BinaryIO, can_close: bool) -> None:
+    A source that fails cuts the websocket, so the receive loop ends at once instead of
+    waiting for a status the script will never send (it still waits for its bytes)."""
+
+    def __init__(self, ws: Any, src: BinaryIO, can_close: bool, dog: Watchdog) -> None:
         super().__init__(daemon=True)
-        self.ws, self.src, self.can_close = ws, src, can_close
+        self.ws, self.src, self.can_close, self.dog = ws, src, can_close, dog
         self._halt = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while not self._halt.is_set() and (chunk := self.src.read(FRAME)):
+            while not self._halt.is_set() and (chunk := self._read()):
                 self.ws.send_binary(b"\x00" + chunk)
             if self.can_close and not self._halt.is_set():
                 self.ws.send_binary(b"\xff\x00")
-        except BaseException as error:  # the reader sees the stream break and reports it
-            self.error = error
+        except BaseException:  # a send error is the reader's to see
+            return
 
-    def stop(self) -> None:
+    def _read(self) -> bytes:
+        """A chunk of the source; its failure is kept (raised by the caller) and cuts the exec."""
+        try:
+            return self.src.read(FRAME)
+        except BaseException as error:
+            self.error = error
+            self.dog.cut_now()
+            raise
+
+    def stop(self, wait: float) -> None:
         self._halt.set()
-        self.join(timeout=10)
+        self.join(timeout=wait)

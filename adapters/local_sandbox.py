@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import ExecResult, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox
+from .watchdog import Watchdog
 
 CHUNK = 1 << 20
 
@@ -37,16 +39,44 @@ def _real_file(f: object) -> bool:
     return True
 
 
-def _pump(src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool) -> None:
+class _Pump(threading.Thread):
+    """Copies one stream to another. A failing source (not the peer closing early) is kept
+    in ``error`` and cuts the command, so that nobody waits for bytes that will not come."""
+
+    def __init__(self, src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool, dog: Watchdog) -> None:
+        super().__init__(daemon=True)
+        self.src, self.dst, self.close_dst, self.dog = src, dst, close_dst, dog
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while chunk := self._read():
+                self.dst.write(chunk)
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the command closed its end: its exit status says why
+        except BaseException as error:  # the sink failed: raised by the caller
+            self.error = error
+            self.dog.cut_now()
+        finally:
+            if self.close_dst:
+                with contextlib.suppress(OSError):
+                    self.dst.close()  # type: ignore[union-attr]
+
+    def _read(self) -> bytes:
+        try:
+            return self.src.read(CHUNK)
+        except BaseException as error:
+            self.error = error
+            self.dog.cut_now()
+            raise
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the command and everything it started (nsenter forks into the namespace)."""
     try:
-        while chunk := src.read(CHUNK):
-            dst.write(chunk)
-    except (BrokenPipeError, ValueError, OSError):
-        pass
-    finally:
-        if close_dst:
-            with contextlib.suppress(OSError):
-                dst.close()  # type: ignore[union-attr]
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
 
 
 class LocalSandbox(ScriptedSandbox):
@@ -130,7 +160,9 @@ class LocalSandbox(ScriptedSandbox):
         stdin: BinaryIO | None = None,
         stdout: ByteSink | None = None,
         user: str | None = None,
+        deadline: Deadline | None = None,
     ) -> ExecResult:
+        deadline = deadline_of(deadline, EXEC_SECONDS)
         argv = self._argv(source, args)
         direct_in = stdin is not None and _real_file(stdin)
         direct_out = stdout is not None and _real_file(stdout)
@@ -141,30 +173,15 @@ class LocalSandbox(ScriptedSandbox):
                     stdin=stdin if direct_in else (subprocess.PIPE if stdin else subprocess.DEVNULL),
                     stdout=stdout if direct_out else subprocess.PIPE,  # type: ignore[arg-type]
                     stderr=err,
+                    start_new_session=True,
                 )
             except OSError as error:
                 raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
-            pumps = []
-            if stdin is not None and not direct_in:
-                assert proc.stdin is not None
-                pumps.append(threading.Thread(target=_pump, args=(stdin, proc.stdin, True)))
-            captured = b""
-            if stdout is not None and not direct_out:
-                assert proc.stdout is not None
-                pumps.append(threading.Thread(target=_pump, args=(proc.stdout, stdout, False)))
-            for p in pumps:
-                p.start()
-            if stdout is None:
-                assert proc.stdout is not None
-                captured = proc.stdout.read()
-            code = proc.wait()
-            for p in pumps:
-                p.join()
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    pipe.close()
+            with Watchdog(deadline, lambda: _kill_group(proc)) as dog:
+                pumps, captured, code = _drive(proc, stdin, stdout, direct_in, direct_out, dog)
             err.seek(0)
             stderr = err.read()[-(1 << 20) :]
+        _raise_cut(dog, pumps, streaming=stdin is not None or stdout is not None)
         if code < 0:
             raise StreamBroken(f"the command was killed by signal {-code}")
         return ExecResult(code, captured, stderr)
@@ -182,3 +199,45 @@ class LocalSandbox(ScriptedSandbox):
                 proc.kill()
             proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _drive(
+    proc: subprocess.Popen[bytes],
+    stdin: BinaryIO | None,
+    stdout: ByteSink | None,
+    direct_in: bool,
+    direct_out: bool,
+    dog: Watchdog,
+) -> tuple[list[_Pump], bytes, int]:
+    """Pump the streams the command does not read or write directly; wait for its end."""
+    pumps = []
+    if stdin is not None and not direct_in:
+        assert proc.stdin is not None
+        pumps.append(_Pump(stdin, proc.stdin, True, dog))
+    if stdout is not None and not direct_out:
+        assert proc.stdout is not None
+        pumps.append(_Pump(proc.stdout, stdout, False, dog))
+    for p in pumps:
+        p.start()
+    captured = b""
+    if stdout is None:
+        assert proc.stdout is not None
+        captured = proc.stdout.read()
+    code = proc.wait()
+    for p in pumps:
+        p.join(timeout=max(1.0, dog.deadline.left()))
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    return pumps, captured, code
+
+
+def _raise_cut(dog: Watchdog, pumps: list[_Pump], *, streaming: bool) -> None:
+    """The deadline cut the command, or a pump's source or sink failed: say so by name."""
+    if dog.fired:
+        why = "the command did not end within its deadline: cut"
+        raise StreamBroken(why) if streaming else ExecFailed(why)
+    failed = next((p.error for p in pumps if p.error is not None), None)
+    if failed is not None:
+        raise StreamBroken(f"the stream broke on the host side: {failed!r}")

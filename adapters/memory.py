@@ -22,6 +22,7 @@ from scratchbank.application.ports import (
     SandboxFacts,
     StoredBank,
 )
+from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import (
     BankGone,
     BankWriteFailed,
@@ -64,14 +65,16 @@ class InMemoryBankStore:
         self.banks: dict[str, bytes] = {}
         self.puts = 0
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
         check_run_id(run_id)
         if not self.keeps_banks:
             raise BankWriteFailed("this store keeps no bank")
         self.banks[run_id] = archive.read_bytes()
         self.puts += 1
 
-    def fetch(self, run_id: str, dest: BinaryIO, *, max_bytes: int) -> StoredBank:
+    def fetch(
+        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+    ) -> StoredBank:
         check_run_id(run_id)
         data = self.banks.get(run_id)
         if data is None:
@@ -121,26 +124,32 @@ class FakeSandbox:
         if self.gone:
             raise SandboxGone("the fake sandbox is gone")
 
-    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport:
+    def quiesce(
+        self, *, budget_seconds: int, wait_seconds: int, deadline: Deadline | None = None
+    ) -> QuiesceReport:
         self._step("quiesce")
         self.quiesces += 1
         self.stopped = True
         return QuiesceReport(True, False, (), 1)
 
-    def continue_processes(self) -> None:
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        self._step("continue")  # a gone sandbox cannot be continued either, as the real ones
         self.continued += 1
         self.stopped = False
 
-    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
+    def archive(
+        self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
+    ) -> ArchiveReport:
         self._step("archive")
         self.archives += 1
         if not self.files:
             return ArchiveReport(empty=True)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz" if compress else "w", format=tarfile.GNU_FORMAT) as tar:
-            root = tarfile.TarInfo(".")
-            root.type, root.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(root)
+            for folder in ("", *_folders(self.files)):  # directory entries, as tar writes them
+                root = tarfile.TarInfo(f"./{folder}".rstrip("/") or ".")
+                root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, 1_700_000_000
+                tar.addfile(root)
             for name, data in sorted(self.files.items()):
                 info = tarfile.TarInfo(f"./{name}")
                 info.size, info.mode, info.mtime = len(data), 0o644, 1_700_000_000
@@ -166,4 +175,12 @@ class FakeSandbox:
         self.files = files
 
     def list_scratch(self) -> list[str]:
-        return sorted(json.dumps([name, "file", len(data)]) for name, data in (self.files or {}).items())
+        files = self.files or {}
+        dirs = [json.dumps([folder, "dir", 0]) for folder in _folders(files)]
+        return sorted(dirs + [json.dumps([name, "file", len(data)]) for name, data in files.items()])
+
+
+def _folders(files: dict[str, bytes]) -> list[str]:
+    """Every directory the files lie in, parents first (a tar lists them before their files)."""
+    found = {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
+    return sorted(found)

@@ -18,6 +18,7 @@ from typing import BinaryIO
 import attrs
 
 from scratchbank.application.ports import ArchiveReport, ByteSink, QuiesceReport, SandboxFacts
+from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, StreamBroken
 
 
@@ -32,6 +33,8 @@ find . -mindepth 1 -exec stat -c '%f|%s|%n' {} + 2>/dev/null
 """
 
 EMPTY, CANNOT_LIST = 10, 12
+#: A call given no deadline ends by this many seconds (a stalled transport is cut).
+EXEC_SECONDS = 600.0
 STREAM_BROKE, TAR_REFUSED = 20, 21
 QUIESCE_REFUSED, QUIESCE_PARTIAL = 3, 4
 
@@ -122,17 +125,24 @@ class ScriptedSandbox(abc.ABC):
         stdin: BinaryIO | None = None,
         stdout: ByteSink | None = None,
         user: str | None = None,
+        deadline: Deadline | None = None,
     ) -> ExecResult:
         """Run ``sh -c source scratchbank args...`` in the sandbox.
 
         Streams ``stdin`` in and ``stdout`` out when given (else stdout is captured);
         raises SandboxGone when the sandbox no longer exists, ExecFailed when the command
-        could not be run, StreamBroken when the transport broke mid-stream.
+        could not be run, StreamBroken when the transport broke mid-stream. By
+        ``deadline`` (None: the transport's default, ``EXEC_SECONDS``) the call has ended:
+        a stream still open is cut (StreamBroken), a command without streams that has
+        not answered is given up (ExecFailed). An error of the thread feeding ``stdin``
+        is raised as StreamBroken, never swallowed.
         """
 
-    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport:
+    def quiesce(
+        self, *, budget_seconds: int, wait_seconds: int, deadline: Deadline | None = None
+    ) -> QuiesceReport:
         args = ["stop", str(budget_seconds), str(wait_seconds)]
-        done = self.run(QUIESCE, args, user=self.admin_user)
+        done = self.run(QUIESCE, args, user=self.admin_user, deadline=deadline)
         lines = done.stdout.decode("utf-8", "replace").splitlines()
         reasons = tuple(
             line.split(": ", 1)[1] for line in lines if line.startswith(("refused: ", "unquiesced: "))
@@ -147,12 +157,14 @@ class ScriptedSandbox(abc.ABC):
         why = f"quiesce exited {done.exit_code}: {done.err or done.stdout!r}"
         return QuiesceReport(False, False, (why,))
 
-    def continue_processes(self) -> None:
-        self.run(QUIESCE, ["cont"], user=self.admin_user)
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        self.run(QUIESCE, ["cont"], user=self.admin_user, deadline=deadline)
 
-    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport:
+    def archive(
+        self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
+    ) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
-        done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user)
+        done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
         if done.exit_code == EMPTY:
             return ArchiveReport(empty=True)
         if done.exit_code == CANNOT_LIST:

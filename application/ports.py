@@ -14,6 +14,8 @@ import attrs
 
 from scratchbank.domain.records import Record
 
+from .retry import Deadline
+
 
 class Timeline(Protocol):
     """A run's records, in order, appended with optimistic concurrency.
@@ -57,20 +59,24 @@ class BankStore(Protocol):
 
     Contract (``scratchbank.testing.contracts.check_bank_store``):
     - ``put`` replaces the run's bank atomically from a host file: a reader sees the old
-      bank or the new one, never a part; failures raise BankWriteFailed.
+      bank or the new one, never a part; failures raise BankWriteFailed, and so does a
+      put still unfinished at its ``deadline`` (None: the store's own default).
     - ``fetch`` streams the bank into ``dest`` and returns its size and digest; it raises
       BankGone only when the store says the bank does not exist, BankReadFailed for any
       failure a later read may cure (and on a checksum the store kept that does not
-      match), HostileArchive past ``max_bytes`` (it never reads more than max + 1).
+      match, and at its ``deadline``), HostileArchive past ``max_bytes`` (it never reads
+      more than max + 1).
     - ``delete`` and ``sweep`` are idempotent.
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 
     keeps_banks: bool
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None: ...
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None: ...
 
-    def fetch(self, run_id: str, dest: BinaryIO, *, max_bytes: int) -> StoredBank: ...
+    def fetch(
+        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+    ) -> StoredBank: ...
 
     def delete(self, run_id: str) -> None: ...
 
@@ -124,6 +130,9 @@ class Sandbox(Protocol):
     - ``archive`` streams the scratch as a tar (gzip'd when ``compress``) into ``dest``;
       raises ArchiveFailed for a tar failure that is not a race, SandboxGone when the
       sandbox is gone (T19).
+    - Every call that takes a ``deadline`` ends by it (plus the transport's grace):
+      StreamBroken when a stream was cut, ExecFailed otherwise; a writer thread's error
+      is raised, never swallowed (``check_stall`` proves it per transport).
     - ``restore`` reads exactly ``size`` bytes from ``src`` and extracts them as the
       scratch; raises RestoreRefused when tar refused them and StreamBroken when the
       stream did not arrive whole (X2).
@@ -131,11 +140,15 @@ class Sandbox(Protocol):
 
     facts: SandboxFacts
 
-    def quiesce(self, *, budget_seconds: int, wait_seconds: int) -> QuiesceReport: ...
+    def quiesce(
+        self, *, budget_seconds: int, wait_seconds: int, deadline: Deadline | None = None
+    ) -> QuiesceReport: ...
 
-    def continue_processes(self) -> None: ...
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None: ...
 
-    def archive(self, dest: ByteSink, *, compress: bool, verify: bool) -> ArchiveReport: ...
+    def archive(
+        self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
+    ) -> ArchiveReport: ...
 
     def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None: ...
 

@@ -1,8 +1,14 @@
-"""The resume use case (R1-R15, X1-X7): the gate, then the restore and its record.
+"""The resume use case (R1-R15, X1-X7, C7): the gate, the claim, the restore, its record.
 
-The gate reads the timeline, folds it and asks the domain; a resume that goes on
-writes its ``run_resumed`` and, when it restores, hands the bank to ``restore.py``
-and records what happened within the budget X7 gives it.
+The gate reads the timeline with its version, folds it and asks the domain. A resume
+that goes on claims the run: it appends its ``run_resumed`` and the decision's
+records at the version it read (C7: from the very state it read). A conflict is read,
+not retried: if another execution started since, this resume lost the run and raises
+ResumeSuperseded having written nothing; otherwise it decides again on what the
+timeline now holds. Once claimed, every later write appends at the position the
+resume last wrote (fencing by position), and any failure of the restore becomes a
+named restore outcome with its record, hold and park (X4 or X5): no path ends
+without its record.
 """
 
 from __future__ import annotations
@@ -11,11 +17,27 @@ from pathlib import Path
 
 import attrs
 
-from scratchbank.domain.errors import TimelineUnreadable
+from scratchbank.domain.errors import (
+    BankGone,
+    BankMismatch,
+    BankReadFailed,
+    ExecFailed,
+    HostileArchive,
+    NoRestoreTarget,
+    RestoreRefused,
+    ResumeSuperseded,
+    RunNotFound,
+    SandboxGone,
+    ScratchbankError,
+    StreamBroken,
+    TimelineConflict,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
-from scratchbank.domain.records import RunResumed
-from scratchbank.domain.restore import RestoreOutcome, after_restore
+from scratchbank.domain.records import Record, RunResumed
+from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, RestoreResult, after_restore
 from scratchbank.domain.resume_gate import (
     ResumeDecision,
     ResumeRequest,
@@ -27,10 +49,13 @@ from scratchbank.domain.snapshot import state_from_data, state_to_data
 
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
-from .recording import append_within_budget
+from .recording import Claim, append_at
 from .restore import Progress, restore_bank
+from .retry import Budget
 
 RECORD_BUDGET = 30.0
+#: How many times a resume decides again after a conflict that did not take its run.
+DECIDE_AGAIN = 5
 
 #: Save a new snapshot once this many records came after the last one.
 SNAPSHOT_EVERY = 1000
@@ -45,6 +70,7 @@ def current_state(
     """Fold the run's timeline, from its latest snapshot when there is one it can trust.
 
     Snapshots are used only without a workflow fallback (the fold depends on it).
+    ``records`` on the state is the version read (the timeline's length).
     Raises TimelineUnreadable as reading the timeline does.
     """
     if snapshots is None or workflow != NO_WORKFLOW:
@@ -71,18 +97,46 @@ def check_resume(
     snapshots: SnapshotStore | None = None,
 ) -> ResumeDecision:
     """May this resume go on, and how? A timeline that cannot be read refuses it (R15)."""
+    return _gate(timeline, run_id, request, workflow, snapshots).decision
+
+
+@attrs.frozen
+class Gate:
+    """A decision, the version of the timeline it was made on (-1: unreadable), and the
+    position of the latest execution's start it saw (None: none)."""
+
+    decision: ResumeDecision
+    version: int
+    latest_execution: int | None = None
+
+    def started_since(self, version: int) -> bool:
+        """Did another execution start at or after ``version`` (a claim by someone else)?"""
+        return self.latest_execution is not None and self.latest_execution >= version
+
+
+def _gate(
+    timeline: Timeline,
+    run_id: str,
+    request: ResumeRequest,
+    workflow: Workflow,
+    snapshots: SnapshotStore | None,
+) -> Gate:
     try:
         state = current_state(timeline, run_id, workflow, snapshots)
     except TimelineUnreadable as error:
-        return refuse_unreadable(error.message)
-    return decide_resume(state, request)
+        return Gate(refuse_unreadable(error.message), -1)
+    latest = state.latest_execution.position if state.latest_execution is not None else None
+    return Gate(decide_resume(state, request), state.records, latest)
 
 
 @attrs.frozen
 class ResumeOutcome:
+    """What a resume did. ``claim`` is where its next write must land (None: it wrote nothing)."""
+
     decision: ResumeDecision
     restore: RestoreOutcome | None = None
     recorded: bool = True
+    claim: Claim | None = None
 
     @property
     def proceeds(self) -> bool:
@@ -91,43 +145,166 @@ class ResumeOutcome:
         return self.restore is None or (self.restore.proceed and self.recorded)
 
 
+@attrs.frozen
+class Target:
+    """Where a restore goes: a sandbox, a host directory, or nowhere on purpose (A15)."""
+
+    sandbox: Sandbox | None
+    host_directory: Path | None
+    without_sandbox: bool
+
+    def check(self, decision: ResumeDecision) -> None:
+        """A15: a restore with no target at all is refused before anything is written."""
+        named = self.sandbox is not None or self.host_directory is not None
+        if decision.verdict is Verdict.RESTORE and not named and not self.without_sandbox:
+            raise NoRestoreTarget("the resume would restore the bank but names no sandbox or host directory")
+
+
 def resume(
     run_id: str,
     request: ResumeRequest,
     *,
     timeline: Timeline,
     store: BankStore,
-    sandbox: Sandbox | None,
+    sandbox: Sandbox | None = None,
     host_directory: Path | None = None,
     workflow: Workflow = NO_WORKFLOW,
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
     snapshots: SnapshotStore | None = None,
+    without_sandbox: bool = False,
+    record_budget: float = RECORD_BUDGET,
 ) -> ResumeOutcome:
-    """The whole resume as an engine runs it: gate, then (if it goes on) restore, record."""
+    """The whole resume as an engine runs it: gate, claim, then (if it restores) restore, record.
+
+    Raises RunNotFound (an empty timeline) and NoRestoreTarget (A15) before writing
+    anything; ResumeSuperseded when another execution took the run before this
+    resume's claim or after it (nothing more is written).
+    """
     clock = clock or SystemClock()
-    decision = check_resume(timeline, run_id, request, workflow, snapshots)
-    if decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
-        return ResumeOutcome(decision)  # R: refused before anything moves the run
+    target = Target(sandbox, host_directory, without_sandbox)
+    claimed = _claim(run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget)
+    if isinstance(claimed, ResumeOutcome):
+        return claimed
+    decision, claim = claimed
+    if decision.verdict is not Verdict.RESTORE:
+        return ResumeOutcome(decision, claim=claim)
+    tried = _restore_guarded(run_id, decision, store, target, progress)
+    outcome = after_restore(decision, tried)
+    return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
+
+
+def _claim(
+    run_id: str,
+    request: ResumeRequest,
+    timeline: Timeline,
+    workflow: Workflow,
+    snapshots: SnapshotStore | None,
+    target: Target,
+    attempt: str | None,
+    clock: Clock,
+    budget: float,
+) -> ResumeOutcome | tuple[ResumeDecision, Claim]:
+    """Read, decide, claim at the version read; after a conflict read and decide again.
+
+    Deciding again is never a blind retry: an execution that started since the first
+    read (another resume's claim) means this resume lost the run (ResumeSuperseded);
+    anything else (a teardown's record, an unrelated record) is decided on afresh.
+    """
+    origin: int | None = None
+    for _ in range(DECIDE_AGAIN):
+        gate = _gate(timeline, run_id, request, workflow, snapshots)
+        if gate.version == 0:
+            raise RunNotFound(f"the timeline holds no record of run {run_id}; nothing was written")
+        if origin is not None and gate.started_since(origin):
+            raise ResumeSuperseded(
+                f"run {run_id}: another execution claimed it after this resume read it (record "
+                f"{(gate.latest_execution or 0) + 1}); nothing was written"
+            )
+        if gate.decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
+            return ResumeOutcome(gate.decision)
+        target.check(gate.decision)
+        origin = gate.version if origin is None else origin
+        claim = Claim(run_id, gate.version)
+        records = _claim_records(gate.decision, request, attempt, clock)
+        try:
+            return gate.decision, append_at(timeline, claim, records, budget=Budget.start(clock, budget))
+        except TimelineConflict:
+            continue  # read what was appended, and decide again
+    raise ResumeSuperseded(f"run {run_id}: the timeline kept moving under {DECIDE_AGAIN} claims")
+
+
+def _claim_records(
+    decision: ResumeDecision, request: ResumeRequest, attempt: str | None, clock: Clock
+) -> list[Record]:
+    now = clock.now()
     consents = request.consents
     started = RunResumed(
-        attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
+        at=now, attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
     )
-    timeline.append(run_id, [started, *decision.records])
-    if decision.verdict is not Verdict.RESTORE:
-        return ResumeOutcome(decision)
-    attempt_ = restore_bank(
-        run_id,
-        decision,
-        store=store,
-        sandbox=sandbox,
-        host_directory=host_directory,
-        progress=progress,
-    )
-    outcome = after_restore(decision, attempt_)
-    # X7: the host_backed and stale records within their budget; any other once.
-    budget = RECORD_BUDGET if outcome.must_record else 0.0
-    why = append_within_budget(timeline, run_id, [outcome.record], clock=clock, budget=budget)
-    recorded = why is None or not outcome.must_record
-    return ResumeOutcome(decision, outcome, recorded)
+    return [started, *(attrs.evolve(r, at=r.at or now) for r in decision.records)]
+
+
+def _restore_guarded(
+    run_id: str, decision: ResumeDecision, store: BankStore, target: Target, progress: Progress | None
+) -> RestoreAttempt:
+    """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
+    try:
+        return restore_bank(
+            run_id,
+            decision,
+            store=store,
+            sandbox=target.sandbox,
+            host_directory=target.host_directory,
+            progress=progress,
+        )
+    except Exception as error:  # once claimed, no path ends without its record
+        return attempt_of(error)
+
+
+#: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
+_RESULT_OF: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
+    (BankGone, RestoreResult.GONE),
+    (HostileArchive, RestoreResult.REFUSED_ON_HOST),
+    (BankMismatch, RestoreResult.REFUSED_ON_HOST),
+    (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
+    (BankReadFailed, RestoreResult.READ_FAILED),
+    (TimelineUnreadable, RestoreResult.READ_FAILED),
+    (TimelineWriteFailed, RestoreResult.READ_FAILED),
+    (StreamBroken, RestoreResult.STREAM_BROKEN),
+    (ExecFailed, RestoreResult.STREAM_BROKEN),
+    (SandboxGone, RestoreResult.STREAM_BROKEN),
+)
+
+
+def attempt_of(error: Exception) -> RestoreAttempt:
+    """The restore attempt a failure amounts to. Unnamed failures read again (X5)."""
+    for kind, result in _RESULT_OF:
+        if isinstance(error, kind):
+            return RestoreAttempt(result, detail=f"{error.code}: {error.message}")
+    return RestoreAttempt(RestoreResult.UNEXPECTED, detail=f"{type(error).__name__}: {error}")
+
+
+def _record_restore(
+    timeline: Timeline,
+    claim: Claim,
+    decision: ResumeDecision,
+    outcome: RestoreOutcome,
+    clock: Clock,
+    budget: float,
+) -> ResumeOutcome:
+    """X7: the host_backed and stale records within their budget; any other once. Fenced."""
+    record = attrs.evolve(outcome.record, at=clock.now())
+    seconds = budget if outcome.must_record else 0.0
+    try:
+        after = append_at(timeline, claim, [record], budget=Budget.start(clock, seconds))
+    except TimelineConflict:
+        raise ResumeSuperseded(
+            f"run {claim.run_id}: another writer appended after this resume's claim "
+            f"(record {claim.position + 1}); its restore record was not written"
+        ) from None
+    except (TimelineWriteFailed, TimelineUnreadable):
+        recorded = not outcome.must_record
+        return ResumeOutcome(decision, attrs.evolve(outcome, record=record), recorded, claim)
+    return ResumeOutcome(decision, attrs.evolve(outcome, record=record), True, after)

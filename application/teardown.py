@@ -25,10 +25,11 @@ from scratchbank.domain.errors import (
     ExecFailed,
     SandboxGone,
     StreamBroken,
+    TimelineConflict,
     TimelineUnreadable,
 )
 from scratchbank.domain.fold import ScratchState, fold
-from scratchbank.domain.records import ScratchBanked
+from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.domain.teardown import (
     CAP_BYTES,
     Archive,
@@ -48,7 +49,8 @@ from scratchbank.domain.teardown import (
 from .clock import Clock, SystemClock
 from .host_archive import ArchiveFacts, HostArchive
 from .ports import BankStore, QuiesceReport, Sandbox, Timeline
-from .recording import append_within_budget
+from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution, read_since
+from .retry import Budget, Deadline, Pauses, retry_within
 
 
 @attrs.frozen
@@ -78,6 +80,13 @@ class TeardownReport:
     uploads: int = 0
     tar_passes: int = 0
     notes: tuple[str, ...] = ()
+    #: why this teardown lost the run and wrote nothing (another execution or teardown
+    #: recorded first: fencing by position), or "" when it did not
+    superseded: str = ""
+
+
+#: A complete archive on the host and the members tar caught racing in it (T16).
+Complete = tuple[ArchiveFacts, tuple[str, ...]]
 
 
 @attrs.define
@@ -95,18 +104,31 @@ class _Run:
     tar_passes: int = 0
     quiesce: Quiesce | None = None
     report: QuiesceReport | None = None
+    claim: Claim | None = None
+    complete: Complete | None = None
 
     def left(self) -> float:
         return self.deadline - self.clock.monotonic()
 
+    def call_deadline(self) -> Deadline:
+        """One call's deadline: the banking budget that is left (at least a second)."""
+        return Deadline.after(max(self.left(), 1.0))
 
-def _read_state(timeline: Timeline, run_id: str, notes: list[str]) -> ScratchState:
+    def keep(self, archived: Complete) -> None:
+        """T16: the last complete archive, a clean one before one that raced."""
+        if self.complete is None or not archived[1] or self.complete[1]:
+            self.complete = archived
+
+
+def _read_state(timeline: Timeline, run_id: str, notes: list[str]) -> tuple[ScratchState, Claim | None]:
+    """The state to plan on and the version it was read at (None: unreadable)."""
     try:
-        return fold(timeline.read(run_id))
+        records = timeline.read(run_id)
     except TimelineUnreadable as error:
         # Banking more is never wrong; a hold we cannot read is not honoured.
         notes.append(f"timeline unreadable at teardown, banking anyway: {error.message}")
-        return ScratchState()
+        return ScratchState(), None
+    return fold(records), Claim(run_id, len(records))
 
 
 def bank_at_teardown(
@@ -122,14 +144,8 @@ def bank_at_teardown(
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened."""
     clock = clock or SystemClock()
     notes: list[str] = []
-    state = _read_state(timeline, run_id, notes)
-    facts = sandbox.facts
-    plan = plan_teardown(
-        state,
-        scratch_host_backed=facts.host_backed,
-        process_isolated=facts.process_isolated,
-        run_finished=run_finished,
-    )
+    state, claim = _read_state(timeline, run_id, notes)
+    plan = _plan(state, sandbox, run_finished)
     if plan.action is TeardownAction.SKIP:
         return TeardownReport(plan, notes=tuple(notes))
     if plan.action is TeardownAction.DROP:
@@ -137,9 +153,9 @@ def bank_at_teardown(
             store.delete(run_id)
         except BankWriteFailed as error:
             notes.append(f"could not delete the finished run's bank: {error.message}")
-        record = finished_record()
-        recorded = _record(timeline, run_id, record, budgets, clock, notes)
-        return TeardownReport(plan, record, recorded, notes=tuple(notes))
+        record = attrs.evolve(finished_record(), at=clock.now())
+        written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
+        return TeardownReport(plan, record, written.recorded, notes=tuple(notes), superseded=written.lost)
     work = Path(tempfile.mkdtemp(prefix="scratchbank-bank-"))
     run = _Run(
         run_id,
@@ -151,21 +167,40 @@ def bank_at_teardown(
         work,
         clock.monotonic() + budgets.banking_seconds,
         notes,
+        claim=claim,
     )
     try:
         tries, best = _tries(run, plan)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if best.seen is Seen.EMPTY:
+    if best.seen is Seen.EMPTY and not _lost_since_read(run):
         try:
             store.delete(run_id)  # T4
         except BankWriteFailed as error:
             notes.append(f"could not delete the previous bank: {error.message}")
-    quiesce = run.quiesce or Quiesce(False, facts.isolation)
-    record = teardown_record(best, quiesce)
-    recorded = _record(timeline, run_id, record, budgets, clock, notes)
+    quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
+    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now())
+    written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
     return TeardownReport(
-        plan, record, recorded, tuple(tries), run.report, run.uploads, run.tar_passes, tuple(notes)
+        plan,
+        record,
+        written.recorded,
+        tuple(tries),
+        run.report,
+        run.uploads,
+        run.tar_passes,
+        tuple(notes),
+        written.lost,
+    )
+
+
+def _plan(state: ScratchState, sandbox: Sandbox, run_finished: bool) -> TeardownPlan:
+    facts = sandbox.facts
+    return plan_teardown(
+        state,
+        scratch_host_backed=facts.host_backed,
+        process_isolated=facts.process_isolated,
+        run_finished=run_finished,
     )
 
 
@@ -188,24 +223,50 @@ def _tries(run: _Run, plan: TeardownPlan) -> tuple[list[TryOutcome], TryOutcome]
 
 
 def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, bool]:
-    """One try: quiesce, archive (again while it races), continue, upload. (outcome, final?)"""
+    """One try: quiesce, archive (again while it races), continue, upload. (outcome, final?)
+
+    T16: when this try cannot archive, for whatever reason, the last complete archive
+    an earlier pass or try took is uploaded instead of being forgotten.
+    """
     try:
-        if plan.quiesce:
-            _quiesce(run)
-        try:
-            archived = _archive(run, attempt)
-        finally:
-            if plan.quiesce:
-                _continue(run)
-    except SandboxGone as error:
-        return TryOutcome(Seen.UNKNOWN, reason=f"the sandbox is gone: {error.message}"), False
-    except (ExecFailed, StreamBroken) as error:
-        return TryOutcome(Seen.UNKNOWN, reason=f"exec failed: {error.message}"), False
-    except ArchiveFailed as error:
-        return TryOutcome(Seen.FILES, reason=f"tar failed: {error.message}"), False
+        archived = _archive_quiesced(run, plan, attempt)
+    except _TRY_FAILURES as error:
+        failed = _failed_try(error)
+        if run.complete is None:
+            return failed, False
+        run.notes.append(f"{failed.reason}; banking the last complete archive (T16)")
+        archived = run.complete
     if archived is None:
         return TryOutcome(Seen.EMPTY), True
-    facts, raced = archived
+    return _bank(run, *archived)
+
+
+_TRY_FAILURES = (SandboxGone, ExecFailed, StreamBroken, ArchiveFailed)
+
+
+def _failed_try(error: BaseException) -> TryOutcome:
+    """What a try that could not archive saw (T8, T19)."""
+    if isinstance(error, SandboxGone):
+        return TryOutcome(Seen.UNKNOWN, reason=f"the sandbox is gone: {error.message}")
+    if isinstance(error, ArchiveFailed):
+        return TryOutcome(Seen.FILES, reason=f"tar failed: {error.message}")
+    assert isinstance(error, ExecFailed | StreamBroken)
+    return TryOutcome(Seen.UNKNOWN, reason=f"exec failed: {error.message}")
+
+
+def _archive_quiesced(run: _Run, plan: TeardownPlan, attempt: int) -> Complete | None:
+    """Quiesce (when isolated), archive, and continue whatever happens (T11, T14)."""
+    if plan.quiesce:
+        _quiesce(run)
+    try:
+        return _archive(run, attempt)
+    finally:
+        if plan.quiesce:
+            _continue(run)
+
+
+def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOutcome, bool]:
+    """Store a complete archive unless the cap, the host check or the store rules it out."""
     archive = Archive(
         facts.bytes,
         facts.sha256,
@@ -228,7 +289,9 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
 
 def _quiesce(run: _Run) -> None:
     budget = max(1, int(run.left()) + int(run.budgets.continue_seconds))
-    report = run.sandbox.quiesce(budget_seconds=budget, wait_seconds=run.budgets.quiesce_wait_seconds)
+    report = run.sandbox.quiesce(
+        budget_seconds=budget, wait_seconds=run.budgets.quiesce_wait_seconds, deadline=run.call_deadline()
+    )
     run.report = report
     run.quiesce = Quiesce(report.quiesced, "; ".join(report.reasons))
 
@@ -236,7 +299,8 @@ def _quiesce(run: _Run) -> None:
 def _continue(run: _Run) -> None:
     """T14: continue on a budget of its own, never holding the sandbox's shutdown."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(run.sandbox.continue_processes)
+    deadline = Deadline.after(run.budgets.continue_seconds)
+    future = pool.submit(run.sandbox.continue_processes, deadline=deadline)
     try:
         future.result(timeout=run.budgets.continue_seconds)
     except Exception as error:  # the watchdog in the sandbox continues them anyway
@@ -245,41 +309,49 @@ def _continue(run: _Run) -> None:
         pool.shutdown(wait=False)
 
 
-def _archive(run: _Run, attempt: int) -> tuple[ArchiveFacts, tuple[str, ...]] | None:
-    """Archive to a host file; run tar again while it races and budget allows (T16)."""
+def _archive(run: _Run, attempt: int) -> Complete | None:
+    """Archive to a host file; run tar again while it races and budget allows (T16).
+
+    Every complete pass is kept on the run (``_Run.keep``): a pass that fails later, for
+    any reason, leaves it to ``_one_try`` to bank that one.
+    """
     verify = not (run.quiesce and run.quiesce.quiesced)
-    last: tuple[ArchiveFacts, tuple[str, ...]] | None = None
+    last: Complete | None = None
     passes = 0
     while True:
-        path = run.work / f"try{attempt}-pass{passes}.tgz"
-        sink = HostArchive(
-            path,
-            gzipped_input=run.budgets.compress_in_sandbox,
-            gzip_level=run.budgets.gzip_level,
-            cap=run.budgets.cap_bytes,
-        )
         started = run.clock.monotonic()
-        try:
-            report = run.sandbox.archive(sink, compress=run.budgets.compress_in_sandbox, verify=verify)
-        except ArchiveFailed:
-            sink.close()
-            if last is not None:
-                return last  # T16: the last complete archive is kept
-            raise
-        except BaseException:
-            sink.close()
-            raise
-        facts = sink.finish()
+        taken = _one_pass(run, run.work / f"try{attempt}-pass{passes}.tgz", verify)
         passes += 1
         run.tar_passes += 1
-        if report.empty:
+        if taken is None:
             return None
-        last = (facts, report.raced)
+        if not taken[0].refused:
+            run.keep(taken)
+        last = taken
         took = run.clock.monotonic() - started
         if not should_retar(
-            raced=bool(report.raced), passes=passes, last_pass_seconds=took, seconds_left=run.left()
+            raced=bool(taken[1]), passes=passes, last_pass_seconds=took, seconds_left=run.left()
         ):
             return last
+
+
+def _one_pass(run: _Run, path: Path, verify: bool) -> Complete | None:
+    """One tar pass into a host file: (facts, raced), or None for an empty scratch."""
+    sink = HostArchive(
+        path,
+        gzipped_input=run.budgets.compress_in_sandbox,
+        gzip_level=run.budgets.gzip_level,
+        cap=run.budgets.cap_bytes,
+    )
+    try:
+        report = run.sandbox.archive(
+            sink, compress=run.budgets.compress_in_sandbox, verify=verify, deadline=run.call_deadline()
+        )
+    except BaseException:
+        sink.close()
+        raise
+    facts = sink.finish()
+    return None if report.empty else (facts, report.raced)
 
 
 def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
@@ -287,9 +359,12 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
     pause = run.budgets.first_pause
     why = ""
     for _ in range(run.budgets.upload_tries):
+        lost = _lost_since_read(run)
+        if lost:
+            return False, lost
         try:
             run.uploads += 1
-            run.store.put(run.run_id, facts.path, sha256=facts.sha256)
+            run.store.put(run.run_id, facts.path, sha256=facts.sha256, deadline=run.call_deadline())
             return True, ""
         except BankWriteFailed as error:
             why = f"upload failed: {error.message}"
@@ -300,27 +375,93 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
     return False, why
 
 
+def _lost_since_read(run: _Run) -> str:
+    """Before an upload: did another execution or teardown take the run since we read it?
+
+    Then this teardown must not replace the bank a newer record names ("" when not).
+    """
+    if run.claim is None:
+        return ""
+    try:
+        since = read_since(run.timeline, run.claim)
+    except TimelineUnreadable:
+        return ""
+    return _why_lost(since)
+
+
+def _why_lost(since: tuple[Record, ...]) -> str:
+    winner = new_execution(since) or another_teardown(since)
+    return f"superseded: a {winner.WIRE} was recorded after this teardown read the run" if winner else ""
+
+
+@attrs.frozen
+class Written:
+    """Whether the teardown's record landed, and why it lost the run if it did."""
+
+    recorded: bool
+    lost: str = ""
+
+
 def _record(
     timeline: Timeline,
     run_id: str,
+    claim: Claim | None,
     record: ScratchBanked,
     budgets: Budgets,
     clock: Clock,
     notes: list[str],
-) -> bool:
-    """T8: the record is tried again until its own budget runs out (a store failover)."""
-    why = append_within_budget(
-        timeline,
-        run_id,
-        [record],
-        clock=clock,
-        budget=budgets.record_seconds,
-        first_pause=budgets.first_pause,
-        pause_cap=budgets.record_pause_cap,
+    sandbox: Sandbox,
+    run_finished: bool,
+) -> Written:
+    """T8: the record, at the version this teardown decided on, tried again until its own
+    budget runs out (a store failover). A conflict is read, never retried blindly: another
+    execution or teardown recorded first -> this one writes nothing; else it plans again
+    on what it now reads and appends there."""
+    budget = Budget.start(clock, budgets.record_seconds)
+    pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
+    for _ in range(DECIDE_AGAIN):
+        try:
+            at = claim if claim is not None else _version(timeline, run_id, budget, pauses)
+            append_at(timeline, at, [record], budget=budget, pauses=pauses)
+            return Written(True)
+        except RETRYABLE as error:
+            notes.append(f"the record was not written within its budget: {error.message}")
+            return Written(False)
+        except TimelineConflict:
+            claim, lost = _replan(timeline, at, sandbox, run_finished)
+            if lost:
+                notes.append(lost)
+                return Written(False, lost)
+    notes.append(f"the timeline kept moving under {DECIDE_AGAIN} tries; the record was not written")
+    return Written(False, "superseded: the timeline kept moving")
+
+
+#: How many times a teardown plans again after a conflict that did not take its run.
+DECIDE_AGAIN = 5
+
+
+def _version(timeline: Timeline, run_id: str, budget: Budget, pauses: Pauses) -> Claim:
+    """The timeline's current version, read within the record's budget."""
+    return retry_within(
+        budget, lambda _d: Claim(run_id, len(timeline.read(run_id))), retry_on=RETRYABLE, pauses=pauses
     )
-    if why is not None:
-        notes.append(f"the record was not written within its budget: {why}")
-    return why is None
+
+
+def _replan(
+    timeline: Timeline, claim: Claim, sandbox: Sandbox, run_finished: bool
+) -> tuple[Claim | None, str]:
+    """After a conflict: (the claim to append at, "") or (None, why this teardown lost)."""
+    try:
+        records = tuple(timeline.read(claim.run_id))
+    except TimelineUnreadable:
+        return None, ""  # read again within the record's budget
+    lost = _why_lost(records[claim.position :])
+    if lost:
+        return None, lost
+    plan = _plan(fold(records), sandbox, run_finished)
+    if plan.action is TeardownAction.SKIP:
+        return None, f"superseded: {plan.reason} ({plan.rule})"
+    return Claim(claim.run_id, len(records)), ""
 
 
 async def bank_at_teardown_async(**kwargs: object) -> TeardownReport:

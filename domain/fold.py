@@ -98,6 +98,7 @@ class ScratchState:
     forsaken: Evidence | None = None
     host_backed: Evidence | None = None
     last_teardown: Evidence | None = None
+    banking_ended: Evidence | None = None
     latest_execution: Evidence | None = None
     adoption: Adoption | None = None
     hold: Evidence | None = None
@@ -112,11 +113,16 @@ class ScratchState:
 
     @property
     def may_still_be_banking(self) -> bool:
-        """The latest execution wrote no teardown record yet (R10, A1)."""
-        if self.last_teardown is None:
+        """The latest execution wrote no teardown record yet (R10, A1).
+
+        A host-backed restore (X6) ends the window as a teardown record does (A14): that
+        execution's scratch is a host directory, which is never banked.
+        """
+        ended = self.banking_ended
+        if ended is None:
             return True
         execution = self.latest_execution
-        return execution is not None and execution.position > self.last_teardown.position
+        return execution is not None and execution.position > ended.position
 
     @property
     def lone_child(self) -> Adoption | None:
@@ -161,20 +167,23 @@ def _clear_bank(state: ScratchState, **changes: Any) -> ScratchState:
 
 
 def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> ScratchState:
-    state = attrs.evolve(state, last_teardown=ev)
+    state = attrs.evolve(state, last_teardown=ev, banking_ended=ev)
     if rec.banked:
         bank = Bank(ev, rec, ev.position)
         return _clear_bank(state, bank=bank, forsaken=None, host_backed=None)
     if rec.empty or rec.finished:
         return _clear_bank(state, host_backed=None)
     if rec.unknown:
-        return state  # T19 / R14: nobody knows; an earlier bank still decides
-    return attrs.evolve(state, unbanked=ev, unbanked_reason=rec.reason, host_backed=None)
+        # T19 / R14: nobody knows; an earlier bank still decides. An earlier *unbanked*
+        # record decides nothing more (A13): not refused, as after no record.
+        return attrs.evolve(state, unbanked=None, unbanked_reason="")
+    # R1 reads the last teardown: files it could not bank replace any older bank (A13).
+    return _clear_bank(state, unbanked=ev, unbanked_reason=rec.reason, host_backed=None)
 
 
 def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> ScratchState:
     if rec.restored and rec.host_backed:
-        return _clear_bank(state, host_backed=ev)  # X6
+        return _clear_bank(state, host_backed=ev, banking_ended=ev)  # X6, A14
     if rec.restored:
         if state.bank is None:
             return state

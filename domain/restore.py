@@ -22,6 +22,7 @@ class RestoreResult(enum.Enum):
     NO_SANDBOX = "no_sandbox"  # X4: the resume runs without a sandbox
     READ_FAILED = "read_failed"  # X5: the store or timeline read failed
     STREAM_BROKEN = "stream_broken"  # X5: the stream into the sandbox broke
+    UNEXPECTED = "unexpected"  # X5: a failure nobody named (a bug): parked, redelivered
 
 
 _LOSES_THE_BANK = {

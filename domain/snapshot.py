@@ -12,7 +12,7 @@ from .records import AttemptQueued, RunStatus, ScratchBanked
 from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -36,6 +36,7 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "forsaken": _ev(state.forsaken),
         "host_backed": _ev(state.host_backed),
         "last_teardown": _ev(state.last_teardown),
+        "banking_ended": _ev(state.banking_ended),
         "latest_execution": _ev(state.latest_execution),
         "adoption": None
         if adoption is None
@@ -82,6 +83,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             forsaken=_unev(data["forsaken"]),
             host_backed=_unev(data["host_backed"]),
             last_teardown=_unev(data["last_teardown"]),
+            banking_ended=_unev(data["banking_ended"]),
             latest_execution=_unev(data["latest_execution"]),
             adoption=adoption,
             hold=_unev(data["hold"]),

@@ -437,3 +437,35 @@ def test_node_finished_record_is_what_the_fold_reads() -> None:
     """Sanity: the builder writes the metadata fields the rules read."""
     rec = node("a", "agent", in_sandbox=True, on_cycle=True)
     assert isinstance(rec, NodeFinished) and rec.in_sandbox and rec.on_cycle
+
+
+# A13, A14 -----------------------------------------------------------------------------
+
+
+def test_A13_an_unknown_record_after_an_unbanked_one_is_not_refused() -> None:
+    """R14 reads the latest unknown record as 'not refused', exactly as after no record."""
+    d = decide(started(), node("a"), unbanked("tar failed"), resumed(), unknown())
+    assert d.verdict is Verdict.GO_ON_WITHOUT and d.rule == "R14"
+    assert d.code is None and not d.records  # nothing forsaken, nothing to accept
+
+
+def test_A13_an_unbanked_record_replaces_an_older_bank() -> None:
+    """R1 reads the last teardown: the older bank is no longer the run's scratch."""
+    state = fold([started(), banked(), resumed(), node("a"), unbanked("over the cap")])
+    assert state.bank is None and state.unbanked is not None
+    d = decide(started(), banked(), resumed(), node("a"), unbanked(), consents=ACCEPT)
+    assert d.verdict is Verdict.GO_ON_WITHOUT and d.rule == "R13"
+    # ...and an unknown record after it does not bring the older bank back either
+    d = decide(started(), banked(), resumed(), unbanked(), resumed(), unknown())
+    assert d.verdict is Verdict.GO_ON_WITHOUT and d.bank is None
+
+
+def test_A14_a_host_backed_restore_ends_the_may_still_be_banking_window() -> None:
+    """The latest execution restored into a host directory: it will never bank (X6)."""
+    records = (started(), banked(), resumed(), restored(host_backed=True))
+    assert not fold(records).may_still_be_banking
+    d = decide(*records, where=Where.SURFACE)
+    assert d.verdict is Verdict.GO_ON_WITHOUT and d.rule == "X6"
+    # a later execution opens the window again
+    assert fold([*records, resumed()]).may_still_be_banking
+    assert decide(*records, resumed(), where=Where.SURFACE).verdict is Verdict.DEFER_TO_ENGINE

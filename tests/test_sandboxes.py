@@ -27,16 +27,21 @@ def frozen(r: Rig, path: str, wait: float = 0.4) -> bool:
     return size_of(r, path) == before
 
 
+def wait_until_written(r: Rig, path: str, seconds: float = 30) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the writer never wrote")
+
+
 def writer(r: Rig, name: str = "grow") -> str:
     path = f"{r.scratch}/{name}"
     r.sh(f"mkdir -p {r.scratch}")
     r.spawn(f"while :; do echo 0123456789 >> {path}; sleep 0.01; done")
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes":
-            return path
-        time.sleep(0.05)
-    raise AssertionError("the writer never wrote")
+    wait_until_written(r, path)
+    return path
 
 
 @pytest.fixture(params=ENGINES)
@@ -156,7 +161,7 @@ def test_T13_a_multithreaded_writer_is_stopped_whole() -> None:
         )
         Path(r.scratch, "w.py").write_text(code)
         r.spawn(f"python3 {r.scratch}/w.py")
-        time.sleep(0.5)
+        wait_until_written(r, path)  # python3 starts slowly on a loaded machine
         report = r.sandbox.quiesce(budget_seconds=10, wait_seconds=2)
         try:
             assert report.quiesced, report

@@ -9,12 +9,14 @@ import io
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.ports import StoredBank
+from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.errors import (
@@ -22,26 +24,18 @@ from scratchbank.domain.errors import (
     BankWriteFailed,
     ExecFailed,
     SandboxGone,
+    StreamBroken,
     TimelineWriteFailed,
 )
-from scratchbank.domain.records import Record, ScratchBanked
+from scratchbank.domain.records import Record, ScratchBanked, UnknownRecord
 from scratchbank.domain.teardown import TeardownAction
 from scratchbank.testing.builders import banked, restore_failed, resumed, started
+from scratchbank.testing.clocks import ManualClock
 
 FILES = {"verify.sh": b"#!/bin/sh\nexit 0\n", "measure.json": b'{"floor": 12}'}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+FakeClock = ManualClock
 
 
 class FlakyStore(InMemoryBankStore):
@@ -50,12 +44,12 @@ class FlakyStore(InMemoryBankStore):
         self.fail_puts = fail_puts
         self.put_digests: list[str] = []
 
-    def put(self, run_id: str, archive: Path, *, sha256: str) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
         self.put_digests.append(hashlib.sha256(archive.read_bytes()).hexdigest())
         if self.fail_puts:
             self.fail_puts -= 1
             raise BankWriteFailed("store blip")
-        super().put(run_id, archive, sha256=sha256)
+        super().put(run_id, archive, sha256=sha256, deadline=deadline)
 
 
 class FlakyTimeline(InMemoryTimeline):
@@ -296,9 +290,9 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     gate = threading.Event()
 
     class SlowSandbox(FakeSandbox):
-        def archive(self, dest, *, compress, verify):  # type: ignore[no-untyped-def]
+        def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
             gate.wait(5)
-            return super().archive(dest, compress=compress, verify=verify)
+            return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
 
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
@@ -326,7 +320,10 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     assert last_record(timeline).banked and "run-1" in store.banks
 
 
-def test_an_unreadable_timeline_still_banks() -> None:
+def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
+    """Banking more is never wrong; a record appended without the version it decided on
+    could land after a newer execution's claim, so it is not written."""
+
     class Unreadable(InMemoryTimeline):
         def read(self, run_id: str):  # type: ignore[no-untyped-def]
             from scratchbank.domain.errors import TimelineUnreadable
@@ -342,7 +339,9 @@ def test_an_unreadable_timeline_still_banks() -> None:
         run_finished=False,
         clock=FakeClock(),
     )
-    assert "run-1" in store.banks and report.recorded
+    assert "run-1" in store.banks and not report.recorded
+    assert InMemoryTimeline.read(timeline, "run-1") == ()  # nothing written blind
+    assert any("not written within its budget" in n for n in report.notes)
 
 
 def test_the_fake_store_round_trips() -> None:
@@ -350,3 +349,125 @@ def test_the_fake_store_round_trips() -> None:
     store.banks["r"] = b"abc"
     out = io.BytesIO()
     assert store.fetch("r", out, max_bytes=10) == StoredBank(3, hashlib.sha256(b"abc").hexdigest())
+
+
+# ---- T16 whatever fails: the best complete archive seen so far is banked ------------
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ExecFailed("exec blip"),
+        StreamBroken("stream broke mid-archive"),
+        SandboxGone("the pod was deleted"),
+        ArchiveFailed("tar: ./x: short read"),
+    ],
+    ids=["exec blip", "broken stream", "sandbox gone", "tar failure"],
+)
+def test_T16_a_raced_pass_is_banked_when_the_next_pass_fails_for_any_reason(fault: Exception) -> None:
+    box = FakeSandbox(dict(FILES))
+    box.races = [("./log",)]
+    box.faults["archive"] = [None, fault, fault, fault, fault, fault]
+    _, timeline, store = teardown(box)
+    rec = last_record(timeline)
+    assert rec.banked and rec.raced == ("./log",) and "run-1" in store.banks
+    assert rec.sha256 == hashlib.sha256(store.banks["run-1"]).hexdigest()
+    assert fold(timeline.read("run-1")).bank is not None  # R14 never reverts to an older bank
+
+
+def test_T16_a_complete_archive_whose_upload_failed_is_banked_when_the_next_try_cannot_archive() -> None:
+    box = FakeSandbox(dict(FILES))
+    box.faults["archive"] = [None, ExecFailed("blip"), ExecFailed("blip")]
+    store = FlakyStore(fail_puts=3)  # the first try's three uploads fail
+    _, timeline, _ = teardown(box, store=store)
+    rec = last_record(timeline)
+    assert rec.banked and store.banks["run-1"]
+    assert len(set(store.put_digests)) == 1  # T10: the same archive, never a new tar for it
+    assert box.archives == 1
+
+
+def test_T16_T20_budget_spent_after_a_raced_pass_still_banks_it() -> None:
+    """The banking budget runs out during the second pass (the clock jumps): the first
+    complete archive is banked, with its raced members named."""
+    clock = FakeClock()
+
+    class SlowSecondPass(FakeSandbox):
+        def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
+            if self.archives == 1:
+                clock.advance(400)  # past the 300 s banking budget
+                raise StreamBroken("cut at its deadline")
+            return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
+
+    box = SlowSecondPass(dict(FILES))
+    box.races = [("./log",)]
+    _, timeline, store = teardown(box, clock=clock)
+    rec = last_record(timeline)
+    assert rec.banked and rec.raced == ("./log",) and "run-1" in store.banks
+
+
+# ---- Claims: a teardown that lost the run writes nothing ----------------------------
+
+
+class ClaimedDuringBanking(FakeSandbox):
+    """While tar reads, another execution claims the run (a resume the engine allowed)."""
+
+    def __init__(self, timeline: InMemoryTimeline, claim: Record) -> None:
+        super().__init__(dict(FILES))
+        self.timeline, self.claim = timeline, claim
+
+    def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
+        self.timeline.append("run-1", [self.claim])
+        return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
+
+
+@pytest.mark.parametrize("claim", [resumed("newer"), banked()], ids=["a resume", "another teardown"])
+def test_C7_T6_a_teardown_that_lost_the_run_writes_and_uploads_nothing(claim: Record) -> None:
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    store.banks["run-1"] = b"the bank the newer record names"
+    report, _, _ = teardown(ClaimedDuringBanking(timeline, claim), timeline=timeline, store=store)
+    assert report.superseded.startswith("superseded") and not report.recorded
+    assert timeline.read("run-1")[-1] == claim  # nothing after the winner's record
+    assert store.banks["run-1"] == b"the bank the newer record names"
+
+
+def test_C7_T6_a_conflict_that_took_nothing_is_planned_again_and_recorded() -> None:
+    timeline = InMemoryTimeline()
+    box = ClaimedDuringBanking(timeline, UnknownRecord(type="llm_usage", data={"tokens": 3}))
+    report, _, store = teardown(box, timeline=timeline)
+    assert report.recorded and not report.superseded
+    assert last_record(timeline).banked and "run-1" in store.banks
+
+
+def test_X3_T6_a_hold_recorded_while_banking_is_honoured_at_the_record() -> None:
+    timeline = InMemoryTimeline()
+    box = ClaimedDuringBanking(timeline, restore_failed())
+    report, _, _ = teardown(box, timeline=timeline, history=(started(), banked(), resumed()))
+    assert not report.recorded and "X3" in report.superseded
+    assert timeline.read("run-1")[-1] == restore_failed()
+
+
+def test_T6_the_record_carries_the_clock_time() -> None:
+    clock = FakeClock()
+    clock.advance(42)
+    _, timeline, _ = teardown(FakeSandbox(dict(FILES)), clock=clock)
+    assert last_record(timeline).at == ManualClock.EPOCH + timedelta(seconds=42)
+
+
+def test_T16_a_clean_archive_is_banked_before_a_later_one_that_raced() -> None:
+    """Try 1 archives clean but cannot upload; try 2 races, then cannot archive again:
+    the clean archive of try 1 is the one banked (a clean one, else the last that raced)."""
+
+    class Growing(FakeSandbox):
+        def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
+            assert self.files is not None
+            self.files[f"log{self.archives}"] = b"more"
+            return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
+
+    box = Growing(dict(FILES))
+    box.races = [(), ("./log1",)]
+    box.faults["archive"] = [None, None, ExecFailed("blip"), ExecFailed("blip")]
+    store = FlakyStore(fail_puts=3)
+    _, timeline, _ = teardown(box, store=store)
+    rec = last_record(timeline)
+    assert rec.banked and rec.raced == () and rec.manifest_entries == 3  # try 1: FILES + log0
+    assert store.put_digests[-1] == store.put_digests[0] == rec.sha256

@@ -1,24 +1,40 @@
 """Contract suites for the ports: subclass one per adapter, define ``make``, let pytest run it.
 
 Every adapter we ship (fakes included) passes these; an engine writing its own
-Timeline or BankStore subclasses the same class to prove it behaves the same.
+Timeline, BankStore or Sandbox subclasses the same class to prove it behaves the same.
+Function-style checkers do the same for a test that already has an adapter in hand:
+``check_timeline(make)``, ``check_bank_store(make, tmp)`` and ``check_stall(call)`` ("a
+stalled call fails in time"), with ``check_sandbox_stalls(sandbox)`` running the
+stalls every scripted sandbox transport must survive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import tarfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from scratchbank.application.ports import BankStore, Timeline
+from scratchbank.application.host_archive import HostArchive
+from scratchbank.application.ports import BankStore, Sandbox, Timeline
+from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import (
     BankGone,
+    BankReadFailed,
+    BankWriteFailed,
+    ExecFailed,
     HostileArchive,
     InvalidRunId,
+    SandboxGone,
+    ScratchbankError,
+    StreamBroken,
     TimelineConflict,
     TimelineUnreadable,
 )
@@ -163,4 +179,242 @@ class BankStoreContract:
                 store.fetch(bad, io.BytesIO(), max_bytes=10)
 
 
-__all__ = ["BankStoreContract", "TimelineContract", "TimelineUnreadable"]
+def _run_contract(contract: object, *args: Any) -> list[str]:
+    """Run every ``test_*`` method of a contract instance; the names of those that ran."""
+    ran = []
+    for name in sorted(dir(contract)):
+        if name.startswith("test_"):
+            getattr(contract, name)(*args)
+            ran.append(name)
+    return ran
+
+
+def check_timeline(make: Callable[[], Timeline]) -> list[str]:
+    """Run the Timeline contract against ``make()`` (a fresh, empty timeline each call).
+
+    Raises AssertionError (or the adapter's own error) on the first clause it breaks;
+    returns the clauses it passed.
+    """
+
+    class _Bound(TimelineContract):
+        def make(self) -> Timeline:
+            return make()
+
+    return _run_contract(_Bound())
+
+
+def check_bank_store(make: Callable[[Path], BankStore], tmp: Path) -> list[str]:
+    """Run the BankStore contract against ``make(folder)`` (a fresh store each call);
+    each clause gets a fresh folder under ``tmp``. Returns the clauses it passed."""
+
+    class _Bound(BankStoreContract):
+        def make(self, tmp: Path) -> BankStore:
+            return make(tmp)
+
+    contract, ran = _Bound(), []
+    for name in sorted(n for n in dir(contract) if n.startswith("test_")):
+        folder = tmp / name
+        folder.mkdir(parents=True, exist_ok=True)
+        getattr(contract, name)(folder)
+        ran.append(name)
+    return ran
+
+
+# ---- Sandboxes ---------------------------------------------------------------------
+
+
+class SandboxContract:
+    """What every Sandbox does, from banking's side (T2, T14, T15, T19).
+
+    Subclasses define ``sandbox`` (a context manager yielding a fresh sandbox with an
+    empty scratch) and ``write`` (put files in its scratch; a name with ``/`` creates
+    its directories); ``kill`` (make the sandbox gone) is optional.
+    """
+
+    def sandbox(self) -> contextlib.AbstractContextManager[Sandbox]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def write(self, sandbox: Sandbox, files: dict[str, bytes]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def kill(self, sandbox: Sandbox) -> None:
+        pytest.skip("this sandbox cannot be made gone in a test")
+
+    FILES: ClassVar[dict[str, bytes]] = {
+        "verify.sh": b"#!/bin/sh\nexit 0\n",
+        "clone/src/main.c": b"int main(){}\n" * 100,
+    }
+
+    def test_T2_archive_streams_every_file_and_directory_as_a_tar(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            sink = io.BytesIO()
+            report = box.archive(sink, compress=False, verify=False)
+            assert not report.empty
+            assert report.raced == ()
+            with tarfile.open(fileobj=io.BytesIO(sink.getvalue()), mode="r:") as tar:
+                members = {m.name.removeprefix("./"): m for m in tar if m.name not in (".", "./")}
+                data = {n: tar.extractfile(m).read() for n, m in members.items() if m.isfile()}  # type: ignore[union-attr]
+        assert data == self.FILES
+        assert members["clone"].isdir()
+        assert members["clone/src"].isdir()
+
+    def test_T2_the_host_archive_holds_the_manifest_teardown_records(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            sink = HostArchive(tmp_path / "a.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30)
+            box.archive(sink, compress=False, verify=True)
+            facts = sink.finish()
+        assert not facts.refused
+        assert facts.manifest is not None
+        assert facts.manifest.entries == len(self.FILES) + 2  # two files, clone/, clone/src/
+        assert facts.manifest.bytes == sum(map(len, self.FILES.values()))
+        assert hashlib.sha256((tmp_path / "a.tgz").read_bytes()).hexdigest() == facts.sha256
+
+    def test_T2_T4_an_empty_scratch_archives_as_empty(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            sink = io.BytesIO()
+            assert box.archive(sink, compress=False, verify=False).empty
+
+    def test_T14_quiesce_reports_and_continue_is_idempotent(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            report = box.quiesce(budget_seconds=30, wait_seconds=2)
+            assert report.quiesced or report.refused or report.reasons
+            box.continue_processes()
+            box.continue_processes()
+
+    def test_T19_a_gone_sandbox_raises_sandbox_gone(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, {"f": b"x"})
+            self.kill(box)
+            with pytest.raises(SandboxGone):
+                box.archive(io.BytesIO(), compress=False, verify=False)
+
+
+# ---- Stalls: a stalled call fails in time ------------------------------------------
+
+#: What a stalled call may raise: every one names the transport's failure.
+STALL_ERRORS: tuple[type[ScratchbankError], ...] = (StreamBroken, ExecFailed, BankReadFailed, BankWriteFailed)
+
+
+def check_stall(
+    call: Callable[[Deadline], object],
+    *,
+    seconds: float = 2.0,
+    grace: float = 5.0,
+    expect: tuple[type[BaseException], ...] = STALL_ERRORS,
+) -> float:
+    """A stalled call fails in time: ``call(deadline)`` (the test arranges that it stalls)
+    must raise one of ``expect`` no later than ``seconds + grace`` after it started.
+
+    The call runs in a thread, so one that never returns fails the check instead of
+    hanging the suite. Returns how long the call took, in seconds.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            call(Deadline.after(seconds))
+            outcome["returned"] = True
+        except BaseException as error:
+            outcome["error"] = error
+        outcome["took"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds + grace)
+    assert not thread.is_alive(), f"the stalled call was still running {seconds + grace:.1f} s later"
+    assert "error" in outcome, "the stalled call returned as if it had succeeded"
+    assert isinstance(outcome["error"], expect), f"raised {outcome['error']!r}, not one of {expect}"
+    took: float = outcome["took"]
+    return took
+
+
+class StalledSource:
+    """A stream that gives ``first`` bytes, then blocks until released (a stalled upload)."""
+
+    def __init__(self, first: int = 1 << 16) -> None:
+        self.left = first
+        self.released = threading.Event()
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            self.released.wait(120)
+            return b""
+        chunk = min(self.left, n if n > 0 else self.left)
+        self.left -= chunk
+        return b"\0" * chunk
+
+
+class FailingSource:
+    """A stream that gives ``first`` bytes, then fails (a bank read that broke midway)."""
+
+    def __init__(self, first: int = 1 << 16) -> None:
+        self.left = first
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            raise OSError(5, "the source broke midway")
+        chunk = min(self.left, n if n > 0 else self.left)
+        self.left -= chunk
+        return b"\0" * chunk
+
+
+def check_sandbox_stalls(sandbox: Any, *, seconds: float = 2.0, grace: float = 5.0) -> dict[str, float]:
+    """The stalls every scripted transport must survive, each failing in time by name:
+
+    - an exec that hangs (ExecFailed at its deadline),
+    - a stream out that stops mid-transfer (StreamBroken at its deadline),
+    - a stream in whose source stalls (StreamBroken at its deadline),
+    - a stream in whose source fails (StreamBroken at once: the writer's error is raised).
+
+    ``sandbox`` is a ``ScriptedSandbox`` (its ``run`` takes a ``deadline``). Returns the
+    time each took.
+    """
+    times: dict[str, float] = {}
+    stalled = StalledSource()
+    try:
+        times["exec hangs"] = check_stall(
+            lambda d: sandbox.run("sleep 1000", [], deadline=d),
+            seconds=seconds,
+            grace=grace,
+            expect=(ExecFailed,),
+        )
+        times["stream out stalls"] = check_stall(
+            lambda d: sandbox.run("head -c 65536 /dev/zero; sleep 1000", [], stdout=io.BytesIO(), deadline=d),
+            seconds=seconds,
+            grace=grace,
+            expect=(StreamBroken,),
+        )
+        times["stream in stalls"] = check_stall(
+            lambda d: sandbox.run("cat >/dev/null", [], stdin=stalled, deadline=d),
+            seconds=seconds,
+            grace=grace,
+            expect=(StreamBroken,),
+        )
+        times["stream in fails"] = check_stall(
+            lambda d: sandbox.run("cat >/dev/null; sleep 1000", [], stdin=FailingSource(), deadline=d),
+            seconds=seconds,
+            grace=grace,
+            expect=(StreamBroken,),
+        )
+    finally:
+        stalled.released.set()
+    assert times["stream in fails"] < seconds, "a failed source must be raised at once, not at the deadline"
+    return times
+
+
+__all__ = [
+    "STALL_ERRORS",
+    "BankStoreContract",
+    "FailingSource",
+    "SandboxContract",
+    "StalledSource",
+    "TimelineContract",
+    "TimelineUnreadable",
+    "check_bank_store",
+    "check_sandbox_stalls",
+    "check_stall",
+    "check_timeline",
+]

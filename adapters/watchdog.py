@@ -1,0 +1,57 @@
+"""A call's deadline, enforced from outside the call: cut the transport when it passes.
+
+Blocking reads on sockets, websockets and pipes cannot be given an overall deadline
+one ``recv`` at a time (a trickle resets every timeout). So each streaming exec arms a
+watchdog: at the deadline it cuts the transport (shuts the socket down, kills the
+process group), the blocked read returns or fails at once, and the call raises its
+named error knowing the cut was the deadline's (``fired``), not the peer's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from scratchbank.application.retry import Deadline
+
+
+class Watchdog:
+    """Calls ``cut`` once when ``deadline`` passes, unless the call ended first."""
+
+    def __init__(self, deadline: Deadline, cut: Callable[[], None]) -> None:
+        self.deadline = deadline
+        self.fired = False
+        self._cut = cut
+        self._lock = threading.Lock()
+        self._done = False
+        self._timer = threading.Timer(deadline.left(), self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.fired = True
+        with contextlib.suppress(Exception):  # the transport may already be closed
+            self._cut()
+
+    def cut_now(self) -> None:
+        """Cut at once (a writer thread whose source failed: the reader must stop too)."""
+        with contextlib.suppress(Exception):
+            self._cut()
+
+    def __enter__(self) -> Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()

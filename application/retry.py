@@ -1,0 +1,115 @@
+"""The one retry helper every use case uses: budgets, doubling capped pauses, deadlines.
+
+A budget bounds how long a step may keep trying (T8: banking 5 min, records 30 s);
+a deadline bounds one call inside it (an exec, a stream, a store put or fetch, a
+timeline append), so that a call that stalls cannot spend more than the budget that
+is left. Budgets are read on the use case's ``Clock`` (testable without waiting);
+deadlines are real time, because the transports that honour them wait on sockets and
+processes, not on a test clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import attrs
+
+from .clock import Clock
+
+T = TypeVar("T")
+
+#: No call waits less than this, even when the budget is almost spent: a call with
+#: no time at all would fail for a reason that is not the transport's.
+FLOOR_SECONDS = 1.0
+
+
+@attrs.frozen
+class Deadline:
+    """When one port call must have ended, on ``time.monotonic()``.
+
+    Transports read ``left()`` for socket timeouts and watchdogs and raise their own
+    named error (StreamBroken, ExecFailed, BankReadFailed...) once it has passed.
+    """
+
+    at: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + max(0.0, seconds))
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+
+def deadline_of(deadline: Deadline | None, default_seconds: float) -> Deadline:
+    """The deadline a transport honours: the caller's, else one ``default_seconds`` away."""
+    return deadline if deadline is not None else Deadline.after(default_seconds)
+
+
+@attrs.frozen
+class Pauses:
+    """Doubling pauses, capped (the ADR: 1 s doubling; records capped at 8 s)."""
+
+    first: float = 1.0
+    cap: float = 8.0
+
+    def __iter__(self) -> Iterator[float]:
+        pause = self.first
+        while True:
+            yield pause
+            pause = min(pause * 2, self.cap)
+
+
+@attrs.frozen
+class Budget:
+    """How long a step may keep trying, on the use case's clock, from ``started``."""
+
+    clock: Clock
+    started: float
+    seconds: float
+
+    @classmethod
+    def start(cls, clock: Clock, seconds: float) -> Budget:
+        return cls(clock, clock.monotonic(), seconds)
+
+    def left(self) -> float:
+        return max(0.0, self.started + self.seconds - self.clock.monotonic())
+
+    def allows_pause(self, pause: float) -> bool:
+        """Is there time for this pause and another try after it?"""
+        return self.clock.monotonic() + pause <= self.started + self.seconds
+
+    def call_deadline(self, cap: float | None = None) -> Deadline:
+        """A deadline for one call: the budget that is left (at least FLOOR_SECONDS), capped."""
+        seconds = max(self.left(), FLOOR_SECONDS)
+        return Deadline.after(min(seconds, cap) if cap is not None else seconds)
+
+
+def retry_within(
+    budget: Budget,
+    call: Callable[[Deadline], T],
+    *,
+    retry_on: tuple[type[BaseException], ...],
+    pauses: Pauses = Pauses(),
+    tries: int | None = None,
+    on_failure: Callable[[BaseException], None] | None = None,
+) -> T:
+    """Call until it succeeds, the budget (or ``tries``) runs out, or it raises something
+    that is not in ``retry_on`` (raised at once). The last retryable error is raised when
+    the budget is spent. Each call gets a deadline from the budget that is left.
+    """
+    for made, pause in enumerate(pauses, start=1):
+        try:
+            return call(budget.call_deadline())
+        except retry_on as error:
+            if on_failure is not None:
+                on_failure(error)
+            if (tries is not None and made >= tries) or not budget.allows_pause(pause):
+                raise
+        budget.clock.sleep(pause)
+    raise AssertionError("unreachable: pauses never end")  # pragma: no cover
