@@ -12,6 +12,7 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -192,14 +193,19 @@ def full_tmpdir(tmp_path: Path) -> Iterator[Path]:
 
 
 class NoSleep:
+    """A clock whose pauses pass at once (the budgets still count them)."""
+
     def __init__(self) -> None:
-        self.now = 0.0
+        self.t = 0.0
 
     def monotonic(self) -> float:
-        return self.now
+        return self.t
 
     def sleep(self, seconds: float) -> None:
-        self.now += seconds
+        self.t += seconds
+
+    def now(self) -> datetime:
+        return datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the_earlier_bank(
