@@ -157,18 +157,20 @@ class HostArchive:
         self._store = StoreLane(path, compressor, cap)
         self._check = CheckLane(limits, gzipped_input)
         self._lanes = (Lane("bank-store", self._store.work), Lane("bank-check", self._check.work))
-        self._pending = bytearray()
+        self._pending: list[bytes] = []  # joined once per batch: one copy, not one per write
+        self._pending_bytes = 0
         self._closed = False
 
     def write(self, data: bytes) -> int:
-        self._pending += data
-        if len(self._pending) >= BATCH:
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= BATCH:
             self._send()
         return len(data)
 
     def _send(self) -> None:
-        batch = bytes(self._pending)
-        self._pending.clear()
+        batch = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
         for lane in self._lanes:
             lane.put(batch)
 
