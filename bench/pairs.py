@@ -132,3 +132,19 @@ class Goal:
 
     def as_json(self) -> dict[str, Any]:
         return {"goal": self.name, "limit": self.limit, "measured": self.measured(), "pass": self.passed()}
+
+    @staticmethod
+    def limit_for(name: str) -> float | None:
+        """The issue's goals (#14): bank <= 0.5x the floor and the by-hand pipeline, restore <= 1x."""
+        return LIMITS.get(name.split(" ", 1)[0])
+
+    @classmethod
+    def of(cls, comparison: dict[str, Any]) -> Goal:
+        """A goal on a comparison as saved (as_json): judged on its median ratio."""
+        limit = cls.limit_for(comparison["name"])
+        assert limit is not None
+        spread = f" (min-max {comparison['min_ratio']:.2f}-{comparison['max_ratio']:.2f})"
+        return cls(comparison["name"] + spread, limit, value=comparison["median_ratio"])
+
+
+LIMITS = {"bank/floor": 0.5, "bank/by-hand": 0.5, "restore/bare-extract": 1.0}

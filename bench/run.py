@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import engines
 import trees
 from engines import Box, run_shell
@@ -424,16 +425,6 @@ def bench_decision(work: Path, lengths: list[int]) -> dict[str, Any]:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def goals_of(comparisons: list[Comparison]) -> list[Goal]:
-    limits = {"bank/floor": 0.5, "bank/by-hand": 0.5, "restore/bare-extract": 1.0}
-    goals = []
-    for c in comparisons:
-        kind = c.name.split(" ", 1)[0]
-        if kind in limits:
-            goals.append(Goal(c.name, limits[kind], comparison=c))
-    return goals
-
-
 def machine() -> dict[str, Any]:
     return {
         "host": platform.node(),
@@ -444,94 +435,150 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main() -> int:
+SECTIONS = ("source", "big", "codecs", "memory", "decision")
+
+
+@attrs.frozen
+class Plan:
+    """What one run measures: engines, stores, pairs, sections, and where it writes."""
+
+    quick: bool
+    n: int
+    engines: tuple[str, ...]
+    stores: tuple[str, ...]
+    sections: tuple[str, ...]
+    out: str
+    work: Path
+
+
+def parse_plan() -> Plan:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="source tree only, fewer sizes (~5 minutes)")
-    parser.add_argument("--pairs", type=int, default=0, help="interleaved pairs per comparison (>= 5)")
+    parser.add_argument(
+        "--quick", action="store_true", help="source tree only, small sizes (~5 min when quiet)"
+    )
+    parser.add_argument("--pairs", type=int, default=5, help="interleaved pairs per comparison (>= 5)")
     parser.add_argument("--engines", default=",".join(engines.available()))
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="any of " + ",".join(SECTIONS))
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    n = max(5, args.pairs or 5)
-    out = args.out or f"bench/results/{dt.date.today().isoformat()}{'-quick' if args.quick else ''}.json"
-    work = Path(tempfile.mkdtemp(prefix="scratchbank-bench-"))
-    names = [e for e in args.engines.split(",") if e]
-    stores = ["fs", "s3"] if os.environ.get("SCRATCHBANK_S3_ENDPOINT") else ["fs"]
-    results: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(),
-        "machine": machine(),
-        "pairs": n,
-        "quick": args.quick,
-    }
-    source = trees.tree("source")
-    size, entries = trees.stats(source)
-    print(f"source tree: {size / 1e6:.1f} MB, {entries} entries; {n} interleaved pairs per comparison")
-    comparisons: list[Comparison] = []
-    profiles = []
-    for name in names:
-        box = engines.make(name, source)
+    stem = f"bench/results/{dt.date.today().isoformat()}{'-quick' if args.quick else ''}"
+    sections = tuple(x for x in args.sections.split(",") if x and not (args.quick and x == "big"))
+    return Plan(
+        args.quick,
+        max(5, args.pairs),
+        tuple(e for e in args.engines.split(",") if e),
+        ("fs", "s3") if os.environ.get("SCRATCHBANK_S3_ENDPOINT") else ("fs",),
+        sections,
+        args.out or f"{stem}.json",
+        Path(tempfile.mkdtemp(prefix="scratchbank-bench-")),
+    )
+
+
+def source_section(plan: Plan, results: dict[str, Any]) -> None:
+    """Every engine on the source tree: goals, alternatives, isal vs zlib, phases."""
+    with_s3 = ("local",) if plan.quick else ("local", "docker")
+    for name in plan.engines:
+        box = engines.make(name, trees.tree("source"))
         try:
-            with_s3 = ("local",) if args.quick else ("local", "docker")
-            for store_kind in stores if name in with_s3 else ["fs"]:
-                comparisons += compare_engine(box, store_kind, work, n, "source", alternatives=not args.quick)
-            if name == "local" or not args.quick:
-                comparisons.append(isal_vs_zlib(box, work, n))
-            profiles.append(profile_engine(box, work / name, deep=not args.quick))
+            for store_kind in plan.stores if name in with_s3 else ("fs",):
+                results["comparisons"] += as_json(
+                    compare_engine(box, store_kind, plan.work, plan.n, "source", alternatives=not plan.quick)
+                )
+            if name == "local" or not plan.quick:
+                results["comparisons"].append(isal_vs_zlib(box, plan.work, plan.n).as_json())
+            results["profiles"].append(profile_engine(box, plan.work / name, deep=not plan.quick))
+            print_phases(results["profiles"][-1])
         finally:
             box.close()
-        save(out, results | {"comparisons": [c.as_json() for c in comparisons], "profiles": profiles})
-    if not args.quick:
-        for tree_name, engine_names in (
-            ("mixed", ["local"]),
-            ("gigabyte", ["local"]),
-            ("million", ["local"]),
-        ):
-            for name in (e for e in engine_names if e in names):
-                box = engines.make(name, trees.tree(tree_name))
-                try:
-                    comparisons += compare_engine(box, "fs", work, n, tree_name, alternatives=False)
-                finally:
-                    box.close()
-    results["comparisons"] = [c.as_json() for c in comparisons]
-    results["notes"] = NOTES
-    results["profiles"] = profiles
-    save(out, results)
-    for p in profiles:
-        print(
-            f"phases {p['engine']:10} bank "
-            + _phases(p["bank_phases_s"])
-            + " | restore "
-            + _phases(p["restore_phases_s"])
-        )
-    results["codecs"] = codecs(["source"], work, n)
-    sizes, counts = (
-        (["ten_mb", "source"], ["thousand", "source"])
-        if args.quick
-        else (["ten_mb", "gigabyte"], ["thousand", "million"])
-    )
-    mem = memory(list(dict.fromkeys(sizes + counts)), work)
-    results["memory"] = mem
-    save(out, results)
+        save(plan.out, results)
+
+
+def big_section(plan: Plan, results: dict[str, Any]) -> None:
+    """The 205 MB mix, 1 GB mostly incompressible and 1,000,000 tiny files, on the local engine."""
+    for tree_name in ("mixed", "gigabyte", "million"):
+        if "local" in plan.engines:
+            box = engines.make("local", trees.tree(tree_name))
+            try:
+                results["comparisons"] += as_json(
+                    compare_engine(box, "fs", plan.work, plan.n, tree_name, alternatives=False)
+                )
+            finally:
+                box.close()
+            save(plan.out, results)
+
+
+def as_json(comparisons: list[Comparison]) -> list[dict[str, Any]]:
+    return [c.as_json() for c in comparisons]
+
+
+def memory_section(plan: Plan, results: dict[str, Any]) -> None:
+    sizes, counts = (["ten_mb", "source"], ["thousand", "source"]) if plan.quick else MEMORY_TREES
+    results["memory"] = memory(list(dict.fromkeys(sizes + counts)), plan.work)
+    results["memory_pairs"] = [sizes, counts]
+
+
+MEMORY_TREES = (["ten_mb", "gigabyte"], ["thousand", "million"])
+
+
+def decision_section(plan: Plan, results: dict[str, Any]) -> None:
     results["decision"] = bench_decision(
-        work, [10, 1000, 10_000] if args.quick else [10, 1000, 10_000, 50_000]
+        plan.work, [10, 1000, 10_000] if plan.quick else [10, 1000, 10_000, 50_000]
     )
     print(
-        "decision (read + fold + decide) seconds by events:",
+        "decision (read + fold + decide) seconds:",
         {k: round(v, 4) for k, v in results["decision"]["seconds"].items()},
     )
-    goals = (
-        goals_of(comparisons)
-        + memory_goals(mem, *sizes, "by size")
-        + memory_goals(mem, *counts, "by file count")
-    )
+
+
+def print_goals(results: dict[str, Any]) -> None:
+    goals = [Goal.of(c) for c in results["comparisons"] if Goal.limit_for(c["name"]) is not None]
+    mem = results.get("memory", {})
+    for (small, large), what in zip(
+        results.get("memory_pairs", []), ("by size", "by file count"), strict=False
+    ):
+        goals += memory_goals(mem, small, large, what)
     results["goals"] = [g.as_json() for g in goals]
-    results["notes"] = NOTES
     print("goals:")
     for g in goals:
         print(g.line())
-    save(out, results)
-    print(f"written {out}")
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    plan = parse_plan()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "machine": machine(),
+        "pairs": plan.n,
+        "quick": plan.quick,
+        "comparisons": [],
+        "profiles": [],
+        "notes": NOTES,
+    }
+    size, entries = trees.stats(trees.tree("source"))
+    print(f"source tree: {size / 1e6:.1f} MB, {entries} entries; {plan.n} interleaved pairs per comparison")
+    run_sections = {
+        "source": source_section,
+        "big": big_section,
+        "memory": memory_section,
+        "decision": decision_section,
+    }
+    for section in plan.sections:
+        if section == "codecs":
+            results["codecs"] = codecs(["source"], plan.work, plan.n)
+        else:
+            run_sections[section](plan, results)
+        save(plan.out, results)
+    print_goals(results)
+    save(plan.out, results)
+    print(f"written {plan.out}")
+    shutil.rmtree(plan.work, ignore_errors=True)
     return 0
+
+
+def print_phases(p: dict[str, Any]) -> None:
+    print(
+        f"phases {p['engine']:10} bank {_phases(p['bank_phases_s'])} | restore {_phases(p['restore_phases_s'])}"
+    )
 
 
 def save(out: str, results: dict[str, Any]) -> None:
