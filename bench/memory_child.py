@@ -2,6 +2,7 @@
 
     python memory_child.py bank TREE WORK
     python memory_child.py restore WORK
+    python memory_child.py host TREE WORK     (HostArchive alone, fed by a host tar)
 
 Run as a fresh process per measurement: ``ru_maxrss`` survives ``exec`` on Linux, so a
 child of a big process would report its parent's peak; ``VmHWM`` in /proc/self/status
@@ -84,9 +85,39 @@ def restore(work: Path) -> dict[str, object]:
     return {"hwm_before_kib": before, "hwm_after_kib": after, "seconds": took, "what": what[:300]}
 
 
+def host(tree: Path, work: Path) -> dict[str, object]:
+    """The host side alone: ``tar cf`` of the tree into HostArchive, members capped at 2M not 200k."""
+    import subprocess
+
+    from scratchbank.application.host_archive import HostArchive
+    from scratchbank.application.tarstream import Limits
+
+    before = vm_hwm_kib()
+    t0 = time.perf_counter()
+    sink = HostArchive(
+        work / "host.tgz", gzipped_input=False, gzip_level=1, cap=BIG_CAP, limits=Limits(members=2_000_000)
+    )
+    tar = subprocess.Popen(["tar", "cf", "-", "-C", str(tree), "."], stdout=subprocess.PIPE)
+    assert tar.stdout is not None
+    while chunk := tar.stdout.read(1 << 20):
+        sink.write(chunk)
+    tar.wait()
+    facts = sink.finish()
+    what = f"refused={facts.refused!r} entries={facts.manifest.entries if facts.manifest else None}"
+    return {
+        "hwm_before_kib": before,
+        "hwm_after_kib": vm_hwm_kib(),
+        "seconds": time.perf_counter() - t0,
+        "what": what,
+    }
+
+
 def main() -> None:
     mode, *paths = sys.argv[1:]
-    out = bank(Path(paths[0]), Path(paths[1])) if mode == "bank" else restore(Path(paths[0]))
+    if mode == "host":
+        out = host(Path(paths[0]), Path(paths[1]))
+    else:
+        out = bank(Path(paths[0]), Path(paths[1])) if mode == "bank" else restore(Path(paths[0]))
     print(json.dumps(out))
 
 
