@@ -1,4 +1,7 @@
-"""Render a results file as the README's tables: ``python bench/summary.py bench/results/DATE.json``."""
+"""Render a results file as the README's tables: ``python bench/summary.py bench/results/DATE.json``.
+
+``python bench/summary.py --merge OUT PART.json...`` joins runs of separate sections first.
+"""
 
 from __future__ import annotations
 
@@ -57,7 +60,34 @@ def phases(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def merge(out: Path, parts: list[Path]) -> dict[str, Any]:
+    """One results file from runs of separate sections (run one after another or side by side)."""
+    merged: dict[str, Any] = {
+        "parts": [str(p) for p in parts],
+        "comparisons": [],
+        "profiles": [],
+        "notes": [],
+    }
+    for part in parts:
+        results = json.loads(part.read_text())
+        for key in ("comparisons", "profiles", "notes"):
+            merged[key] += results.get(key, [])
+        for key, value in results.items():
+            if key not in merged and key != "goals":
+                merged[key] = value
+    if "memory" in merged and "memory_pairs" not in merged:
+        merged["memory_pairs"] = [["ten_mb", "gigabyte"], ["thousand", "million"]]
+    from run import print_goals  # the same goals as a single run prints
+
+    print_goals(merged)
+    out.write_text(json.dumps(merged, indent=2, default=str))
+    return merged
+
+
 def main() -> None:
+    if sys.argv[1] == "--merge":
+        merge(Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]])
+        return
     results = json.loads(Path(sys.argv[1]).read_text())
     for section in (goals, comparisons, phases, memory):
         print("\n".join(section(results)))
