@@ -136,7 +136,15 @@ class CheckLane:
                 self.reader.close()
             except HostileArchive as error:
                 self.refused = error.message
-        return None if self.refused else Manifest.of(self.reader.members)
+        manifest = None if self.refused else Manifest.of(self.reader.members)
+        self.release()
+        return manifest
+
+    def release(self) -> None:
+        """Let go of the members the reader kept (an on-disk log, once the reader keeps one)."""
+        log = getattr(self.reader, "log", None)
+        if log is not None:
+            log.close()
 
 
 class HostArchive:
@@ -186,6 +194,7 @@ class HostArchive:
             sha256 = self._store.end()
         except Exception as error:
             self._store.close()
+            self._check.release()
             raise HostArchiveFailed(f"the host could not keep the archive at {self.path}: {error}") from error
         manifest = self._check.end()
         return ArchiveFacts(self.path, self._store.bytes, sha256, manifest, self._check.refused)
@@ -200,3 +209,4 @@ class HostArchive:
         """Stop the lanes and close the file without a verdict (the archive was cut short)."""
         self._stop_lanes()
         self._store.close()
+        self._check.release()
