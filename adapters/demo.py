@@ -1,33 +1,61 @@
-"""The main job on the embedded default: a local sandbox, a SQLite timeline, banks on disk.
+"""The main job on the embedded default: a runner over an in-process queue and lease,
+local sandboxes (a PID namespace each), a SQLite timeline, banks on disk.
 
-Scenario 1: a run writes its scratch, parks, its sandbox is torn down and banked, and a
-new sandbox resumes it with the scratch restored. Scenario 2: a node finishes after
-the bank (its sandbox was lost without a teardown); the resume is refused with the
-hint, then accepted with the consent.
+Scenario 1: an operator queues a run; the runner claims it, starts a sandbox, the
+reference engine's nodes write the scratch and the run parks at a human gate; the
+teardown quiesces, archives and banks it. The operator resumes it: the surface judges
+and publishes, the runner claims, starts a new sandbox, restores, and the run goes on.
+Scenario 2: a node finishes after the bank and its sandbox is lost without a
+teardown: the engine refuses the resume SCRATCH_NOT_PORTABLE (R2), the operator hears
+it (R11) and the run's log holds it (R12); with --accept-scratch-loss it goes on on the
+bank as it was (R7). Scenario 3: a subbot's child that can park is refused adoption
+into a container-local scratch (S1); one that cannot is adopted after its record (S5)
+and, parked anyway, resumes alone only with the loss accepted (S2, S4).
 """
 
 from __future__ import annotations
 
 import tempfile
+import threading
+import time
 from pathlib import Path
 
-from scratchbank.application.resume import resume
-from scratchbank.application.teardown import bank_at_teardown
+import attrs
+
+from scratchbank.application.ports import Sandbox, Timeline
+from scratchbank.application.runner import Runner, RunnerSettings, Verdicts, queue_resume
+from scratchbank.application.runner_ports import EngineEnd
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.records import NodeFinished, RunStarted
-from scratchbank.domain.resume_gate import ResumeRequest
+from scratchbank.domain.lease import LeaseTiming
+from scratchbank.domain.records import NodeFinished, ResumeRefused, RunResumed, RunStarted, ScratchBanked
 
 from .event_store import EventStoreTimeline
 from .fs_bank import FilesystemBankStore
-from .local_sandbox import LocalSandbox
-from .present import outcome_text
+from .inprocess import InProcessLease, InProcessQueue
+from .present import decision_text
+from .reference_engine import Node, ReferenceEngine
+from .sandbox_provider import LocalSandboxProvider
+
+WORKFLOW = (
+    Node("clone", "tool", "mkdir -p clone && echo 'a clone' > clone/README.md && echo 'exit 0' > verify.sh"),
+    Node("review", "human"),
+    Node("measure", "agent", "test -f clone/README.md && echo measured > measure.txt"),
+    Node("approve", "human"),
+    Node(
+        "fix",
+        "subbot",
+        children=(Node("patch", "tool", "echo patched > patch.txt"), Node("cap", "tool", "false")),
+    ),
+    Node("ask", "subbot", children=(Node("gate", "human"),)),
+)
+ACCEPT = Consents(accept_scratch_loss=True)
 
 
 def say(text: str) -> None:
     print(text, flush=True)
 
 
-def _tree(sandbox: LocalSandbox) -> str:
+def tree(sandbox: Sandbox) -> str:
     root = Path(sandbox.facts.scratch)
     if not root.exists():
         return "(no scratch)"
@@ -35,59 +63,116 @@ def _tree(sandbox: LocalSandbox) -> str:
     return ", ".join(files) or "(empty)"
 
 
+@attrs.define
+class TellingEngine:
+    """The reference engine, saying what each new sandbox holds when the run goes on."""
+
+    inner: ReferenceEngine
+    sandboxes: int = 0
+
+    def continue_run(
+        self, run_id: str, *, sandbox: Sandbox, timeline: Timeline, cancel: threading.Event
+    ) -> EngineEnd:
+        self.sandboxes += 1
+        say(f"   sandbox {self.sandboxes} started: {sandbox.facts.isolation}")
+        say(f"   sandbox {self.sandboxes} now holds: {tree(sandbox)}")
+        end = self.inner.continue_run(run_id, sandbox=sandbox, timeline=timeline, cancel=cancel)
+        say(f"   the engine: {end.value}; sandbox {self.sandboxes} holds: {tree(sandbox)}")
+        return end
+
+
+@attrs.define
+class Demo:
+    timeline: EventStoreTimeline
+    queue: InProcessQueue
+    verdicts: Verdicts
+
+    def resume(self, run: str, attempt: str, consents: Consents = Consents()) -> None:
+        """The operator's resume (CLI or HTTP): the surface judges, publishes, hears the engine."""
+        decision, delivery = queue_resume(self.timeline, self.queue, run, attempt, consents)
+        if delivery is None:
+            say("   the surface refuses:")
+            for line in decision_text(decision):
+                say("     " + line)
+            return
+        heard = self.verdicts.wait(delivery, timeout=120)
+        say(f"   {attempt}: published; the engine's verdict (R11):")
+        for line in decision_text(heard) if heard is not None else ["(none heard)"]:
+            say("     " + line)
+        self.settle()
+
+    def settle(self) -> None:
+        deadline = time.monotonic() + 300
+        while self.queue.pending() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def last(self, run: str, kind: type[ScratchBanked] | type[ResumeRefused]) -> str:
+        found = [r for r in self.timeline.read(run) if isinstance(r, kind)]
+        if not found:
+            return "(none)"
+        r = found[-1]
+        if isinstance(r, ScratchBanked):
+            return f"banked={r.banked} {r.bytes} bytes, quiesced={not r.unquiesced}"
+        return f"{r.code} ({r.rule}): {r.hint}"
+
+
 def run_demo() -> int:
     base = Path(tempfile.mkdtemp(prefix="scratchbank-demo-"))
     timeline = EventStoreTimeline(f"sqlite:///{base}/timeline.db")
-    store = FilesystemBankStore(base / "banks")
-    say(f"embedded default: SQLite timeline and file banks under {base}\n")
-
-    say("== 1. a run writes its scratch, parks, and resumes on a new sandbox")
-    first = LocalSandbox(base / "sandbox-1")
-    say(f"   sandbox 1: {first.facts.isolation}")
-    scratch = Path(first.facts.scratch)
-    (scratch / "clone").mkdir(parents=True)
-    (scratch / "verify.sh").write_text("#!/bin/sh\nexit 0\n")
-    (scratch / "clone" / "README.md").write_text("a source clone an agent made\n")
-    timeline.append(
-        "run-1",
-        [
-            RunStarted(),
-            NodeFinished(node="clone", kind="tool", succeeded=True, in_sandbox=True, on_cycle=False),
-        ],
+    queue, verdicts = InProcessQueue(), Verdicts()
+    engine = TellingEngine(ReferenceEngine(WORKFLOW, timeline))
+    settings = RunnerSettings("runner-1", timing=LeaseTiming(interval=1.0, lapse=10.0))
+    runner = Runner(
+        queue,
+        InProcessLease(lapse=10.0),
+        timeline,
+        FilesystemBankStore(base / "banks"),
+        LocalSandboxProvider(base / "sandboxes"),
+        engine,
+        settings,
+        verdicts,
     )
-    say(f"   node 'clone' wrote: {_tree(first)}")
-    report = bank_at_teardown("run-1", timeline=timeline, store=store, sandbox=first, run_finished=False)
-    first.destroy()
-    rec = report.record
-    assert rec is not None
-    say(
-        f"   teardown: banked={rec.banked} {rec.bytes} bytes, quiesced={not rec.unquiesced}, "
-        f"sha256 {str(rec.sha256)[:12]}..; sandbox 1 destroyed"
-    )
-    second = LocalSandbox(base / "sandbox-2")
-    say(f"   sandbox 2 starts with: {_tree(second)}")
-    out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=second)
-    for line in outcome_text(out):
-        say("   " + line)
-    say(f"   sandbox 2 now holds: {_tree(second)}\n")
-
-    say("== 2. a node finishes after the bank, then the sandbox is lost without a teardown")
-    timeline.append(
-        "run-1", [NodeFinished(node="measure", kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)]
-    )
-    second.destroy()
-    third = LocalSandbox(base / "sandbox-3")
-    out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=third)
-    say("   resume without consent:")
-    for line in outcome_text(out):
-        say("     " + line)
-    say(f"   sandbox 3 holds: {_tree(third)} (nothing moved)")
-    accept = ResumeRequest(consents=Consents(accept_scratch_loss=True))
-    out = resume("run-1", accept, timeline=timeline, store=store, sandbox=third)
-    say("   resume with --accept-scratch-loss:")
-    for line in outcome_text(out):
-        say("     " + line)
-    say(f"   sandbox 3 now holds: {_tree(third)} (the bank, as it was before 'measure')")
-    third.destroy()
-    timeline.close()
+    stop = threading.Event()
+    serving = threading.Thread(target=runner.serve, args=(stop, 0.1), name="runner", daemon=True)
+    serving.start()
+    demo = Demo(timeline, queue, verdicts)
+    say(f"embedded default: in-process queue and lease, SQLite timeline and file banks under {base}\n")
+    try:
+        _story(demo, engine)
+    finally:
+        stop.set()
+        serving.join(timeout=30)
+        timeline.close()
     return 0
+
+
+def _story(demo: Demo, engine: TellingEngine) -> None:
+    say("== 1. a run is queued, writes its scratch, parks at a gate; resumed on a new sandbox")
+    demo.timeline.append("run-1", [RunStarted()])
+    demo.resume("run-1", "a1")
+    say(f"   teardown: {demo.last('run-1', ScratchBanked)}; sandbox {engine.sandboxes} destroyed")
+    demo.resume("run-1", "a2")
+    say(f"   teardown: {demo.last('run-1', ScratchBanked)} (parked at 'approve')\n")
+
+    say("== 2. a node finishes after the bank, then its sandbox is lost without a teardown")
+    late = NodeFinished(node="late", kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)
+    demo.timeline.append("run-1", [RunResumed(attempt="a3"), late])
+    say("   (a runner elsewhere resumed it as a3, node 'late' finished, then that machine was lost)")
+    say("   the surface leaves the check to the engine (R10: that execution wrote no teardown)")
+    demo.resume("run-1", "a4")
+    say(f"   no sandbox was started; the run's log (R12): {demo.last('run-1', ResumeRefused)}")
+    say("   resume with --accept-scratch-loss (the bank as it was, before 'late'):")
+    demo.resume("run-1", "a5", ACCEPT)
+    say("")
+
+    say("== 3. subbot children in the parent's sandbox (S1, S5), one parked alone (S2, S4)")
+    shared = [r for r in demo.timeline.read("run-1.fix") if r.WIRE == "sandbox_shared"]
+    asked = [r for r in demo.timeline.read("run-1.ask") if r.WIRE == "sandbox_shared"]
+    say(f"   'fix' adopted after its record ({len(shared)} sandbox_shared, S5); 'ask' (a human gate)")
+    say(f"   refused adoption into the container-local scratch (S1): {len(asked)} records, never ran there")
+    say("   'fix' stopped at its failed node 'cap'; its own resume:")
+    demo.resume("run-1.fix", "c1")
+    say("   with --accept-scratch-loss (forsaken, S4):")
+    demo.resume("run-1.fix", "c2", ACCEPT)
+    forsaken = [r for r in demo.timeline.read("run-1.fix") if r.WIRE == "scratch_forsaken"]
+    say(f"   scratch_forsaken records: {len(forsaken)}")

@@ -20,6 +20,7 @@ from scratchbank.application.ports import (
     ByteSink,
     QuiesceReport,
     SandboxFacts,
+    StagedRestore,
     StoredBank,
 )
 from scratchbank.application.retry import Deadline
@@ -27,8 +28,8 @@ from scratchbank.domain.errors import (
     BankGone,
     BankWriteFailed,
     HostileArchive,
+    RestoreRefused,
     SandboxGone,
-    StreamBroken,
     TimelineConflict,
 )
 from scratchbank.domain.records import Record
@@ -90,6 +91,10 @@ class InMemoryBankStore:
     def sweep(self, run_id: str) -> None:
         self.delete(run_id)
 
+    def stat(self, run_id: str) -> StoredBank | None:
+        data = self.banks.get(check_run_id(run_id))
+        return None if data is None else StoredBank(len(data), hashlib.sha256(data).hexdigest())
+
 
 class FakeSandbox:
     """A Sandbox whose scratch is a dict of files; faults are queued per operation.
@@ -114,6 +119,9 @@ class FakeSandbox:
         self.continued = 0
         self.archives = 0
         self.gone = False
+        self.free_bytes = 1 << 40
+        self.staged: dict[str, dict[str, tuple[str, bytes]]] = {}
+        self.tree: dict[str, tuple[str, bytes]] | None = None
 
     def _step(self, op: str) -> None:
         queue = self.faults.get(op)
@@ -160,21 +168,42 @@ class FakeSandbox:
         raced = self.races.pop(0) if self.races else ()
         return ArchiveReport(False, raced)
 
-    def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None:
+    # -- restore: the staged protocol, as the scripted sandboxes do it -----------------------
+    def stage_restore(
+        self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
+    ) -> StagedRestore:
+        """Read ``src`` to its end, extract it into a staged tree (directories, implicit
+        parents, hard links as files, symlinks), list it; the scratch is untouched."""
         self._step("restore")
-        data = src.read(size)
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
-            raise StreamBroken("the fake restore stream broke")
-        files: dict[str, bytes] = {}
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if compressed else "r:") as tar:
-            for member in tar:
-                if member.isfile():
-                    extracted = tar.extractfile(member)
-                    assert extracted is not None
-                    files[member.name.removeprefix("./")] = extracted.read()
-        self.files = files
+        digest, data = hashlib.sha256(), bytearray()
+        while chunk := src.read(1 << 16):
+            digest.update(chunk)
+            data += chunk
+        if need_bytes > self.free_bytes:
+            raise RestoreRefused(f"the fake scratch has {self.free_bytes} bytes free, {need_bytes} needed")
+        tree = _extract(bytes(data), compressed)
+        token = f"staged-{len(self.staged)}-{digest.hexdigest()[:8]}"
+        self.staged[token] = tree
+        for line in self.staged_lines(tree):
+            listing.write(line.encode("ascii") + b"\n")
+        return StagedRestore(token, len(data), digest.hexdigest())
+
+    def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
+        """The staged tree's listing, sorted (a test may override it to lose an entry)."""
+        return sorted(json.dumps([p, k, 0 if k == "dir" else len(d)]) for p, (k, d) in tree.items())
+
+    def commit_restore(self, staged: StagedRestore) -> None:
+        self._step("commit")
+        tree = self.staged.pop(staged.token)
+        self.tree = tree
+        self.files = {path: payload for path, (kind, payload) in tree.items() if kind == "file"}
+
+    def discard_restore(self, staged: StagedRestore) -> None:
+        self.staged.pop(staged.token, None)
 
     def list_scratch(self) -> list[str]:
+        if self.tree is not None and self.files == {p: d for p, (k, d) in self.tree.items() if k == "file"}:
+            return sorted(json.dumps([p, k, 0 if k == "dir" else len(d)]) for p, (k, d) in self.tree.items())
         files = self.files or {}
         dirs = [json.dumps([folder, "dir", 0]) for folder in _folders(files)]
         return sorted(dirs + [json.dumps([name, "file", len(data)]) for name, data in files.items()])
@@ -184,3 +213,36 @@ def _folders(files: dict[str, bytes]) -> list[str]:
     """Every directory the files lie in, parents first (a tar lists them before their files)."""
     found = {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
     return sorted(found)
+
+
+def _extract(data: bytes, compressed: bool) -> dict[str, tuple[str, bytes]]:
+    """A canonical archive as the fake's tar extracts it: path -> (kind, data or target)."""
+    tree: dict[str, tuple[str, bytes]] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz" if compressed else "r:") as tar:
+            for member in tar:
+                path = "/".join(p for p in member.name.split("/") if p not in ("", "."))
+                if not path:
+                    continue
+                parts = path.split("/")
+                for i in range(1, len(parts)):
+                    tree.setdefault("/".join(parts[:i]), ("dir", b""))
+                tree[path] = _entry(tar, member, tree)
+    except (tarfile.TarError, EOFError, OSError, KeyError) as error:
+        raise RestoreRefused(f"the fake's tar refused the stream: {error}") from None
+    return tree
+
+
+def _entry(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, tree: dict[str, tuple[str, bytes]]
+) -> tuple[str, bytes]:
+    if member.isdir():
+        return "dir", b""
+    if member.issym():
+        return "symlink", member.linkname.encode("utf-8", "surrogateescape")
+    if member.islnk():
+        return tree[member.linkname.strip("/")]
+    extracted = tar.extractfile(member)
+    if not member.isfile() or extracted is None:
+        raise RestoreRefused(f"the fake's tar cannot recreate {member.name!r}")
+    return "file", extracted.read()

@@ -9,17 +9,23 @@ module reads their exit codes and output into typed reports and named errors.
 from __future__ import annotations
 
 import abc
+import contextlib
+import hashlib
 import io
+import json
+import os
 import re
-from collections.abc import Sequence
+import secrets
+import tempfile
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import BinaryIO
 
 import attrs
 
-from scratchbank.application.ports import ArchiveReport, ByteSink, QuiesceReport, SandboxFacts
+from scratchbank.application.ports import ArchiveReport, ByteSink, QuiesceReport, SandboxFacts, StagedRestore
 from scratchbank.application.retry import Deadline
-from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, StreamBroken
+from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, ScratchbankError, StreamBroken
 
 
 def script(name: str) -> str:
@@ -27,10 +33,7 @@ def script(name: str) -> str:
 
 
 QUIESCE, ARCHIVE, RESTORE = script("quiesce.sh"), script("archive.sh"), script("restore.sh")
-LIST = r"""set -u
-cd "$1/." 2>/dev/null || exit 12
-find . -mindepth 1 -exec stat -c '%f|%s|%n' {} + 2>/dev/null
-"""
+LIST = RESTORE  # ``restore.sh list SCRATCH``: the tree in the stage's NUL-safe format
 
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
@@ -174,24 +177,143 @@ class ScriptedSandbox(abc.ABC):
             return ArchiveReport(False, tuple(raced), tuple(neutral + other))
         raise ArchiveFailed(f"tar exited {done.exit_code}: {done.err[-2000:]}")
 
-    def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None:
-        args = [self.facts.scratch, str(size), sha256, "z" if compressed else "raw"]
-        done = self.run(RESTORE, args, stdin=src)
-        if done.exit_code == 0:
-            return
-        if done.exit_code == TAR_REFUSED:
-            raise RestoreRefused(f"the sandbox's tar refused the bank: {done.err[-2000:]}")
-        raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
+    def stage_restore(
+        self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
+    ) -> StagedRestore:
+        token = secrets.token_hex(8)
+        framed = FramedStream(src)
+        args = ["stage", self.facts.scratch, token, "z" if compressed else "raw", str(need_bytes)]
+        with tempfile.TemporaryFile() as raw:
+            try:
+                done = self.run(RESTORE, args, stdin=framed, stdout=raw)  # type: ignore[arg-type]
+            except BaseException:
+                self._discard(token)
+                raise
+            if done.exit_code == TAR_REFUSED:
+                raise RestoreRefused(f"the sandbox's tar refused the bank: {done.err[-2000:]}")
+            if done.exit_code != 0:
+                self._discard(token)
+                raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
+            staged = _staged_header(raw, token)
+            if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+                self._discard(token)
+                raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
+            write_listing(raw, listing)
+        return staged
+
+    def commit_restore(self, staged: StagedRestore) -> None:
+        done = self.run(RESTORE, ["commit", self.facts.scratch, staged.token])
+        if done.exit_code != 0:
+            raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
+
+    def discard_restore(self, staged: StagedRestore) -> None:
+        self._discard(staged.token)
+
+    def _discard(self, token: str) -> None:
+        with contextlib.suppress(ScratchbankError):
+            self.run(RESTORE, ["discard", self.facts.scratch, token])
 
     def list_scratch(self) -> list[str]:
-        """The scratch's tree as manifest lines (see tarstream.manifest_lines)."""
-        import json
+        """The scratch's tree as sorted manifest lines (see manifest.py); [] when absent."""
+        with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
+            done = self.run(LIST, ["list", self.facts.scratch], stdout=raw, user=self.admin_user)
+            if done.exit_code != 0:
+                return []
+            raw.seek(0)
+            write_listing(raw, lines)
+            lines.seek(0)
+            return sorted(line.decode("ascii").rstrip("\n") for line in lines)
 
-        done = self.run(LIST, [self.facts.scratch], user=self.admin_user)
-        lines = []
-        for raw in done.stdout.decode("utf-8", "surrogateescape").splitlines():
-            mode, size, name = raw.split("|", 2)
-            kind = _mode_kind(mode)
-            path = name[2:] if name.startswith("./") else name
-            lines.append(json.dumps([path, kind, 0 if kind == "dir" else int(size)]))
-        return sorted(lines)
+
+# -- the restore script's framing and listing ------------------------------------------------
+class FramedStream:
+    """``src`` as restore.sh reads it: "data N\\n" + N bytes per frame, then
+    "end COUNT SHA256\\n" once ``src`` ends (so no EOF is needed; v4 cannot send one)."""
+
+    FRAME = 1 << 20
+
+    def __init__(self, src: BinaryIO) -> None:
+        self._src = src
+        self._digest = hashlib.sha256()
+        self._out = bytearray()
+        self._ended = False
+        self.sent = 0
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def read(self, n: int = -1) -> bytes:
+        while not self._ended and (n < 0 or len(self._out) < n):
+            self._next_frame()
+        size = len(self._out) if n < 0 else min(n, len(self._out))
+        data = bytes(self._out[:size])
+        del self._out[:size]
+        return data
+
+    def _next_frame(self) -> None:
+        payload = bytearray()
+        while len(payload) < self.FRAME:
+            chunk = self._src.read(self.FRAME - len(payload))
+            if not chunk:
+                break
+            payload += chunk
+        if payload:
+            self._digest.update(payload)
+            self.sent += len(payload)
+            self._out += b"data %d\n" % len(payload) + payload
+        else:
+            self._out += b"end %d %s\n" % (self.sent, self.sha256.encode())
+            self._ended = True
+
+
+def _staged_header(raw: BinaryIO, token: str) -> StagedRestore:
+    raw.seek(0)
+    words = raw.readline(200).split()
+    if len(words) != 3 or words[0] != b"scratchbank-staged" or not words[1].isdigit():
+        raise StreamBroken("the restore script did not confirm what it staged")
+    return StagedRestore(token, int(words[1]), words[2].decode("ascii", "replace"))
+
+
+def write_listing(raw: BinaryIO, out: ByteSink) -> None:
+    """restore.sh's listing (stats byte count, "MODEHEX SIZE" lines, NUL-separated
+    names in the same order), read from ``raw``'s current position, written to ``out``
+    as manifest lines, in bounded memory (two cursors over the same file)."""
+    head = raw.readline(40).strip()
+    if not head.isdigit():
+        raise StreamBroken("unreadable listing from the sandbox")
+    fd, at = raw.fileno(), raw.tell()
+    stats = _records(fd, at, at + int(head), b"\n")
+    for name in _records(fd, at + int(head), None, b"\x00"):
+        stat_line = next(stats, None)
+        if stat_line is None:
+            raise StreamBroken("the sandbox's listing has more names than entries")
+        out.write(_manifest_line(stat_line, name).encode("ascii") + b"\n")
+    if next(stats, None) is not None:
+        raise StreamBroken("the sandbox's listing has more entries than names")
+
+
+def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[bytes]:
+    """Records ending in ``sep`` between two offsets of a file (pread: its own cursor)."""
+    pending, offset = b"", start
+    while end is None or offset < end:
+        chunk = os.pread(fd, 1 << 16 if end is None else min(1 << 16, end - offset), offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        *complete, pending = (pending + chunk).split(sep)
+        yield from complete
+    if pending:
+        raise StreamBroken("the sandbox's listing ends inside an entry")
+
+
+def _manifest_line(stat_line: bytes, name: bytes) -> str:
+    words = stat_line.split()
+    if len(words) != 2 or not name.startswith(b"./") or not words[1].isdigit():
+        raise StreamBroken(f"unreadable listing entry {stat_line[:60]!r} {name[:60]!r}")
+    try:
+        kind = _mode_kind(words[0].decode("ascii"))
+    except ValueError:
+        raise StreamBroken(f"unreadable mode in the listing: {stat_line[:60]!r}") from None
+    path = name[2:].decode("utf-8", "surrogateescape")
+    return json.dumps([path, kind, 0 if kind == "dir" else int(words[1])])

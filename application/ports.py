@@ -67,6 +67,8 @@ class BankStore(Protocol):
       match, and at its ``deadline``), HostileArchive past ``max_bytes`` (it never reads
       more than max + 1).
     - ``delete`` and ``sweep`` are idempotent.
+    - ``stat`` says what the store holds for the run (size and SHA-256) without handing
+      the bytes over, or None when it holds nothing; BankReadFailed when it cannot tell.
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 
@@ -81,6 +83,8 @@ class BankStore(Protocol):
     def delete(self, run_id: str) -> None: ...
 
     def sweep(self, run_id: str) -> None: ...
+
+    def stat(self, run_id: str) -> StoredBank | None: ...
 
 
 @attrs.frozen
@@ -119,6 +123,19 @@ class ByteSink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
+@attrs.frozen
+class StagedRestore:
+    """A bank extracted into a fresh directory beside the scratch, not yet in place.
+
+    ``token`` names the staging directory; ``received`` and ``sha256`` are what the
+    sandbox read from the stream (the host compares them with what it sent).
+    """
+
+    token: str
+    received: int
+    sha256: str
+
+
 class Sandbox(Protocol):
     """A running sandbox, as banking and restoring need it.
 
@@ -133,9 +150,19 @@ class Sandbox(Protocol):
     - Every call that takes a ``deadline`` ends by it (plus the transport's grace):
       StreamBroken when a stream was cut, ExecFailed otherwise; a writer thread's error
       is raised, never swallowed (``check_stall`` proves it per transport).
-    - ``restore`` reads exactly ``size`` bytes from ``src`` and extracts them as the
-      scratch; raises RestoreRefused when tar refused them and StreamBroken when the
-      stream did not arrive whole (X2).
+    - ``stage_restore`` reads ``src`` to its end and, in one exec, extracts it into a
+      fresh staging directory beside the scratch (never into the scratch), digests what
+      it read and writes the staged tree to ``listing``: one manifest line
+      (``json.dumps([path, kind, size])``, see manifest.py) per entry, in any order.
+      The scratch is not touched. ``need_bytes`` (the bank's declared total) is
+      checked against the free space first: less is a RestoreRefused. Raises
+      RestoreRefused when tar refused the stream (nothing stays staged) and
+      StreamBroken when the stream did not arrive whole (X2).
+    - ``commit_restore`` moves a staged tree into place as the scratch;
+      ``discard_restore`` removes it (idempotent). Until one of them runs, the scratch
+      is byte for byte as it was.
+    - ``list_scratch`` lists the scratch as sorted manifest lines (names may hold any
+      byte but NUL and ``/``).
     """
 
     facts: SandboxFacts
@@ -150,6 +177,12 @@ class Sandbox(Protocol):
         self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
     ) -> ArchiveReport: ...
 
-    def restore(self, src: BinaryIO, *, size: int, sha256: str, compressed: bool) -> None: ...
+    def stage_restore(
+        self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
+    ) -> StagedRestore: ...
+
+    def commit_restore(self, staged: StagedRestore) -> None: ...
+
+    def discard_restore(self, staged: StagedRestore) -> None: ...
 
     def list_scratch(self) -> list[str]: ...

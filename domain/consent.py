@@ -9,10 +9,12 @@ stored in the state a later resume reads.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import attrs
 
 from .fold import ScratchState
+from .records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, ScratchBanked
 
 
 @attrs.frozen
@@ -32,6 +34,7 @@ class Delivery(enum.Enum):
     CLAIM = "claim"  # the run is queued for this attempt: claim it, its consents apply
     REDELIVERED = "redelivered"  # already claimed for it: go on, but no consent applies (C4)
     SUPERSEDED = "superseded"  # published before the run was last queued: drop it (C6)
+    DONE = "done"  # its attempt was claimed and its execution already ended: drop it
 
 
 @attrs.frozen
@@ -52,3 +55,33 @@ def judge_delivery(state: ScratchState, attempt: str, carried: Consents) -> Deli
         why = f"attempt {attempt} was already claimed: a redelivery lends no consent"
         return DeliveryVerdict(Delivery.REDELIVERED, NONE, "C4", why)
     return DeliveryVerdict(Delivery.CLAIM, carried, "C5", f"claims attempt {attempt}")
+
+
+def attempt_ended(records: Sequence[Record], attempt: str) -> bool:
+    """The attempt was claimed and a teardown record followed its last claim.
+
+    A delivery the queue gives again after its run was carried on (an ack lost to a
+    server restart) must not carry the run on twice: nothing of it is applied again.
+    """
+    claims = [i for i, r in enumerate(records) if isinstance(r, AttemptClaimed) and r.attempt == attempt]
+    return bool(claims) and any(isinstance(r, ScratchBanked) for r in records[claims[-1] :])
+
+
+def orphan_parked(records: Sequence[Record], attempt: str) -> bool:
+    """The orphan sweeper parked ``attempt`` after it was last queued (L4)."""
+    queued = [i for i, r in enumerate(records) if isinstance(r, AttemptQueued) and r.attempt == attempt]
+    since = records[queued[-1] :] if queued else records
+    return any(isinstance(r, OrphanSwept) and r.parked and r.attempt == attempt for r in since)
+
+
+def admit(records: Sequence[Record], state: ScratchState, attempt: str, carried: Consents) -> DeliveryVerdict:
+    """Admit a delivery: superseded (C6), already carried on, parked by the orphan
+    sweeper (L4: a late delivery applies nothing), or judge_delivery's verdict."""
+    verdict = judge_delivery(state, attempt, carried)
+    if verdict.delivery is Delivery.CLAIM and orphan_parked(records, attempt):
+        why = f"attempt {attempt} went unclaimed and the orphan sweeper parked the run: resume it again"
+        return DeliveryVerdict(Delivery.DONE, NONE, "L4", why)
+    if verdict.delivery is Delivery.REDELIVERED and attempt_ended(records, attempt):
+        why = f"attempt {attempt} was claimed and its execution ended: nothing is applied twice"
+        return DeliveryVerdict(Delivery.DONE, NONE, "C4", why)
+    return verdict

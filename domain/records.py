@@ -215,6 +215,43 @@ class UnknownRecord(Record):
     data: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+@attrs.frozen(kw_only=True)
+class LeaseTaken(Record):
+    """A runner took the run's lease: its first write carries its fencing token.
+
+    ``token`` grows with every new holder (the lease store's revision when it was
+    taken); a write by a holder with an older token after this record is refused.
+    """
+
+    WIRE = "lease_taken"
+    holder: str = wire(STR)
+    token: int = wire(INT)
+    attempt: str | None = wire(STR, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class ResumeRefused(Record):
+    """A detached runner's refusal, in the run's log (R12), with the hint of remedy() (C10)."""
+
+    WIRE = "resume_refused"
+    code: str = wire(STR)
+    rule: str = wire(STR)
+    hint: str = wire(STR)
+    attempt: str | None = wire(STR, required=False)
+
+
+@attrs.frozen(kw_only=True)
+class OrphanSwept(Record):
+    """The orphan sweeper took a queued attempt no runner claimed within the cutoff (L4):
+    it published the attempt's delivery again (``parked`` False) or, when that one too
+    went unclaimed past the cutoff, parked the run (``parked`` True)."""
+
+    WIRE = "orphan_swept"
+    attempt: str = wire(STR)
+    parked: bool = wire(BOOL)
+    reason: str = wire(STR, required=False, default="")
+
+
 KNOWN_RECORDS: tuple[type[Record], ...] = (
     RunStarted,
     RunResumed,
@@ -227,4 +264,7 @@ KNOWN_RECORDS: tuple[type[Record], ...] = (
     AttemptQueued,
     AttemptClaimed,
     RunStatusChanged,
+    LeaseTaken,
+    ResumeRefused,
+    OrphanSwept,
 )

@@ -6,6 +6,7 @@
 #   Podman API socket  SCRATCHBANK_PODMAN_URL     (same images, localhost/...)
 #   S3 (moto server)   SCRATCHBANK_S3_ENDPOINT
 #   PostgreSQL         SCRATCHBANK_POSTGRES_URL
+#   NATS (JetStream)   SCRATCHBANK_NATS_URL       (the runner's deliveries and leases)
 
 SB_STATE=${SB_STATE:-/tmp/scratchbank-services}
 SB_CACHE=${SB_CACHE:-/var/cache/scratchbank}
@@ -29,6 +30,7 @@ sb_install() {
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     command -v pigz >/dev/null || missing+=(pigz)
     [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql)
+    command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "services: installing ${missing[*]}" >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" \
@@ -123,6 +125,18 @@ sb_postgres() {
     export SCRATCHBANK_POSTGRES_URL="postgresql://postgres@127.0.0.1:$port/postgres"
 }
 
+sb_nats() {
+    local bin port dir="$SB_STATE/nats"; port=$(sb_free_port)
+    bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+    [ -x "$bin" ] || { sb_fail "nats-server missing (apt-get install nats-server)"; return 1; }
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$bin" -js -a 127.0.0.1 -p "$port" -sd "$dir" >"$SB_STATE/nats.log" 2>&1 &
+    SB_PIDS+=($!)
+    sb_wait 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" \
+        || { sb_fail "nats-server did not start (see $SB_STATE/nats.log)"; return 1; }
+    export SCRATCHBANK_NATS_URL="nats://127.0.0.1:$port"
+}
+
 start_services() {
     mkdir -p "$SB_STATE" "$SB_CACHE"
     sb_install || true
@@ -132,8 +146,10 @@ start_services() {
     sb_podman || true
     sb_s3 || true
     sb_postgres || true
+    sb_nats || true
     echo "services: docker=${SCRATCHBANK_DOCKER_URL:-none} podman=${SCRATCHBANK_PODMAN_URL:-none}" \
-         "s3=${SCRATCHBANK_S3_ENDPOINT:-none} postgres=${SCRATCHBANK_POSTGRES_URL:-none}" >&2
+         "s3=${SCRATCHBANK_S3_ENDPOINT:-none} postgres=${SCRATCHBANK_POSTGRES_URL:-none}" \
+         "nats=${SCRATCHBANK_NATS_URL:-none}" >&2
 }
 
 stop_services() {

@@ -167,8 +167,8 @@ def _failing_fetch(*args: object, **kwargs: object) -> None:
 
 def test_X2_a_partial_restore_is_refused_by_name() -> None:
     class Lossy(FakeSandbox):
-        def list_scratch(self) -> list[str]:
-            return super().list_scratch()[1:]
+        def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
+            return super().staged_lines(tree)[:-1]  # a file lost on the way
 
     w = World()
     w.park()
@@ -371,9 +371,9 @@ def test_C7_fencing_a_resume_whose_run_was_taken_after_its_claim_writes_nothing_
     w.park()
 
     class TakenDuringRestore(FakeSandbox):
-        def list_scratch(self) -> list[str]:
+        def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
             w.timeline.append("run-1", [resumed("newer")])  # another attempt claims now
-            return super().list_scratch()
+            return super().staged_lines(tree)
 
     with pytest.raises(ResumeSuperseded):
         w.resume(sandbox=TakenDuringRestore({}))
@@ -439,16 +439,16 @@ class FaultySandbox(FakeSandbox):
         super().__init__({})
         self.at, self.fault = at, fault
 
-    def restore(self, src, *, size, sha256, compressed):  # type: ignore[no-untyped-def]
+    def stage_restore(self, src, *, compressed, listing, need_bytes=0):  # type: ignore[no-untyped-def]
         if self.at == "restore":
-            src.read(size // 2)
+            src.read(1 << 10)
             raise self.fault
-        return super().restore(src, size=size, sha256=sha256, compressed=compressed)
+        return super().stage_restore(src, compressed=compressed, listing=listing, need_bytes=need_bytes)
 
-    def list_scratch(self) -> list[str]:
+    def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
         if self.at == "list":
             raise self.fault
-        return super().list_scratch()
+        return super().staged_lines(tree)
 
 
 RESTORE_STEPS = [
@@ -484,7 +484,9 @@ def test_X3_X4_X5_a_fault_at_any_step_of_the_restore_ends_with_its_record_hold_a
     assert fold(records).hold is not None  # X3: the failed sandbox banks nothing over it
 
 
-def test_X3_X5_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_path: Path) -> None:
+def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_path: Path) -> None:
+    """X2/X4: like a sandbox's tar that cannot create the scratch, a host directory that
+    cannot be created is a refusal by name (DESTINATION_REFUSED), not a read to retry."""
     w = World()
     w.park()
     (tmp_path / "a-file").write_text("not a directory")
@@ -492,5 +494,9 @@ def test_X3_X5_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_
     out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target)
     rec = w.last()
     assert isinstance(rec, ScratchRestored) and not rec.restored and not rec.host_backed
-    assert out.restore is not None and out.restore.park is not None and out.restore.park.code is None
+    assert (
+        out.restore is not None
+        and out.restore.park is not None
+        and out.restore.park.code == SCRATCH_NOT_PORTABLE
+    )
     assert fold(w.timeline.read("run-1")).hold is not None

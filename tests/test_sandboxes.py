@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rigs import CONTAINERS, ENGINES, EXERCISED, Rig, host_sleep, rig
 
+from scratchbank.adapters.scripted import RESTORE as RESTORE_SCRIPT
 from scratchbank.application.tarstream import CanonicalWriter, Manifest, TarReader, manifest_lines
 from scratchbank.domain.errors import RestoreRefused, SandboxGone, StreamBroken
 
@@ -230,9 +231,9 @@ def test_X2_restore_reproduces_files_modes_links_and_mtimes(any_rig: Rig) -> Non
     )
     banked = io.BytesIO()
     r.sandbox.archive(banked, compress=True, verify=False)
-    canonical, sha, manifest = _canonical(banked.getvalue(), gz=True)
+    canonical, _sha, manifest = _canonical(banked.getvalue(), gz=True)
     r.sh(f"rm -rf {r.scratch}")
-    r.sandbox.restore(io.BytesIO(canonical), size=len(canonical), sha256=sha, compressed=False)
+    _restore(r.sandbox, canonical)
     assert r.sandbox.list_scratch() == manifest
     stat = r.sh(f"cd {r.scratch} && stat -c '%n %a %Y' f hard d && readlink link")
     assert "f 750 1577934245" in stat  # setuid cleared, mtime exact
@@ -244,9 +245,9 @@ def test_X2_a_cut_stream_is_broken_not_refused(any_rig: Rig) -> None:
     r.sh(f"rm -rf {r.scratch}; mkdir -p {r.scratch} && echo x > {r.scratch}/f")
     banked = io.BytesIO()
     r.sandbox.archive(banked, compress=False, verify=False)
-    canonical, sha, _ = _canonical(banked.getvalue(), gz=False)
+    canonical, _sha, _ = _canonical(banked.getvalue(), gz=False)
     with pytest.raises(StreamBroken):
-        r.sandbox.restore(io.BytesIO(canonical[:600]), size=len(canonical), sha256=sha, compressed=False)
+        _restore(r.sandbox, canonical, cut=600)
     assert r.sh(f"cat {r.scratch}/f").strip() == "x"  # the old scratch is untouched
 
 
@@ -257,7 +258,7 @@ def test_X2_a_read_only_or_full_scratch_is_refused_by_tar(engine: str) -> None:
         canonical, sha = _one_file_archive(data)
         r.sandbox.facts = _with_scratch(r.sandbox.facts, "/tmp/full/scratch")
         with pytest.raises(RestoreRefused):
-            r.sandbox.restore(io.BytesIO(canonical), size=len(canonical), sha256=sha, compressed=False)
+            _restore(r.sandbox, canonical)
         r.sh("mkdir -p /tmp/ro && chmod 555 /tmp/ro")
         r.sandbox.facts = _with_scratch(r.sandbox.facts, "/tmp/ro/scratch")
         with pytest.raises(RestoreRefused):
@@ -270,10 +271,10 @@ def test_X2_a_full_scratch_is_refused_by_tar_in_a_namespace(engine: str) -> None
     with rig(engine) as r:
         full = f"{r.scratch}-full"
         r.sh(f"mkdir -p {full} && mount -t tmpfs -o size=64k tmpfs {full}")
-        canonical, sha = _one_file_archive(b"z" * 200_000)
+        canonical, _sha = _one_file_archive(b"z" * 200_000)
         r.sandbox.facts = _with_scratch(r.sandbox.facts, f"{full}/scratch")
         with pytest.raises(RestoreRefused):
-            r.sandbox.restore(io.BytesIO(canonical), size=len(canonical), sha256=sha, compressed=False)
+            _restore(r.sandbox, canonical)
 
 
 def test_T19_a_sandbox_that_is_gone_is_named() -> None:
@@ -336,13 +337,33 @@ def _with_scratch(facts, scratch: str):  # type: ignore[no-untyped-def]
     return attrs.evolve(facts, scratch=scratch)
 
 
+def _restore(sandbox, canonical: bytes, *, cut: int | None = None) -> list[str]:  # type: ignore[no-untyped-def]
+    """Stage then commit, as the restore use case does; a cut stream sends a wrong end frame."""
+    from scratchbank.adapters.scripted import FramedStream
+
+    listing = io.BytesIO()
+    if cut is None:
+        staged = sandbox.stage_restore(io.BytesIO(canonical), compressed=False, listing=listing)
+    else:
+        framed = FramedStream(io.BytesIO(canonical)).read()
+        broken = framed[: cut + 8] + b"end %d %s\n" % (len(canonical), b"0" * 64)
+        done = sandbox.run(
+            RESTORE_SCRIPT, ["stage", sandbox.facts.scratch, "cut", "raw", "0"], stdin=io.BytesIO(broken)
+        )
+        if done.exit_code == 20:
+            raise StreamBroken(done.err)
+        raise AssertionError(f"expected a broken stream, got exit {done.exit_code}: {done.err}")
+    sandbox.commit_restore(staged)
+    return sorted(listing.getvalue().decode().splitlines())
+
+
 def _restore_as(r: Rig, user: str, canonical: bytes, sha: str) -> None:
-    from scratchbank.adapters.scripted import RESTORE, TAR_REFUSED
+    from scratchbank.adapters.scripted import RESTORE, TAR_REFUSED, FramedStream
 
     done = r.sandbox.run(
         RESTORE,
-        [r.sandbox.facts.scratch, str(len(canonical)), sha, "raw"],
-        stdin=io.BytesIO(canonical),
+        ["stage", r.sandbox.facts.scratch, "as-user", "raw", "0"],
+        stdin=FramedStream(io.BytesIO(canonical)),  # type: ignore[arg-type]
         user=user,
     )
     if done.exit_code == TAR_REFUSED:

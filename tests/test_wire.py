@@ -23,6 +23,9 @@ WIRE_NAMES = {
     "attempt_queued",
     "attempt_claimed",
     "run_status_changed",
+    "lease_taken",  # the runner's fencing token (issue #13)
+    "resume_refused",  # a detached runner's refusal in the run's log (R12)
+    "orphan_swept",  # the orphan sweeper published again or parked (L4)
 }
 
 

@@ -1,0 +1,242 @@
+"""Resume deliveries and run leases on NATS JetStream (``nats-py``).
+
+Deliveries: a stream ``SB_RESUMES`` on ``sb.resume.<run>``; each publication carries
+``Nats-Msg-Id: <run>.<attempt>`` so a publisher that sends twice queues once; runners
+share one durable pull consumer (explicit acks, an ack wait, a redelivery count).
+
+Leases (ADR 0005): the key-value bucket ``sb_leases``, one key per run holding
+``{holder, expires}``. Taking a lease is a compare-and-set on the key's revision
+(``create`` when absent, ``update(last=rev)`` when lapsed), so of two runners exactly
+one wins; the revision is a stream sequence that only grows, so the revision a
+holder took the lease at is its fencing token.
+
+The runner is synchronous: one event loop runs in a thread of its own and every
+call is handed to it. Every client error is translated here (QueueUnavailable,
+LeaseLost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.kv import KeyValue
+
+from scratchbank.application.runner_ports import LeaseGrant, ResumeDelivery
+from scratchbank.domain.consent import Consents
+from scratchbank.domain.errors import LeaseLost, QueueUnavailable
+from scratchbank.domain.runs import check_run_id
+
+T = TypeVar("T")
+CALL_TIMEOUT = 30.0
+
+
+def names(namespace: str = "sb") -> tuple[str, str, str, str]:
+    """Stream, subject prefix, durable consumer and lease bucket of one deployment."""
+    return (
+        f"{namespace.upper()}_RESUMES",
+        f"{namespace}.resume",
+        f"{namespace}-runners",
+        f"{namespace}_leases",
+    )
+
+
+class NatsConnection:
+    """One connection to a NATS server, its loop in a thread; ``call`` runs a coroutine on it."""
+
+    def __init__(self, url: str, *, name: str = "scratchbank") -> None:
+        self.url = url
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="nats-loop", daemon=True)
+        self._thread.start()
+        self.nc: Client = self.call(self._connect(name))
+        self.js: JetStreamContext = self.nc.jetstream()
+
+    async def _connect(self, name: str) -> Client:
+        return await nats.connect(
+            self.url,
+            name=name,
+            connect_timeout=5,
+            reconnect_time_wait=0.5,
+            max_reconnect_attempts=-1,
+            allow_reconnect=True,
+        )
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT) -> T:
+        """Run ``coro`` on the loop; every NATS failure becomes QueueUnavailable."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except (nats.errors.Error, TimeoutError, OSError) as error:
+            future.cancel()
+            raise QueueUnavailable(f"NATS at {self.url}: {type(error).__name__}: {error}") from error
+
+    def close(self) -> None:
+        with contextlib.suppress(QueueUnavailable):
+            self.call(self.nc.close(), timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        self.loop.close()
+
+
+def _payload(delivery: ResumeDelivery) -> bytes:
+    c = delivery.consents
+    body = {
+        "run_id": delivery.run_id,
+        "attempt": delivery.attempt,
+        "force": c.force,
+        "accept_scratch_loss": c.accept_scratch_loss,
+        "republished": delivery.republished,
+    }
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def _delivery(data: bytes) -> ResumeDelivery:
+    body = json.loads(data)
+    consents = Consents(force=bool(body["force"]), accept_scratch_loss=bool(body["accept_scratch_loss"]))
+    again = int(body.get("republished", 0))
+    return ResumeDelivery(check_run_id(str(body["run_id"])), str(body["attempt"]), consents, again)
+
+
+class NatsInbound:
+    """A JetStream message held by a runner until it acks or naks it."""
+
+    def __init__(self, conn: NatsConnection, msg: Msg, delivery: ResumeDelivery) -> None:
+        self._conn, self._msg, self.delivery = conn, msg, delivery
+        self.deliveries = int(msg.metadata.num_delivered)
+
+    def ack(self) -> None:
+        self._conn.call(self._msg.ack_sync(timeout=5))
+
+    def nak(self, delay: float) -> None:
+        self._conn.call(self._msg.nak(delay=delay))
+
+    def in_progress(self) -> None:
+        self._conn.call(self._msg.in_progress())
+
+    def term(self) -> None:
+        self._conn.call(self._msg.term())
+
+
+class NatsDeliveryQueue:
+    """A DeliveryQueue on a JetStream stream with one durable pull consumer."""
+
+    def __init__(
+        self, conn: NatsConnection, *, ack_wait: float = 240.0, max_deliver: int = -1, namespace: str = "sb"
+    ) -> None:
+        self.conn = conn
+        self.stream, self.subject, self.durable, _ = names(namespace)
+        self.conn.call(self._setup(ack_wait, max_deliver))
+
+    async def _setup(self, ack_wait: float, max_deliver: int) -> None:
+        js = self.conn.js
+        config = StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.subject}.>"],
+            storage=StorageType.FILE,
+            duplicate_window=120.0,
+        )
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await js.update_stream(config)
+        consumer = ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_deliver=max_deliver,
+        )
+        self._sub = await js.pull_subscribe(
+            f"{self.subject}.>", durable=self.durable, stream=self.stream, config=consumer
+        )
+
+    def publish(self, delivery: ResumeDelivery) -> bool:
+        subject = f"{self.subject}.{check_run_id(delivery.run_id)}"
+        headers = {"Nats-Msg-Id": delivery.msg_id}
+        ack = self.conn.call(self.conn.js.publish(subject, _payload(delivery), headers=headers))
+        return not ack.duplicate
+
+    def fetch(self, timeout: float) -> NatsInbound | None:
+        msgs = self.conn.call(self._fetch(timeout), timeout=timeout + CALL_TIMEOUT)
+        if not msgs:
+            return None
+        msg = msgs[0]
+        try:
+            delivery = _delivery(msg.data)
+        except (ValueError, KeyError, TypeError) as error:
+            self.conn.call(msg.term())  # a malformed publication is never retried
+            raise QueueUnavailable(f"a malformed delivery was terminated: {error}") from error
+        return NatsInbound(self.conn, msg, delivery)
+
+    async def _fetch(self, timeout: float) -> list[Msg]:
+        try:
+            return await self._sub.fetch(1, timeout=timeout)
+        except nats.errors.TimeoutError:
+            return []
+
+
+class NatsKvLease:
+    """A Lease on the JetStream key-value store: compare-and-set on the key's revision."""
+
+    def __init__(self, conn: NatsConnection, *, lapse: float = 60.0, namespace: str = "sb") -> None:
+        self.conn, self.lapse = conn, lapse
+        self.bucket = names(namespace)[3]
+        self.kv: KeyValue = self.conn.call(self._bucket())
+
+    async def _bucket(self) -> KeyValue:
+        try:
+            return await self.conn.js.key_value(self.bucket)
+        except nats.js.errors.BucketNotFoundError:
+            return await self.conn.js.create_key_value(bucket=self.bucket, history=1)
+
+    def _value(self, holder: str) -> bytes:
+        return json.dumps({"holder": holder, "expires": time.time() + self.lapse}).encode()
+
+    async def _acquire(self, key: str, holder: str) -> int | None:
+        try:
+            entry = await self.kv.get(key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            try:
+                return await self.kv.create(key, self._value(holder))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
+        held = json.loads(entry.value or b"{}")
+        if float(held.get("expires", 0)) > time.time():
+            return None
+        try:
+            return await self.kv.update(key, self._value(holder), last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None
+
+    def acquire(self, run_id: str, holder: str) -> LeaseGrant | None:
+        rev = self.conn.call(self._acquire(check_run_id(run_id), holder))
+        return None if rev is None else LeaseGrant(run_id, holder, rev, rev)
+
+    async def _refresh(self, grant: LeaseGrant) -> int:
+        try:
+            return await self.kv.update(grant.run_id, self._value(grant.holder), last=grant.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise LeaseLost(f"run {grant.run_id}: the lease of {grant.holder} was taken or let go") from None
+
+    def refresh(self, grant: LeaseGrant) -> LeaseGrant:
+        rev = self.conn.call(self._refresh(grant))
+        return LeaseGrant(grant.run_id, grant.holder, grant.token, rev)
+
+    async def _release(self, grant: LeaseGrant) -> None:
+        with contextlib.suppress(nats.js.errors.APIError):  # another holder's by now: kept
+            await self.kv.delete(grant.run_id, last=grant.revision)
+
+    def release(self, grant: LeaseGrant) -> None:
+        self.conn.call(self._release(grant))

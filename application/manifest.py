@@ -1,0 +1,264 @@
+"""The members of a bank as the reader accepted them, spilled to disk, and its manifest.
+
+A bank may hold up to the member cap (200k by default, a million for some users), and
+the host must not grow with that count (issue 10 item 5). So every accepted member
+goes into a private temporary SQLite database (``sqlite3.connect("")``: an on-disk
+file SQLite deletes on close, whose page cache is capped here at 4 MiB). It answers
+what the reader needs while streaming (is this path a duplicate, what kind is each
+parent, what size is a hard link's target) and what the restore needs afterwards (the
+manifest digest in sorted order, a comparison with the restored tree, the symlinks to
+create last). Why not a keyed-hash set in memory: 1M paths still cost ~100 MiB of
+Python objects, and it cannot answer "which kind" or "what size". Why not a plain file:
+the duplicate and parent checks are lookups, and the manifest digest needs sorting;
+SQLite does both on disk in bounded memory.
+
+A manifest line is ``json.dumps([path, kind, size])`` (ASCII only, so SQLite's byte
+order is Python's ``sorted`` order); the manifest digest is the SHA-256 of the sorted
+lines joined by newlines, as recorded on ``sandbox_scratch_banked``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+import attrs
+
+FILE, DIR, SYMLINK, HARDLINK, FIFO = "file", "dir", "symlink", "hardlink", "fifo"
+IMPLICIT = "implicit"  # a parent directory with no entry of its own
+
+_SCHEMA = """
+CREATE TABLE members (seq INTEGER PRIMARY KEY, path BLOB UNIQUE NOT NULL, type TEXT NOT NULL,
+    size INTEGER NOT NULL, mode INTEGER NOT NULL, mtime INTEGER NOT NULL, link BLOB NOT NULL,
+    line TEXT NOT NULL);
+CREATE INDEX members_line ON members(line);
+CREATE TABLE listing (path BLOB NOT NULL, type TEXT NOT NULL, size INTEGER NOT NULL,
+    line TEXT NOT NULL);
+CREATE INDEX listing_line ON listing(line);
+"""
+
+
+@attrs.frozen
+class Member:
+    path: str  # normalised, relative, no "./"; "" is the archive's root directory
+    type: str
+    size: int
+    mode: int
+    mtime: int
+    linkname: str = ""
+
+
+@attrs.frozen
+class Manifest:
+    entries: int
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def of(cls, members: Iterable[Member]) -> Manifest:
+        """The manifest of members (a reader's log, or any iterable of members)."""
+        if isinstance(members, MemberLog):
+            return members.manifest()
+        log = MemberLog()
+        try:
+            for m in members:
+                log.add(m)
+            return log.manifest()
+        finally:
+            log.close()
+
+
+@attrs.frozen
+class Comparison:
+    """How a restored tree differs from the manifest (implicit parent dirs allowed)."""
+
+    missing: int
+    unexpected: int
+
+    @property
+    def same(self) -> bool:
+        return self.missing == 0 and self.unexpected == 0
+
+
+def _b(path: str) -> bytes:
+    return path.encode("utf-8", "surrogateescape")
+
+
+def _s(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+_quote = json.encoder.encode_basestring_ascii
+
+
+def line_of(path: str, kind: str, size: int) -> str:
+    """``json.dumps([path, kind, size])``, without the encoder's per-call overhead."""
+    return f'[{_quote(path)}, "{kind}", {size:d}]'
+
+
+class PathTaken(Exception):
+    """A member at a path the log already holds (a duplicate, or a non-directory where
+    an implicit parent stands)."""
+
+    def __init__(self, path: str, existing: str) -> None:
+        super().__init__(path)
+        self.path, self.existing = path, existing
+
+
+_UPSERT = (
+    "INSERT INTO members (seq, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?) "
+    "ON CONFLICT(path) DO UPDATE SET seq = excluded.seq, type = excluded.type, mode = excluded.mode, "
+    "mtime = excluded.mtime, line = excluded.line "
+    "WHERE members.type = 'implicit' AND excluded.type = 'dir'"
+)
+_Row = tuple[int, bytes, str, int, int, int, bytes, str]
+
+
+class MemberLog:
+    """Accepted members, in order, on disk. Iterating yields them as ``Member``.
+
+    Writes are batched (``BATCH`` rows per ``executemany``, looked up in memory until
+    then): one SQLite call per member would cost more than parsing it. A conflict with
+    a row already on disk is found when its batch lands, and raised as PathTaken then.
+    """
+
+    BATCH = 2048
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
+        self._db.execute("PRAGMA cache_size = -4096")
+        self._db.execute("PRAGMA temp_store = FILE")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("BEGIN")
+        self._pending: dict[bytes, _Row] = {}
+        self._listed: list[tuple[bytes, str, int, str]] = []
+        self._seq = 0
+        self.count = 0
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- writing --------------------------------------------------------------------------
+    def add(self, m: Member) -> None:
+        """Record a member (an implicit parent arriving as a directory takes its place)."""
+        self._put(m, self._line(m))
+        if m.type != IMPLICIT:
+            self.count += 1
+
+    def add_implicit(self, path: str) -> None:
+        """A parent directory the bank leaves implicit (it has no entry of its own)."""
+        self._put(Member(path, IMPLICIT, 0, 0, 0), "")
+
+    def _put(self, m: Member, line: str) -> None:
+        key = _b(m.path)
+        held = self._pending.get(key)
+        if held is not None and not (held[2] == IMPLICIT and m.type == DIR):
+            raise PathTaken(m.path, held[2])
+        self._seq += 1
+        self._pending[key] = (self._seq, key, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
+        if len(self._pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Land the pending rows; raise PathTaken for the first that met a row on disk."""
+        if not self._pending:
+            return
+        rows = list(self._pending.values())
+        self._pending.clear()
+        before = self._db.total_changes
+        self._db.executemany(_UPSERT, rows)
+        if self._db.total_changes - before != len(rows):
+            self._conflict(rows)
+
+    def _conflict(self, rows: list[_Row]) -> None:
+        for row in rows:
+            found = self._db.execute("SELECT seq, type FROM members WHERE path = ?", (row[1],)).fetchone()
+            if found is not None and found[0] != row[0]:
+                raise PathTaken(_s(row[1]), str(found[1]))
+
+    # -- looking up (pending rows first) --------------------------------------------------
+    def _row(self, path: str) -> tuple[str, int, bytes] | None:
+        key = _b(path)
+        held = self._pending.get(key)
+        if held is not None:
+            return held[2], held[3], held[6]
+        found = self._db.execute("SELECT type, size, link FROM members WHERE path = ?", (key,)).fetchone()
+        return None if found is None else (str(found[0]), int(found[1]), bytes(found[2]))
+
+    def kind(self, path: str) -> str | None:
+        row = self._row(path)
+        return None if row is None else row[0]
+
+    def link_of(self, path: str) -> str | None:
+        row = self._row(path)
+        return _s(row[2]) if row is not None and row[0] == SYMLINK else None
+
+    def file_size(self, path: str) -> int:
+        row = self._row(path)
+        return row[1] if row is not None and row[0] == FILE else 0
+
+    def _line(self, m: Member) -> str:
+        if m.path == "" or m.type == FIFO:
+            return ""  # not part of the manifest: the root, and fifos (never restored)
+        if m.type == HARDLINK:
+            return line_of(m.path, FILE, self.file_size(m.linkname))
+        if m.type == SYMLINK:
+            return line_of(m.path, SYMLINK, len(_b(m.linkname)))
+        return line_of(m.path, m.type, m.size if m.type == FILE else 0)
+
+    def __iter__(self) -> Iterator[Member]:
+        self.flush()
+        rows = self._db.execute("SELECT path, type, size, mode, mtime, link FROM members ORDER BY seq")
+        for path, kind, size, mode, mtime, link in rows:
+            if kind not in (FIFO, IMPLICIT):
+                yield Member(_s(path), kind, size, mode, mtime, _s(link))
+
+    def members_of(self, kind: str, *, deepest_first: bool = False) -> Iterator[Member]:
+        self.flush()
+        order = "path DESC" if deepest_first else "seq"
+        rows = self._db.execute(
+            f"SELECT path, size, mode, mtime, link FROM members WHERE type = ? ORDER BY {order}", (kind,)
+        )
+        for path, size, mode, mtime, link in rows:
+            yield Member(_s(path), kind, size, mode, mtime, _s(link))
+
+    def lines(self) -> Iterator[str]:
+        self.flush()
+        for (line,) in self._db.execute("SELECT line FROM members WHERE line != '' ORDER BY line"):
+            yield str(line)
+
+    def manifest(self) -> Manifest:
+        digest = hashlib.sha256()
+        entries = 0
+        for line in self.lines():
+            digest.update(b"\n" if entries else b"")
+            digest.update(line.encode("ascii"))
+            entries += 1
+        row = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM members WHERE type = 'file'").fetchone()
+        return Manifest(entries, int(row[0]), digest.hexdigest())
+
+    # -- the restored tree, compared with the manifest ------------------------------------
+    def add_listed(self, path: str, kind: str, size: int) -> None:
+        self._listed.append((_b(path), kind, size, line_of(path, kind, size)))
+        if len(self._listed) >= self.BATCH:
+            self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+            self._listed.clear()
+
+    def compare(self) -> Comparison:
+        """Lines the manifest has and the listing lacks; listed lines the manifest lacks,
+        except the directories a bank left implicit (parents with no entry of their own)."""
+        self.flush()
+        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+        self._listed.clear()
+        missing = self._db.execute(
+            "SELECT COUNT(*) FROM members m WHERE m.line != '' "
+            "AND NOT EXISTS (SELECT 1 FROM listing l WHERE l.line = m.line)"
+        ).fetchone()[0]
+        unexpected = self._db.execute(
+            "SELECT COUNT(*) FROM listing l WHERE NOT EXISTS (SELECT 1 FROM members m WHERE m.line = l.line) "
+            "AND NOT (l.type = 'dir' AND EXISTS "
+            "(SELECT 1 FROM members i WHERE i.path = l.path AND i.type = 'implicit'))"
+        ).fetchone()[0]
+        return Comparison(int(missing), int(unexpected))

@@ -1,0 +1,105 @@
+"""A runner on real parts for the tests: local sandboxes, file banks, a timeline, a queue, a lease."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
+from scratchbank.adapters.reference_engine import Node, ReferenceEngine
+from scratchbank.adapters.sandbox_provider import LocalSandboxProvider
+from scratchbank.application.ports import BankStore, Timeline
+from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
+from scratchbank.application.runner_ports import DeliveryQueue, Lease, ResumeDelivery
+from scratchbank.domain.consent import Consents
+from scratchbank.domain.lease import LeaseTiming
+from scratchbank.domain.records import Record
+from scratchbank.domain.wire import encode
+
+#: A workflow that writes its scratch, parks at a human gate, then reads what it wrote.
+STORY = (
+    Node("clone", "tool", "mkdir -p clone && echo 'a source clone' > clone/README.md"),
+    Node("review", "human"),
+    Node("measure", "agent", "test -f clone/README.md && echo measured > measure.txt"),
+)
+
+
+def checksum(timeline: Timeline, run_id: str) -> str:
+    """The timeline's records, hashed: a refusal must leave it unchanged."""
+    wire = [encode(r) for r in timeline.read(run_id)]
+    return hashlib.sha256(json.dumps(wire, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def types(records: Sequence[Record]) -> list[str]:
+    return [r.WIRE for r in records]
+
+
+@attrs.define
+class RecordingInbound:
+    """An Inbound that remembers how it was settled (for rules about acks and delays)."""
+
+    delivery: ResumeDelivery
+    deliveries: int = 1
+    acked: bool = False
+    naks: list[float] = attrs.Factory(list)
+    progress: int = 0
+
+    def ack(self) -> None:
+        self.acked = True
+
+    def nak(self, delay: float) -> None:
+        self.naks.append(delay)
+
+    def in_progress(self) -> None:
+        self.progress += 1
+
+
+@attrs.define
+class RunnerRig:
+    timeline: Timeline
+    store: BankStore
+    queue: DeliveryQueue
+    lease: Lease
+    provider: LocalSandboxProvider
+    engine: ReferenceEngine
+    verdicts: Verdicts
+
+    def runner(self, holder: str = "runner-a", timing: LeaseTiming | None = None) -> Runner:
+        settings = RunnerSettings(holder, timing=timing or LeaseTiming(interval=0.2, lapse=2.0))
+        return Runner(
+            self.queue,
+            self.lease,
+            self.timeline,
+            self.store,
+            self.provider,
+            self.engine,
+            settings,
+            self.verdicts,
+        )
+
+
+def make_rig(
+    tmp: Path,
+    timeline: Timeline,
+    *,
+    workflow: tuple[Node, ...] = STORY,
+    queue: DeliveryQueue | None = None,
+    lease: Lease | None = None,
+) -> RunnerRig:
+    return RunnerRig(
+        timeline,
+        FilesystemBankStore(tmp / "banks"),
+        queue or InProcessQueue(ack_wait=5.0),
+        lease or InProcessLease(lapse=2.0),
+        LocalSandboxProvider(tmp / "sandboxes"),
+        ReferenceEngine(workflow, timeline),
+        Verdicts(),
+    )
+
+
+ACCEPT = Consents(accept_scratch_loss=True)
