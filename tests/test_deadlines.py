@@ -347,6 +347,8 @@ def test_T8_a_postgres_table_lock_held_elsewhere_fails_appends_and_reads_in_time
         read = check_stall(
             lambda d: timeline.read("run-1"), seconds=TIMELINE_SECONDS, expect=(TimelineUnreadable,)
         )
+        with pytest.raises(TimelineWriteFailed, match=r"lock timeout|statement timeout"):
+            timeline.append("run-1", [started()], expected=1)  # the server ended it, not our cut
         holder.rollback()
     assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing half-written
     TIMES["postgres"] = {**TIMES.get("postgres", {}), "lock held, append": append, "lock held, read": read}
