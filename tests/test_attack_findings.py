@@ -1,0 +1,175 @@
+"""Findings of an independent attack on the restore path (issue 10's promises), each a test
+that fails on the ``attack`` branch as it stands and passes once the hole is closed.
+
+Every bank here is recorded faithfully (real size, SHA-256 and manifest digest, as
+``tests/hostile.py::record_for`` computes them), so the size/digest checks are not what
+stops an attack; everything goes through the public ``resume()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hostile import end, gz, member, pax_header, pax_payload, ustar
+from rigs import SCRATCH, rig
+from test_escape_host_directory import restore_into
+from test_escape_sandbox import fingerprint, restore
+
+from scratchbank.domain import SCRATCH_NOT_PORTABLE
+from scratchbank.domain.records import ScratchRestored
+
+NOBODY = 65534
+
+
+def root_dir(mode: int = 0o755) -> bytes:
+    return ustar(member("./", tarfile.DIRTYPE, mode=mode))
+
+
+def in_child(fn: Callable[[], object], *, uid: int | None = None, timeout: float = 60.0) -> dict[str, object]:
+    """Run ``fn`` in a forked child (as ``uid`` when given), killed after ``timeout`` s.
+    Returns {"result": repr} or {"raised": repr} or {"timeout": seconds}."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read_fd)
+        try:
+            if uid is not None:
+                os.setgid(uid)
+                os.setuid(uid)
+            answer = {"result": repr(fn())}
+        except BaseException as error:  # noqa: BLE001 - what escaped is the finding
+            answer = {"raised": f"{type(error).__name__}: {error}"}
+        os.write(write_fd, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_fd)
+    start = time.monotonic()
+    while True:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > timeout:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            os.close(read_fd)
+            return {"timeout": timeout}
+        time.sleep(0.05)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    return json.loads(data) if data else {"raised": "the child died without an answer"}
+
+
+# -- X4, most severe: a refused restore wipes a scratch that is a mount point ------------------
+@pytest.mark.parametrize("flavour", ["busybox", "gnu"])
+def test_X4_a_refused_restore_into_a_scratch_that_is_a_mount_point_leaves_it_as_it_was(flavour: str) -> None:
+    """The scratch is its own filesystem (a 1 MiB tmpfs; a volume or an emptyDir is the
+    same). restore.sh checks free space on the scratch's *parent*, stages there, and at
+    commit, since a mount point cannot be renamed, first deletes every entry of the
+    scratch and then moves the staged entries in one by one: the 1.5 MB bank fills the
+    mount mid-move. The restore is refused (RESTORE_REFUSED), but the scratch has lost
+    its own files and holds a half-copied bank (and the staging stays beside it)."""
+    with rig(f"docker-{flavour}", tmpfs={SCRATCH: "size=1m"}) as r:
+        r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && ln -s keep/file {SCRATCH}/link")
+        before = fingerprint(r)
+        bank = b"".join(ustar(member(f"big{i}", size=300_000), b"y" * 300_000) for i in range(5))
+        out = restore(gz(root_dir() + bank + end()), r.sandbox)
+        assert out.restore is not None
+        if out.restore.park is not None:  # refused: then nothing may have changed
+            assert fingerprint(r) == before, out.restore.record.reason
+        else:  # or it fits after all (the old tree's room counted): then it is all there
+            assert r.sh(f"cat {SCRATCH}/big4 | wc -c").strip() == "300000"
+
+
+# -- X2/X5: a bank with a mode-0 directory is "a broken stream" forever in a non-root sandbox ---
+@pytest.mark.parametrize("flavour", ["busybox", "gnu"])
+def test_X2_a_mode_0_directory_in_a_non_root_sandbox_is_never_a_broken_stream(flavour: str) -> None:
+    """A sandbox whose user is not root (user 1000). The bank holds one directory of mode
+    000 (``chmod 000 d`` inside any sandbox makes it). The sandbox's tar extracts it, then
+    restore.sh's ``find`` cannot read it and exits 12, which the adapter reports as
+    STREAM_BROKEN: the run parks *without a code*, which X5 reserves for a transport
+    failure the runner redelivers and no consent skips, so the same bank is tried again
+    and again and the run can never go on. The staging directory is also left beside the
+    scratch. It must be a restore (or a refusal with SCRATCH_NOT_PORTABLE, X4) that leaves
+    nothing staged."""
+    with rig(f"docker-{flavour}", user="1000") as r:
+        r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && chown -R 1000 {SCRATCH}")
+        before = fingerprint(r)
+        raw = root_dir() + ustar(member("locked", tarfile.DIRTYPE, mode=0)) + ustar(member("f", size=1), b"z")
+        out = restore(gz(raw + end()), r.sandbox)
+        assert out.restore is not None
+        park = out.restore.park
+        assert park is None or park.code == SCRATCH_NOT_PORTABLE, out.restore.record.reason
+        if park is not None:
+            assert fingerprint(r) == before
+        assert r.sh(f"ls -a $(dirname {SCRATCH}) | grep -c scratchbank-staged || true").strip() == "0"
+
+
+# -- X6/X2: restoring over a tree with a read-only directory, as a non-root host --------------
+def test_X6_a_restore_over_a_read_only_directory_is_named_and_leaves_nothing_beside() -> None:
+    """The host process is not root (uid 65534 here). A first bank holds ``ro/`` mode 0555
+    with a file in it (a Go module cache looks like that). A second restore into the same
+    directory swaps the new tree in, then cannot remove the old one: a raw PermissionError
+    escapes ``resume()`` (no restore record, no park, ``run_resumed`` standing) and the old
+    tree stays beside the destination as ``.scratchbank-restore-*``."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another uid")
+    base = Path(tempfile.mkdtemp(prefix="sb-attack-"))  # reachable by the other uid
+    base.chmod(0o755)
+    outer = base / "outer"
+    (outer / "dest").mkdir(parents=True)
+    (outer / "canary").write_text("canary")
+    for p in (outer, outer / "dest", outer / "canary"):
+        os.chown(p, NOBODY, NOBODY)
+    bank = gz(
+        root_dir() + ustar(member("ro", tarfile.DIRTYPE, mode=0o555)) + ustar(member("ro/f", size=1), b"r") + end()
+    )
+
+    def twice() -> object:
+        first = restore_into(bank, outer / "dest")
+        assert first.proceeds, first
+        second = restore_into(bank, outer / "dest")
+        assert second.restore is not None and isinstance(second.restore.record, ScratchRestored)
+        return second.restore.record.reason or "restored"
+
+    try:
+        answer = in_child(twice, uid=NOBODY)
+        left = sorted(p.name for p in outer.iterdir())
+    finally:
+        shutil.rmtree(base)  # as root
+    assert "result" in answer, answer
+    assert left == ["canary", "dest"]
+
+
+# -- X6: a 1.4 KB bank pins the host for minutes (hours at the member cap) --------------------
+def test_X6_symlink_containment_of_a_tiny_bank_is_decided_in_bounded_time(tmp_path: Path) -> None:
+    """40 symlinks ``c0 -> a/a/.../a/../../.../c1`` ... ``c39 -> f`` (each target 4 KB:
+    800 components down, 800 back up; contained), and a few ``sN -> c0``. The containment
+    check (symlink_tree.py) resolves every link from scratch, component by component, with
+    one SQLite lookup per component and 40 hops each: ~64k lookups per link, about 2-3 s of
+    one core per link here. This 1.4 KB bank takes ~100 s; 200k ``sN`` links (still a
+    few hundred KB gzip'd, within every cap) would take days. No named refusal, no bound.
+    A linear check (memoised resolution, or a work budget refused by name) takes well under
+    a second."""
+    chain = b"".join(
+        pax_header(pax_payload([("linkpath", "a/" * 800 + "../" * 800 + (f"c{k + 1}" if k < 39 else "f"))]))
+        + ustar(member(f"c{k}", tarfile.SYMTYPE, linkname="x"))
+        for k in range(40)
+    )
+    short = b"".join(ustar(member(f"s{i}", tarfile.SYMTYPE, linkname="c0")) for i in range(20))
+    bank = gz(root_dir() + ustar(member("f", size=1), b"z") + chain + short + end())
+    assert len(bank) < 2000
+
+    def go() -> object:
+        out = restore_into(bank, tmp_path / "dest")
+        return out.proceeds
+
+    answer = in_child(go, timeout=20.0)
+    assert "timeout" not in answer, "a 1.4 KB bank kept the host restore busy for more than 20 s"
+    assert "result" in answer, answer
