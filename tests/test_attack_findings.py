@@ -173,3 +173,89 @@ def test_X6_symlink_containment_of_a_tiny_bank_is_decided_in_bounded_time(tmp_pa
     answer = in_child(go, timeout=20.0)
     assert "timeout" not in answer, "a 1.4 KB bank kept the host restore busy for more than 20 s"
     assert "result" in answer, answer
+
+
+# -- T6/X2: implicit parents make the host write ~160x the bank's tar to its temp disk --------
+def _deep_unique(n: int) -> bytes:
+    """n empty files, each under 126 directories of its own (names 3.9 KB: within the
+    4096-byte and 128-deep caps), no directory entries: every parent is implicit."""
+    def name(i: int) -> str:
+        return f"x{i:06d}" + ("/" + "c" * 30) * 126 + "/f"
+
+    return b"".join(pax_header(pax_payload([("path", name(i))])) + ustar(member("f")) for i in range(n)) + end()
+
+
+def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
+    """Each member's 126 implicit parents become 126 rows of the member log (manifest.py),
+    each holding its whole path (up to 4 KB) twice (table and UNIQUE index): ~800 KB of
+    SQLite temp file per 5 KB member. 200 members (a 4 KB gzip bank, 1 MB of tar) cost
+    ~160 MB of the host's temp disk and ~6 s; 1,000 members (21 KB gzip) 810 MB and 33 s;
+    the 200k member cap (~4 MB gzip) would need ~160 GB and hours, at bank time
+    (HostArchive, T6) and again at every restore. Here the teardown's host check runs
+    with its files limited to 32 MiB (RLIMIT_FSIZE) and must still accept the bank."""
+    import resource
+    import signal
+
+    from scratchbank.application.host_archive import HostArchive
+
+    data = gz(_deep_unique(200))
+    assert len(data) < 8_000
+    out = Path(tempfile.mkdtemp(prefix="sb-attack-")) / "bank.tgz"
+
+    def bank_time() -> object:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 20, 32 << 20))
+        sink = HostArchive(out, gzipped_input=True, gzip_level=1, cap=1 << 28)
+        sink.write(data)
+        facts = sink.finish()
+        return facts.refused or "accepted"
+
+    try:
+        answer = in_child(bank_time, timeout=120.0)
+    finally:
+        shutil.rmtree(out.parent)
+    assert answer == {"result": repr("accepted")}, answer
+
+
+# -- X4: a "refused" commit that already replaced the scratch (non-root sandbox) ----------------
+@pytest.mark.parametrize("flavour", ["busybox", "gnu"])
+def test_X4_a_commit_reported_refused_has_not_replaced_the_scratch(flavour: str) -> None:
+    """Non-root sandbox (user 1000) whose scratch holds a read-only directory ``ro/``
+    (0555, with a file: a Go module cache, a checked-out read-only tree). restore.sh
+    commit moves the old scratch aside, moves the staged tree in, then ``rm -rf`` of the
+    old tree fails on ``ro/`` and, being commit's last command, makes it exit non-zero:
+    the restore is recorded as refused (RESTORE_REFUSED, X4 parks SCRATCH_NOT_PORTABLE)
+    while the scratch already holds the bank's tree, and the old scratch is left beside
+    it as ``.scratchbank-staged.*.old``. Either the restore succeeded (and nothing is left
+    beside the scratch) or it was refused and the scratch is byte for byte as it was."""
+    with rig(f"docker-{flavour}", user="1000") as r:
+        r.sh(
+            f"mkdir -p {SCRATCH}/ro && echo mine > {SCRATCH}/ro/file && chmod 555 {SCRATCH}/ro "
+            f"&& chown -R 1000 {SCRATCH}"
+        )
+        before = fingerprint(r)
+        out = restore(gz(root_dir() + ustar(member("new", size=3), b"new") + end()), r.sandbox)
+        assert out.restore is not None
+        if out.restore.park is not None:
+            assert fingerprint(r) == before, out.restore.record.reason
+        leftovers = r.sh(f"ls -a $(dirname {SCRATCH}) | grep -c scratchbank-staged || true").strip()
+        assert leftovers == "0"
+
+
+# -- X1/X2: BusyBox as non-root cannot restore a read-only directory at all -------------------
+def test_X2_a_read_only_directory_restores_in_a_non_root_busybox_sandbox() -> None:
+    """A benign bank: ``ro/`` mode 0555 holding ``ro/f``. GNU tar (non-root) restores it
+    (it delays directory modes); BusyBox tar creates ``ro`` 0555 first and then cannot
+    create ``ro/f``: every resume of such a run is refused (RESTORE_REFUSED), so the
+    bank can never be restored into a BusyBox sandbox that does not run as root."""
+    with rig("docker-busybox", user="1000") as r:
+        r.sh(f"mkdir -p {SCRATCH} && chown -R 1000 {SCRATCH}")
+        raw = (
+            root_dir()
+            + ustar(member("ro", tarfile.DIRTYPE, mode=0o555))
+            + ustar(member("ro/f", size=1, mode=0o444), b"z")
+            + end()
+        )
+        out = restore(gz(raw), r.sandbox)
+        assert out.proceeds, out.restore.record.reason if out.restore else out
+        assert r.sh(f"cat {SCRATCH}/ro/f") == "z"
