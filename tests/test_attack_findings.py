@@ -259,3 +259,59 @@ def test_X2_a_read_only_directory_restores_in_a_non_root_busybox_sandbox() -> No
         out = restore(gz(raw), r.sandbox)
         assert out.proceeds, out.restore.record.reason if out.restore else out
         assert r.sh(f"cat {SCRATCH}/ro/f") == "z"
+
+
+# -- X4/X6: removing the old scratch crosses mount points and deletes what is mounted there ------
+@pytest.mark.parametrize("flavour", ["busybox", "gnu"])
+def test_X4_a_restore_never_deletes_files_of_a_volume_mounted_inside_the_scratch(
+    flavour: str, tmp_path: Path
+) -> None:
+    """The sandbox has a host directory mounted inside its scratch (``scratch/cache``: a
+    shared cache volume). Any bank, even a one-file one: restore.sh commit moves the old
+    scratch aside (the mount moves with it) and ``rm -rf``s it, which walks into the
+    mount and deletes the host's files, then fails on the mount point itself (EBUSY),
+    so the restore is reported refused while the scratch was replaced, and the old tree
+    stays beside it. The host directory must keep its files."""
+    host = tmp_path / "volume"
+    host.mkdir()
+    (host / "precious").write_text("keep me")
+    with rig(f"docker-{flavour}", volumes={str(host): {"bind": f"{SCRATCH}/cache", "mode": "rw"}}) as r:
+        r.sh(f"echo mine > {SCRATCH}/own")
+        out = restore(gz(root_dir() + ustar(member("new", size=1), b"z") + end()), r.sandbox)
+        assert out.restore is not None
+    assert sorted(p.name for p in host.iterdir()) == ["precious"], out.restore.record.reason
+    assert (host / "precious").read_text() == "keep me"
+
+
+def test_X6_replacing_the_old_tree_never_deletes_through_a_mount_point_inside_it(tmp_path: Path) -> None:
+    """Host-directory restore (X6) over a destination that has a directory bind-mounted
+    inside it (``dest/cache`` -> ``outside``). After the swap, ``shutil.rmtree`` of the old
+    tree walks into the mount and deletes ``outside/data`` (outside the destination), then
+    fails on the mount point (EBUSY): a raw OSError escapes ``resume()`` and the old tree
+    stays beside the destination as ``.scratchbank-restore-*``."""
+    import ctypes
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace")
+    outside, dest = tmp_path / "outside", tmp_path / "dest"
+    (dest / "cache").mkdir(parents=True)
+    (dest / "old").write_text("old")
+    outside.mkdir()
+    (outside / "data").write_text("precious")
+    bank = gz(root_dir() + ustar(member("f", size=1), b"z") + end())
+
+    def in_own_mount_namespace() -> object:
+        if ctypes.CDLL(None, use_errno=True).unshare(0x00020000) != 0:  # CLONE_NEWNS
+            return "no mount namespace"
+        subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+        subprocess.run(["mount", "--bind", str(outside), str(dest / "cache")], check=True)
+        out = restore_into(bank, dest)
+        return out.restore.record.reason if out.restore else "no restore"
+
+    answer = in_child(in_own_mount_namespace)
+    if answer == {"result": repr("no mount namespace")}:
+        pytest.skip("cannot make a mount namespace here")
+    assert (outside / "data").exists(), answer
+    assert "raised" not in answer, answer
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "outside"]
