@@ -315,3 +315,16 @@ def test_X6_replacing_the_old_tree_never_deletes_through_a_mount_point_inside_it
     assert (outside / "data").exists(), answer
     assert "raised" not in answer, answer
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "outside"]
+
+
+# -- X6 (minor): a refused host-directory restore still creates the destination's parents ------
+def test_X6_a_restore_refused_for_space_creates_nothing_outside_the_destination(tmp_path: Path) -> None:
+    """The destination ``tmp/new/deeper/dest`` does not exist yet. The restore is refused
+    (NO_SPACE_AT_DESTINATION: the bank declares more than the disk has), yet
+    ``opened_destination`` has already made ``new/`` and ``new/deeper/`` (mkdir -p of the
+    parent happens before the free-space check): a refused restore changed the host."""
+    bank = gz(root_dir() + ustar(member("f", size=1), b"z") + end())
+    out = restore_into(bank, tmp_path / "new" / "deeper" / "dest", manifest_bytes=1 << 60)
+    assert out.restore is not None and out.restore.park is not None
+    assert "NO_SPACE_AT_DESTINATION" in out.restore.record.reason
+    assert list(tmp_path.iterdir()) == []
