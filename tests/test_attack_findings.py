@@ -66,6 +66,40 @@ def in_child(fn: Callable[[], object], *, uid: int | None = None, timeout: float
     return json.loads(data) if data else {"raised": "the child died without an answer"}
 
 
+# -- X2, most severe: a bank writes outside the scratch in a BusyBox sandbox ------------------------
+def test_X2_a_bank_never_creates_a_file_outside_the_scratch_in_a_busybox_sandbox() -> None:
+    """The reader checks a member's parents against a cache of directories (``_dirs``)
+    and finds a symlink standing where an implicit parent was only when the member log's
+    batch lands (``MemberLog.flush``, every 2,048 rows, or at the end). Bytes:
+
+      ./  f (4 bytes "PWN")  fifo d/p (d: implicit, in the cache; fifos are not streamed)
+      2,100 fifos (the batch with ``d`` lands)  e -> /tmp/victim  d -> e
+      hard link d/pwned -> f
+
+    The reader refuses the bank at its end ("'d' is a parent of earlier members but not a
+    directory"), but the canonical stream has already carried ``e``, ``d`` and ``d/pwned``
+    into the sandbox. BusyBox tar creates ``d -> e`` at once, defers ``e -> /tmp/victim``
+    and the hard link to the end, then makes ``e`` and ``link(f, d/pwned)``: through the
+    two links the hard link lands at ``/tmp/victim/pwned``. The host reports
+    REFUSED_ON_HOST and discards the staging directory; ``/tmp/victim/pwned`` ("PWN")
+    stays (any directory on the container's root filesystem works: ``/etc`` too)."""
+    raw = (
+        root_dir()
+        + ustar(member("f", size=4), b"PWN\n")
+        + ustar(member("d/p", tarfile.FIFOTYPE))
+        + b"".join(ustar(member(f"q{i}", tarfile.FIFOTYPE)) for i in range(2100))
+        + ustar(member("e", tarfile.SYMTYPE, linkname="/tmp/victim"))
+        + ustar(member("d", tarfile.SYMTYPE, linkname="e"))
+        + ustar(member("d/pwned", tarfile.LNKTYPE, linkname="f"))
+        + end()
+    )
+    with rig("docker-busybox") as r:
+        r.sh("mkdir -p /tmp/victim && echo canary > /tmp/victim/canary")
+        out = restore(gz(raw), r.sandbox)
+        victim = r.sh("ls -A /tmp/victim").split()
+    assert victim == ["canary"], out.restore.record.reason if out.restore else out
+
+
 # -- X4, most severe: a refused restore wipes a scratch that is a mount point ------------------
 @pytest.mark.parametrize("flavour", ["busybox", "gnu"])
 def test_X4_a_refused_restore_into_a_scratch_that_is_a_mount_point_leaves_it_as_it_was(flavour: str) -> None:
