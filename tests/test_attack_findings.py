@@ -45,7 +45,7 @@ def in_child(fn: Callable[[], object], *, uid: int | None = None, timeout: float
                 os.setgid(uid)
                 os.setuid(uid)
             answer = {"result": repr(fn())}
-        except BaseException as error:  # noqa: BLE001 - what escaped is the finding
+        except BaseException as error:
             answer = {"raised": f"{type(error).__name__}: {error}"}
         os.write(write_fd, json.dumps(answer).encode())
         os._exit(0)
@@ -162,7 +162,10 @@ def test_X6_a_restore_over_a_read_only_directory_is_named_and_leaves_nothing_bes
     for p in (outer, outer / "dest", outer / "canary"):
         os.chown(p, NOBODY, NOBODY)
     bank = gz(
-        root_dir() + ustar(member("ro", tarfile.DIRTYPE, mode=0o555)) + ustar(member("ro/f", size=1), b"r") + end()
+        root_dir()
+        + ustar(member("ro", tarfile.DIRTYPE, mode=0o555))
+        + ustar(member("ro/f", size=1), b"r")
+        + end()
     )
 
     def twice() -> object:
@@ -213,10 +216,13 @@ def test_X6_symlink_containment_of_a_tiny_bank_is_decided_in_bounded_time(tmp_pa
 def _deep_unique(n: int) -> bytes:
     """n empty files, each under 126 directories of its own (names 3.9 KB: within the
     4096-byte and 128-deep caps), no directory entries: every parent is implicit."""
+
     def name(i: int) -> str:
         return f"x{i:06d}" + ("/" + "c" * 30) * 126 + "/f"
 
-    return b"".join(pax_header(pax_payload([("path", name(i))])) + ustar(member("f")) for i in range(n)) + end()
+    return (
+        b"".join(pax_header(pax_payload([("path", name(i))])) + ustar(member("f")) for i in range(n)) + end()
+    )
 
 
 def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
