@@ -100,6 +100,46 @@ def test_X2_a_bank_never_creates_a_file_outside_the_scratch_in_a_busybox_sandbox
     assert victim == ["canary"], out.restore.record.reason if out.restore else out
 
 
+def test_X2_the_reader_never_streams_a_member_under_a_path_it_already_streamed_as_a_symlink() -> None:
+    """The same bank at the reader (no Docker): what ``on_member`` hands the canonical
+    writer must never hold a member under a path it has already handed over as a symlink,
+    whatever the bank says later. Today it streams ``e``, ``d -> e`` and then ``d/pwned``
+    and only refuses at the end."""
+    from scratchbank.application.tarstream import TarReader
+    from scratchbank.domain.errors import HostileArchive
+
+    raw = (
+        root_dir()
+        + ustar(member("f", size=4), b"PWN\n")
+        + ustar(member("d/p", tarfile.FIFOTYPE))
+        + b"".join(ustar(member(f"q{i}", tarfile.FIFOTYPE)) for i in range(2100))
+        + ustar(member("d", tarfile.SYMTYPE, linkname="e"))
+        + ustar(member("d/pwned", tarfile.LNKTYPE, linkname="f"))
+        + end()
+    )
+    streamed: list[str] = []
+    links: set[str] = set()
+    under_a_link: list[str] = []
+
+    def on_member(m: object) -> None:
+        path, kind = m.path, m.type  # type: ignore[attr-defined]
+        if any(path.startswith(link + "/") for link in links):
+            under_a_link.append(path)
+        if kind == "symlink":
+            links.add(path)
+        streamed.append(path)
+
+    reader = TarReader(on_member=on_member)
+
+    def read_all() -> None:
+        reader.feed(raw)
+        reader.close()
+
+    with pytest.raises(HostileArchive):
+        read_all()
+    assert under_a_link == [], streamed[-3:]
+
+
 # -- X4, most severe: a refused restore wipes a scratch that is a mount point ------------------
 @pytest.mark.parametrize("flavour", ["busybox", "gnu"])
 def test_X4_a_refused_restore_into_a_scratch_that_is_a_mount_point_leaves_it_as_it_was(flavour: str) -> None:
