@@ -408,3 +408,26 @@ def test_X6_a_restore_refused_for_space_creates_nothing_outside_the_destination(
     assert out.restore is not None and out.restore.park is not None
     assert "NO_SPACE_AT_DESTINATION" in out.restore.record.reason
     assert list(tmp_path.iterdir()) == []
+
+
+# -- X4: a refusal leaves the staged tree behind when it holds a read-only directory -----------
+def test_X4_a_refused_restore_leaves_nothing_staged_in_a_non_root_gnu_sandbox() -> None:
+    """Non-root GNU sandbox (user 1000). The bank holds ``ro/`` (0555) with ``ro/f``, then
+    a member the host refuses (``../escape``). GNU tar still applies its delayed directory
+    modes when the stream is cut, so ``ro`` ends 0555 with a file in it, and both
+    restore.sh's ``rm -rf "$staged"`` and the host's discard fail silently: each refused
+    try leaves a ``.scratchbank-staged.*`` tree (the whole bank, up to the cap) beside
+    the scratch, and every retry adds one more."""
+    with rig("docker-gnu", user="1000") as r:
+        r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && chown -R 1000 {SCRATCH}")
+        before = fingerprint(r)
+        raw = (
+            root_dir()
+            + ustar(member("ro", tarfile.DIRTYPE, mode=0o555))
+            + ustar(member("ro/f", size=1), b"z")
+            + ustar(member("../escape", size=1), b"x")
+            + end()
+        )
+        out = restore(gz(raw), r.sandbox)
+        assert out.restore is not None and "refused_on_host" in out.restore.record.reason
+        assert fingerprint(r) == before  # its last line counts what is staged beside the scratch
