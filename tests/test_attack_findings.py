@@ -14,6 +14,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +38,9 @@ def in_child(fn: Callable[[], object], *, uid: int | None = None, timeout: float
     """Run ``fn`` in a forked child (as ``uid`` when given), killed after ``timeout`` s.
     Returns {"result": repr} or {"raised": repr} or {"timeout": seconds}."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # 3.12+ warns on fork() with threads alive; the child only runs fn
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(read_fd)
         try:
