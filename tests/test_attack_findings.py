@@ -456,4 +456,5 @@ def test_X4_a_refused_restore_leaves_nothing_staged_in_a_non_root_gnu_sandbox() 
 #   boundary, invalid UTF-8 (hdrcharset=BINARY: GNU warns "Ignoring unknown extended header
 #   keyword" but extracts the same bytes), long symlink and hard link targets: the same
 #   names from tarfile, GNU tar and BusyBox tar.
-# Memory: HostArchive over 200k members: VmHWM 44 MB before and after (flat); 20k: +4.5 MB.
+# Memory: HostArchive over 200k members: VmHWM 44 MB before and after (flat); 20k: +4.5 MB;
+#   host-directory restore: 20k files +8.6 MB, a 200k-member check pass flat (54.7 MB).
