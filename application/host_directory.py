@@ -40,7 +40,7 @@ from scratchbank.domain.errors import DestinationRefused, NoSpaceAtDestination
 from scratchbank.domain.fold import Bank
 
 from .bank_check import BankCheck
-from .manifest import DIR, FILE, HARDLINK, IMPLICIT, SYMLINK, Member, MemberLog
+from .manifest import DIR, FILE, HARDLINK, SYMLINK, Member, MemberLog
 from .ports import BankStore
 from .tarstream import Limits
 
@@ -121,8 +121,6 @@ class TreeWriter:
                 dir_fd=self._dir_of(link.path),
                 follow_symlinks=False,
             )
-        for implicit in log.members_of(IMPLICIT, deepest_first=True):
-            self._set_dir(attrs.evolve(implicit, mode=IMPLICIT_MODE), keep_time=True)
         for directory in log.members_of(DIR, deepest_first=True):
             if directory.path:  # the root's own mode and time: set_root
                 self._set_dir(directory)
@@ -157,6 +155,7 @@ class TreeWriter:
         except FileNotFoundError:  # an implicit parent: the bank has no entry for it
             os.mkdir(name, 0o700, dir_fd=fd)
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.fchmod(child, IMPLICIT_MODE)  # its mode now (its path is not kept for later)
         finally:
             os.close(fd)
         return child
@@ -193,12 +192,11 @@ class TreeWriter:
         finally:
             os.close(fd)
 
-    def _set_dir(self, m: Member, *, keep_time: bool = False) -> None:
+    def _set_dir(self, m: Member) -> None:
         fd = os.open(self._name(m.path), _DIR_FLAGS, dir_fd=self._dir_of(m.path))
         try:
             os.fchmod(fd, m.mode & 0o777)
-            if not keep_time:
-                os.utime(fd, (m.mtime, m.mtime))
+            os.utime(fd, (m.mtime, m.mtime))
         finally:
             os.close(fd)
 
