@@ -80,7 +80,7 @@ def restore_bank(
     try:
         if host_directory is not None:
             got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
-            return RestoreAttempt(RestoreResult.RESTORED, got, into_host_dir=True)
+            return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
         assert sandbox is not None
         return _into_sandbox(
             run_id, decision.bank, sandbox, store=store, cap=cap, progress=progress, gzip_level=gzip_level
