@@ -201,10 +201,13 @@ class ScriptedSandbox(abc.ABC):
             write_listing(raw, listing)
         return staged
 
-    def commit_restore(self, staged: StagedRestore) -> None:
+    def commit_restore(self, staged: StagedRestore) -> str:
+        """Move the staged tree into place; a note on what stayed behind (or "")."""
         done = self.run(RESTORE, ["commit", self.facts.scratch, staged.token])
         if done.exit_code != 0:
             raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
+        notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
+        return "; ".join(notes)[:2000]
 
     def discard_restore(self, staged: StagedRestore) -> None:
         self._discard(staged.token)

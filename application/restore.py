@@ -232,10 +232,14 @@ def _into_sandbox(
                 f"{comparison.unexpected} unexpected"
             )
             return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
-        sandbox.commit_restore(staged)
+        try:
+            note = sandbox.commit_restore(staged)
+        except ScratchbankError:
+            _discard(sandbox, staged)  # a refused commit moved nothing: the staged tree goes
+            raise
         if progress is not None:
             progress("restored", bank.record.bytes, bank.record.bytes)
-        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes)
+        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes, detail=note or "")
 
 
 def _verdict(
