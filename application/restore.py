@@ -51,7 +51,7 @@ from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
 from .ports import BankStore, Sandbox, StagedRestore
-from .tarstream import CanonicalWriter, Limits
+from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
 
@@ -169,7 +169,7 @@ def _pipeline(
 ) -> Iterator[tuple[BinaryIO, _Produced, BankCheck, _PipeOut, threading.Thread]]:
     read_fd, write_fd = os.pipe()
     out = _PipeOut(write_fd)
-    writer = CanonicalWriter(out, gzip_level=gzip_level)  # type: ignore[arg-type]
+    writer = CanonicalWriter(out, gzip_level=gzip_level, writable_dirs=True)  # type: ignore[arg-type]
     check = BankCheck(
         bank.record, limits=Limits(), cap=cap, on_member=writer.member, on_data=writer.data, progress=progress
     )
@@ -233,7 +233,7 @@ def _into_sandbox(
             )
             return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
         try:
-            note = sandbox.commit_restore(staged)
+            note = sandbox.commit_restore(staged, dir_modes=dir_modes(check.log))
         except ScratchbankError:
             _discard(sandbox, staged)  # a refused commit moved nothing: the staged tree goes
             raise

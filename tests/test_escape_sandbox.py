@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,8 +83,10 @@ class LosesAnEntry:
         listing.write(b"".join(full.getvalue().splitlines(keepends=True)[1:]))
         return staged
 
-    def commit_restore(self, staged: StagedRestore) -> None:
-        self.inner.commit_restore(staged)
+    def commit_restore(
+        self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()
+    ) -> str | None:
+        return self.inner.commit_restore(staged, dir_modes=dir_modes)
 
     def discard_restore(self, staged: StagedRestore) -> None:
         self.inner.discard_restore(staged)

@@ -9,7 +9,10 @@
 #       staged tree: a line with the byte count of the stats, one "MODEHEX SIZE" line
 #       per entry, then the entries' names NUL-separated in the same order (a name may
 #       hold any byte but NUL and '/', a newline too).
-#   restore.sh commit SCRATCH TOKEN   move the staged tree into place
+#   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
+#       ("OCTAL NAME" lines, deepest first, NAME escaped for printf %b, "." the root: the
+#       stream carried every directory u+rwx, so that a non-root tar can fill a 0555
+#       one), then move the staged tree into place
 #   restore.sh discard SCRATCH TOKEN  remove it
 #   restore.sh list SCRATCH           the scratch's tree, in the stage's format
 #
@@ -73,7 +76,10 @@ is_mount_point() { # $1 is a directory whose filesystem is not its parent's
 }
 
 free_bytes() { # free bytes of the filesystem holding $1 (nothing when unknown)
-    df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 * 1024 }'
+    # KiB from awk, bytes from the shell: awk may print a large product as 7.01e+10
+    kib=$(df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')
+    case $kib in '' | *[!0-9]*) return 0 ;; esac
+    echo $((kib * 1024))
 }
 
 fits() { # $1 bytes needed, $2 a path on the filesystem asked
@@ -150,8 +156,25 @@ stage() {
     print_tree "$work"
 }
 
+apply_modes() { # $1: "OCTAL ESCAPED-NAME" lines, deepest first
+    while IFS=' ' read -r mode esc; do
+        if [ "$esc" = . ]; then
+            target=$staged
+        else
+            name=$(printf '%bX' "$esc")
+            target="$staged/${name%X}"
+        fi
+        [ -d "$target" ] && [ ! -L "$target" ] || { echo "scratchbank: $esc is not a staged directory" >&2; return 1; }
+        chmod "$mode" "$target" || return 1
+    done <"$1"
+}
+
 commit() {
     [ -d "$staged" ] && [ ! -L "$staged" ] || { echo "scratchbank: nothing staged at $staged" >&2; exit 21; }
+    work=$(mktemp -d "${TMPDIR:-/tmp}/.sb-commit.XXXXXX" 2>/dev/null) || { echo "scratchbank: cannot create a work directory" >&2; exit 21; }
+    trap 'rm -rf "$work"' EXIT
+    unframe "$work/end" >"$work/modes" || { echo "scratchbank: the directory modes did not arrive whole" >&2; exit 21; }
+    apply_modes "$work/modes" || exit 21
     inside=$(mount_inside "$scratch")
     if [ -n "$inside" ]; then
         echo "scratchbank: $scratch has a mount point inside ($inside): its old tree cannot be replaced without deleting what is mounted there" >&2
@@ -172,9 +195,10 @@ commit() {
 commit_into_mount_point() {
     # A mount point cannot be renamed: empty it and move the entries in, once the new
     # tree is known to fit (the old tree's room counted).
-    used=$(du -sk "$scratch" 2>/dev/null | awk '{ print $1 * 1024 }')
-    want=$(du -sk "$staged" 2>/dev/null | awk '{ print $1 * 1024 }')
-    fits "$((want - ${used:-0}))" "$scratch" || exit 21
+    used=$(du -sk "$scratch" 2>/dev/null | awk '{ print $1 }')
+    want=$(du -sk "$staged" 2>/dev/null | awk '{ print $1 }')
+    fits "$(((${want:-0} - ${used:-0}) * 1024))" "$scratch" || exit 21
+    chmod u+rwx "$staged" || exit 21 # its entries move out (the root's banked mode is not kept here)
     for entry in "$scratch"/* "$scratch"/.[!.]* "$scratch"/..?*; do
         [ -e "$entry" ] || [ -L "$entry" ] || continue
         remove_tree "$entry" || { echo "scratchbank: cannot empty $scratch ($entry stays)" >&2; exit 21; }
