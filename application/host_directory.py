@@ -68,9 +68,9 @@ def check_free_space(target: Path, needed: int) -> None:
     Asked of the nearest directory that exists (the destination's parents may not
     yet): a refusal creates nothing."""
     probe = target.parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
     try:
+        while not os.path.lexists(probe) and probe != probe.parent:
+            probe = probe.parent
         st = os.statvfs(probe)
     except OSError as error:
         raise DestinationRefused(f"cannot ask {probe} for its free space: {error.strerror}") from None
@@ -86,7 +86,7 @@ def _unescape_mount_path(field: str) -> str:
 
 def mount_points_inside(target: Path) -> list[str]:
     """Mount points strictly inside the directory at ``target`` (none when it is a link)."""
-    if target.is_symlink() or not target.is_dir():
+    if os.path.islink(target) or not os.path.isdir(target):
         return []
     root = os.path.realpath(target) + "/"
     try:
