@@ -128,8 +128,8 @@ class DockerSandbox(ScriptedSandbox):
                     writer.start()
                 _read_frames(sock, output)
             finally:
-                if writer is not None:
-                    writer.join(timeout=max(1.0, deadline.left()))
+                if writer is not None:  # one blocked on a stalled source is not waited for
+                    writer.join(timeout=0.2 if dog.fired else max(1.0, deadline.left()))
                 sock.close()
                 raw.close()
         _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)

@@ -15,6 +15,7 @@ import json
 import random
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -66,6 +67,8 @@ class EventStoreTimeline:
     def __init__(self, url: str, *, env: Mapping[str, str] | None = None) -> None:
         settings = env_for_url(url) | dict(env or {})
         try:
+            if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
+                Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
             self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")

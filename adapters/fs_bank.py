@@ -32,6 +32,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 class FilesystemBankStore:
+    """Banks as files under ``root`` (a BankStore): ``<root>/runs/<id>/scratch-bank.tgz``.
+
+    ``put`` is atomic (temporary file, fsync, rename, fsync of the folder); ``fetch``
+    streams and digests; ``stat`` reads size and SHA-256 without copying; ``sweep``
+    removes the run's folder. Run ids that could leave their folder are refused
+    (InvalidRunId). The root is created on the first ``put``, never by a read.
+    """
+
     keeps_banks = True
 
     def __init__(self, root: str | Path) -> None:
@@ -90,3 +98,15 @@ class FilesystemBankStore:
             return
         except OSError as error:
             raise BankWriteFailed(f"sweeping {run_id}: {error}") from error
+
+    def stat(self, run_id: str) -> StoredBank | None:
+        """Size and SHA-256 of the run's bank file; None when there is none."""
+        path = self.path(run_id)
+        try:
+            with open(path, "rb") as src:
+                size, digest = copy_hashed(src.read, lambda _chunk: 0, limit=None)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise BankReadFailed(f"reading {path}: {error}") from error
+        return StoredBank(size, digest)

@@ -1,45 +1,227 @@
-"""The operators' HTTP API (FastAPI), driving the same use cases as the CLI.
+"""The operators' HTTP API (FastAPI) over the same service as the CLI.
 
-A refusal answers 400 with ``error_code: scratch_not_portable`` (or ``resume_invalid``),
-the hint from the one remedy function, ``also_needs_force`` when the refusal names a
-change --force accepts and the call lacked it, and ``keep_force`` when it had it (C9).
-A timeline that cannot be read answers 503 without a code (R15). The OpenAPI
-description is served at ``/openapi.json``.
+- ``GET /runs/{run}/status``: what a resume would do (the one decision), whether the bank
+  is in the store as recorded, and its age.
+- ``POST /runs/{run}/resume`` (bearer token required): resume in this process. A
+  refusal answers 400 with ``error_code: scratch_not_portable`` (or ``resume_invalid``),
+  the hint from the one remedy function, ``also_needs_force`` and ``keep_force`` (C9).
+
+Every error body is ``{error, error_code, remedy}`` (plus the refusal's fields):
+
+====  ===================================================================================
+400   a refusal (C9), INVALID_RUN_ID, CONFIG_INVALID (a sandbox spec of no known form),
+      NO_RESTORE_TARGET (a restore and no ``sandbox``), a body that is not JSON
+401   NOT_AUTHORIZED: a write without the bearer token
+403   SANDBOX_NOT_ALLOWED: a sandbox outside the server's allow-list
+404   RUN_NOT_FOUND, or no such route
+409   the restore parked the run; RESUME_SUPERSEDED, TIMELINE_CONFLICT, FENCED, SANDBOX_GONE
+413   BODY_TOO_LARGE (past ``max_body`` bytes, 64 KiB by default)
+421   HOST_NOT_ALLOWED: a Host header the server does not serve (DNS rebinding)
+422   INVALID_REQUEST: an unknown field (named) or a field of the wrong type
+503   a store or sandbox that failed (TIMELINE_UNREADABLE, BANK_READ_FAILED, ...)
+====  ===================================================================================
+
+Which sandboxes a caller may name, and the scratch path inside them, are the server's
+configuration (``SCRATCHBANK_API_SANDBOXES`` or ``--allow-sandbox``, shell patterns),
+never the body's. The server refuses to listen beyond loopback without a token.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hmac
+import ipaddress
+import json
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+import attrs
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
-from scratchbank.application.ports import BankStore, Timeline
-from scratchbank.application.resume import resume
+from scratchbank.application.ports import Sandbox
+from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.service import ScratchService, Target
+from scratchbank.domain import errors
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.errors import TimelineUnreadable
-from scratchbank.domain.fold import fold
 from scratchbank.domain.remedy import remedy
-from scratchbank.domain.resume_gate import (
-    ResumeDecision,
-    ResumeRequest,
-    Verdict,
-    Where,
-    decide_resume,
-    refuse_unreadable,
-)
+from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
+from scratchbank.domain.runs import check_run_id
 
 from . import config
-from .present import decision_data, outcome_data, state_data
+from .present import outcome_data, status_data
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+STATUS: dict[type[errors.ScratchbankError], int] = {
+    errors.InvalidRunId: 400,
+    errors.ConfigInvalid: 400,
+    errors.NoRestoreTarget: 400,
+    errors.NotAuthorized: 401,
+    errors.SandboxNotAllowed: 403,
+    errors.RunNotFound: 404,
+    errors.HomeNotFound: 404,
+    errors.ResumeSuperseded: 409,
+    errors.TimelineConflict: 409,
+    errors.Fenced: 409,
+    errors.SandboxGone: 409,
+    errors.BodyTooLarge: 413,
+    errors.HostNotAllowed: 421,
+    errors.InvalidRequest: 422,
+}
+
+
+def status_of(error: errors.ScratchbankError) -> int:
+    """The documented HTTP status of a named error (503 for a store or sandbox failure)."""
+    return next((STATUS[c] for c in type(error).__mro__ if c in STATUS), 503)
+
+
+@attrs.frozen
+class ApiSettings:
+    """What the server lets callers do: set by its operator, never by a request body."""
+
+    token: str
+    sandboxes: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
+    max_body: int = 64 << 10
+    scratch: str = config.DEFAULT_SCRATCH
+    bind: str = "127.0.0.1"
+    port: int = 8080
+    generated: bool = False
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _token(token_file: str | None, env: Mapping[str, str]) -> str | None:
+    path = token_file or env.get("SCRATCHBANK_API_TOKEN_FILE")
+    if path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise errors.ConfigInvalid(f"cannot read the token file {path}: {error}") from None
+        if len(token) < 16:
+            raise errors.ConfigInvalid(f"the token in {path} is shorter than 16 characters")
+        return token
+    return env.get("SCRATCHBANK_API_TOKEN") or None
+
+
+def api_settings(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    token_file: str | None = None,
+    sandboxes: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ApiSettings:
+    """The server's settings from flags and environment; refuses an open bind without a token."""
+    env = os.environ if env is None else env
+    token = _token(token_file, env)
+    if token is None and not _loopback(host):
+        raise errors.ConfigInvalid(
+            f"refusing to serve on {host} without a token (SCRATCHBANK_API_TOKEN[_FILE])"
+        )
+    return ApiSettings(
+        token or secrets.token_urlsafe(24),
+        tuple(sandboxes or _listed(env, "SCRATCHBANK_API_SANDBOXES")),
+        ("127.0.0.1", "localhost", "[::1]", host, *_listed(env, "SCRATCHBANK_API_HOSTS")),
+        scratch=env.get("SCRATCHBANK_SCRATCH") or config.DEFAULT_SCRATCH,
+        bind=host,
+        port=port,
+        generated=token is None,
+    )
+
+
+def _listed(env: Mapping[str, str], var: str) -> list[str]:
+    return [item.strip() for item in env.get(var, "").split(",") if item.strip()]
 
 
 class ResumeBody(BaseModel):
+    """A resume call's body. Unknown fields are refused (422), never ignored."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     force: bool = Field(False, description="accept a changed source or artifact contract (C1)")
     accept_scratch_loss: bool = Field(False, description="accept the scratch's loss (C2)")
     source_changed: bool = Field(False, description="the engine's source check found a change")
-    sandbox: str = Field("none", description="docker:NAME, podman:NAME or none")
-    scratch: str = Field(config.DEFAULT_SCRATCH, description="the scratch's path in the sandbox")
+    sandbox: str | None = Field(
+        None, description=f"where to restore ({config.SANDBOX_FORMS}); must match the server's allow-list"
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every error: its message, code and remedy; a refusal adds its rule, hint and consents."""
+
+    error: str
+    error_code: str | None
+    remedy: str
+    rule: str | None = None
+    hint: str | None = None
+    also_needs_force: bool | None = None
+    keep_force: bool | None = None
+    keep_accept_scratch_loss: bool | None = None
+    causes: list[str] | None = None
+
+
+class StatusBody(BaseModel):
+    run: str
+    state: dict[str, Any]
+    store: dict[str, Any]
+    age_seconds: float | None
+    resume: dict[str, Any]
+    needs_target: bool
+
+
+class OutcomeBody(BaseModel):
+    proceeds: bool
+    decision: dict[str, Any]
+    restore: dict[str, Any] | None = None
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in codes}
+
+
+_DESCRIPTIONS = {
+    400: "refused (C9), or a bad run id, sandbox spec or missing restore target",
+    401: "NOT_AUTHORIZED",
+    403: "SANDBOX_NOT_ALLOWED",
+    404: "RUN_NOT_FOUND",
+    409: "the restore parked the run, or another resume holds it",
+    413: "BODY_TOO_LARGE",
+    421: "HOST_NOT_ALLOWED",
+    422: "INVALID_REQUEST: an unknown or ill-typed field",
+    503: "a store or sandbox failed (TIMELINE_UNREADABLE, BANK_READ_FAILED, ...)",
+}
+
+
+def error_body(error: errors.ScratchbankError) -> dict[str, Any]:
+    remedy = HTTP_REMEDIES.get(type(error), error.remedy)
+    return {"error": error.message, "error_code": error.code.lower(), "remedy": remedy}
+
+
+#: Remedies that name the API's own fields rather than the CLI's flags.
+HTTP_REMEDIES: dict[type[errors.ScratchbankError], str] = {
+    errors.NoRestoreTarget: 'name where to restore: "sandbox": "docker:NAME" in the body (an allowed one)',
+}
 
 
 def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
@@ -47,6 +229,7 @@ def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
     return {
         "error": decision.explanation,
         "error_code": decision.code.lower() if decision.code else None,
+        "remedy": remedy(decision),
         "rule": decision.rule,
         "hint": remedy(decision),
         "also_needs_force": decision.also_needs_force,
@@ -56,47 +239,159 @@ def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
     }
 
 
-def _refused(decision: ResumeDecision) -> JSONResponse:
-    status = 503 if decision.code is None else 400
-    return JSONResponse(refusal_body(decision), status_code=status)
+def _outcome_response(out: ResumeOutcome) -> JSONResponse:
+    if out.decision.verdict is Verdict.REFUSE:
+        return JSONResponse(refusal_body(out.decision), status_code=400 if out.decision.code else 503)
+    return JSONResponse(outcome_data(out), status_code=200 if out.proceeds else 409)
 
 
-def create_app(timeline: Timeline, store: BankStore) -> FastAPI:
+def _sandbox(api: ApiSettings, spec: str | None) -> Sandbox | None:
+    if spec is None:
+        return None
+    if not any(fnmatch.fnmatchcase(spec, pattern) for pattern in api.sandboxes):
+        raise errors.SandboxNotAllowed(f"sandbox {spec[:200]!r} is not among those this server allows")
+    return config.open_sandbox(spec, api.scratch)
+
+
+def _bearer(api: ApiSettings) -> Callable[[HTTPAuthorizationCredentials | None], None]:
+    def check(
+        credentials: HTTPAuthorizationCredentials | None = Depends(HTTPBearer(auto_error=False)),
+    ) -> None:
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(given.encode(), api.token.encode()):
+            raise errors.NotAuthorized("this call writes: it needs the server's bearer token")
+
+    return check
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(errors.ScratchbankError)
+    async def named(_: Request, error: errors.ScratchbankError) -> JSONResponse:
+        return JSONResponse(error_body(error), status_code=status_of(error))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        return JSONResponse(error_body(errors.InvalidRequest(fields[:2000])), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http(_: Request, error: HTTPException) -> JSONResponse:
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(error.status_code)
+        body = {"error": str(error.detail), "error_code": code or "http_error", "remedy": "see /openapi.json"}
+        return JSONResponse(body, status_code=error.status_code)
+
+
+def create_app(service: ScratchService, api: ApiSettings) -> ASGIApp:
+    """The API over ``service``, behind the Host check and the body limit."""
     app = FastAPI(title="scratchbank", version="0.1.0", description=__doc__)
+    _install_handlers(app)
 
-    @app.get("/runs/{run_id}/status")
-    def status(run_id: str) -> Any:
-        try:
-            state = fold(timeline.read(run_id))
-        except TimelineUnreadable as error:
-            return _refused(refuse_unreadable(error.message))
-        decision = decide_resume(state, ResumeRequest(where=Where.SURFACE))
-        return {"run": run_id, "state": state_data(state), "resume": decision_data(decision)}
+    @app.get("/runs/{run_id}/status", response_model=StatusBody, responses=_errors(400, 404, 421, 503))
+    def status(run_id: str, force: bool = False, accept_scratch_loss: bool = False) -> Any:
+        """What a resume with these consents would do (the same decision), and the store check."""
+        request = ResumeRequest(consents=Consents(force=force, accept_scratch_loss=accept_scratch_loss))
+        return status_data(service.status(check_run_id(run_id), request))
 
-    @app.post("/runs/{run_id}/resume")
+    @app.post(
+        "/runs/{run_id}/resume",
+        response_model=OutcomeBody,
+        responses=_errors(400, 401, 403, 404, 409, 413, 421, 422, 503),
+        dependencies=[Depends(_bearer(api))],
+    )
     def resume_run(run_id: str, body: ResumeBody) -> Any:
         consents = Consents(force=body.force, accept_scratch_loss=body.accept_scratch_loss)
-        request = ResumeRequest(consents=consents, source_changed=body.source_changed, where=Where.SURFACE)
-        try:
-            gate = decide_resume(fold(timeline.read(run_id)), request)
-        except TimelineUnreadable as error:
-            return _refused(refuse_unreadable(error.message))
-        if gate.verdict is Verdict.REFUSE:
-            return _refused(gate)
-        if gate.verdict is Verdict.DEFER_TO_ENGINE:
-            return JSONResponse({"deferred": True, "rule": gate.rule, "detail": gate.explanation}, 202)
-        sandbox = config.open_sandbox(body.sandbox, body.scratch)
-        engine = ResumeRequest(consents=consents, source_changed=body.source_changed)
-        out = resume(run_id, engine, timeline=timeline, store=store, sandbox=sandbox)
-        if out.decision.verdict is Verdict.REFUSE:
-            return _refused(out.decision)
-        return JSONResponse(outcome_data(out), status_code=200 if out.proceeds else 409)
+        request = ResumeRequest(consents=consents, source_changed=body.source_changed)
+        target = Target(_sandbox(api, body.sandbox))
+        return _outcome_response(service.resume(check_run_id(run_id), request, target))
 
-    return app
+    return Guard(app, api)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8080) -> None:  # pragma: no cover - CLI entry
+class Guard:
+    """ASGI middleware: the Host check (421) and the body limit (413), before any route."""
+
+    def __init__(self, app: ASGIApp, api: ApiSettings) -> None:
+        self.app, self.api = app, api
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host", "")
+        if _host_name(host) not in self.api.hosts:
+            return await _send_error(send, errors.HostNotAllowed(f"Host {host[:100]!r} is not served here"))
+        declared = headers.get("content-length", "0")
+        body = (
+            await self._body(receive) if declared.isdigit() and int(declared) <= self.api.max_body else None
+        )
+        if body is None:
+            return await _send_error(send, errors.BodyTooLarge(f"the body is over {self.api.max_body} bytes"))
+        return await self.app(scope, _replay(body, receive), send)
+
+    async def _body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit (the rest is never kept)."""
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.api.max_body:
+                return None
+        return body
+
+
+def _host_name(host: str) -> str:
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+def _replay(body: bytes, then: Receive) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()  # only a disconnect can come now
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def _send_error(send: Send, error: errors.ScratchbankError) -> None:
+    payload = json.dumps(error_body(error)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status_of(error), "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def serve(service: ScratchService, api: ApiSettings) -> None:  # pragma: no cover - CLI entry
+    import sys
+
     import uvicorn
 
-    app = create_app(config.open_timeline(config.timeline_url()), config.open_bank_store(config.bank_url()))
-    uvicorn.run(app, host=host, port=port)
+    sock = listen(api)
+    print(
+        f"scratchbank API on http://{api.bind}:{sock.getsockname()[1]}; writes need the bearer token",
+        file=sys.stderr,
+    )
+    if api.generated:
+        print(f"generated token (this run only): {api.token}", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(create_app(service, api), log_level="warning"))
+    server.run(sockets=[sock])
+
+
+def listen(api: ApiSettings) -> socket.socket:
+    """The server's socket, bound here so that a bad address or a port in use is named."""
+    family = socket.AF_INET6 if ":" in api.bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((api.bind.strip("[]"), api.port))
+    except OSError as error:
+        sock.close()
+        raise errors.ConfigInvalid(
+            f"cannot listen on {api.bind}:{api.port}: {error.strerror or error}"
+        ) from None
+    return sock

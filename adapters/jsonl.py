@@ -40,16 +40,27 @@ def read_timeline_file(path: str | Path) -> TimelineFile:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise TimelineUnreadable(f"not JSON ({error.msg})", line=number) from None
+        obj = _parse(line, number)
         try:
             records.append(decode(obj))
         except TimelineUnreadable as error:
             raise TimelineUnreadable(error.message, line=number) from None
+        except RecursionError:
+            raise TimelineUnreadable("nested too deeply to be a record", line=number) from None
         lines.append(number)
     return TimelineFile(tuple(records), tuple(lines))
+
+
+def _parse(line: str, number: int) -> object:
+    """One line as JSON; nesting too deep or a number too long is named, not a traceback."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise TimelineUnreadable(f"not JSON ({error.msg})", line=number) from None
+    except RecursionError:
+        raise TimelineUnreadable("not JSON this reader accepts (nested too deeply)", line=number) from None
+    except ValueError as error:  # e.g. an integer past Python's digit limit
+        raise TimelineUnreadable(f"not JSON this reader accepts ({error})", line=number) from None
 
 
 def write_timeline_file(path: str | Path, records: Sequence[Record]) -> None:

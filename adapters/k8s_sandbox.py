@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -143,7 +144,7 @@ class KubernetesSandbox(ScriptedSandbox):
         answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
         self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
         output = Output(stdout)
-        with Watchdog(deadline, ws.shutdown) as dog:
+        with Watchdog(deadline, lambda: _cut(ws)) as dog:
             v5 = self.protocol == V5_CHANNEL_PROTOCOL
             writer = _Writer(ws, stdin, v5, dog) if stdin is not None else None
             try:
@@ -152,7 +153,7 @@ class KubernetesSandbox(ScriptedSandbox):
                 status = _receive(ws, output, dog)
             finally:
                 if writer is not None:
-                    writer.stop(max(1.0, deadline.left()))
+                    writer.stop(0.2 if dog.fired else max(1.0, deadline.left()))
                 with contextlib.suppress(Exception):
                     ws.close(timeout=2)
                 ws.shutdown()
@@ -177,6 +178,14 @@ class KubernetesSandbox(ScriptedSandbox):
             raise ExecFailed(f"exec handshake failed ({error.status_code})") from None
         except (OSError, WebSocketException) as error:
             raise ExecFailed(f"cannot open the exec stream: {error}") from error
+
+
+def _cut(ws: Any) -> None:
+    """Shut the websocket's socket down: a receive blocked on it returns at once (closing
+    the file from another thread would not wake it)."""
+    sock = ws.sock
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _receive(ws: Any, output: Output, dog: Watchdog) -> ExecStatus | None:

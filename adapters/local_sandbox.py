@@ -224,8 +224,8 @@ def _drive(
         assert proc.stdout is not None
         captured = proc.stdout.read()
     code = proc.wait()
-    for p in pumps:
-        p.join(timeout=max(1.0, dog.deadline.left()))
+    for p in pumps:  # one blocked on a stalled source is not waited for
+        p.join(timeout=0.2 if dog.fired else max(1.0, dog.deadline.left()))
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):

@@ -91,6 +91,10 @@ class InMemoryBankStore:
     def sweep(self, run_id: str) -> None:
         self.delete(run_id)
 
+    def stat(self, run_id: str) -> StoredBank | None:
+        data = self.banks.get(check_run_id(run_id))
+        return None if data is None else StoredBank(len(data), hashlib.sha256(data).hexdigest())
+
 
 class FakeSandbox:
     """A Sandbox whose scratch is a dict of files; faults are queued per operation.

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.service import StatusReport, StoreCheck
+from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision
@@ -144,4 +146,54 @@ def outcome_text(out: ResumeOutcome) -> list[str]:
         if r.park is not None:
             lines.append(f"  parked {'with ' + r.park.code if r.park.code else 'without a code'}")
     lines.append("the run goes on" if out.proceeds else "the run does not go on")
+    return lines
+
+
+def error_data(error: ScratchbankError) -> dict[str, Any]:
+    """A named error as data: the same three fields on every surface."""
+    return {"error": error.message, "error_code": error.code.lower(), "remedy": error.remedy}
+
+
+def _age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (its record says not when)"
+    s = max(0, int(seconds))
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+
+
+def store_data(check: StoreCheck) -> dict[str, Any]:
+    stored = check.stored
+    return {
+        "verdict": check.verdict,
+        "bytes": None if stored is None else stored.bytes,
+        "sha256": None if stored is None else stored.sha256,
+        "detail": check.detail,
+    }
+
+
+def status_data(report: StatusReport) -> dict[str, Any]:
+    """`status` as data: the state, the store check, the age and the one decision."""
+    a = report.assessment
+    return {
+        "run": a.run_id,
+        "state": state_data(a.state),
+        "store": store_data(report.store),
+        "age_seconds": report.age_seconds,
+        "resume": decision_data(a.decision),
+        "needs_target": a.needs_target,
+    }
+
+
+def status_text(report: StatusReport) -> list[str]:
+    a = report.assessment
+    lines = [f"run {a.run_id}", *state_text(a.state)]
+    if a.state.bank is not None:
+        check = report.store
+        detail = f": {check.detail}" if check.detail else ""
+        size = f" ({check.stored.bytes} bytes)" if check.stored and check.verdict == "matches" else ""
+        lines.append(f"  in the store: {check.verdict}{size}{detail}")
+        lines.append(f"  bank age: {_age_text(report.age_seconds)}")
+    lines += decision_text(a.decision)
+    if a.needs_target:
+        lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
     return lines

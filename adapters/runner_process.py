@@ -70,6 +70,9 @@ class HeldBankStore:
     def sweep(self, run_id: str) -> None:
         self.inner.sweep(run_id)
 
+    def stat(self, run_id: str) -> StoredBank | None:
+        return self.inner.stat(run_id)
+
 
 def load_workflow(path: Path) -> tuple[Node, ...]:
     """Nodes from a JSON list of {name, kind, command, children}."""

@@ -47,6 +47,15 @@ def _code(error: ClientError) -> str:
 
 
 class S3BankStore:
+    """Banks in an S3 bucket (a BankStore): ``<prefix>/sessions/<run>/scratch.tgz``.
+
+    Works against any S3 endpoint (AWS, MinIO, moto's server; ``endpoint_url`` or
+    AWS_ENDPOINT_URL) with boto3's usual credentials. The archive's SHA-256 rides as
+    object metadata; ``fetch`` recomputes and compares it, ``stat`` reads it with the
+    size from a one-byte ranged GET (so NoSuchKey and NoSuchBucket stay apart). Only
+    NoSuchKey means the bank is gone; anything else is BankReadFailed (read again).
+    """
+
     keeps_banks = True
 
     def __init__(
@@ -68,10 +77,11 @@ class S3BankStore:
         deadline = deadline_of(deadline, CALL_SECONDS)
         extra = {"Metadata": {DIGEST_KEY: sha256}}
         manager = TransferManager(self.client, MULTIPART)
-        future = None
+        finished = False
         try:
             future = manager.upload(str(archive), self.bucket, self.key(run_id), extra_args=extra)
             _wait(future, deadline, where)
+            finished = True
         except (BotoCoreError, ClientError, OSError) as error:
             raise BankWriteFailed(f"{where}: {error}") from error
         except BankWriteFailed:
@@ -79,7 +89,7 @@ class S3BankStore:
         except Exception as error:  # s3transfer's failures and friends
             raise BankWriteFailed(f"{where}: {error}") from error
         finally:
-            _close(manager, finished=future is not None and future.done())
+            _close(manager, finished=finished)
 
     def fetch(
         self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
@@ -128,6 +138,25 @@ class S3BankStore:
         except (BotoCoreError, ClientError) as error:
             raise BankWriteFailed(f"sweeping {folder}: {error}") from error
 
+    def stat(self, run_id: str) -> StoredBank | None:
+        """Size and SHA-256 of the run's object; None on NoSuchKey (nothing else)."""
+        where = f"s3://{self.bucket}/{self.key(run_id)}"
+        try:
+            got = self.client.get_object(Bucket=self.bucket, Key=self.key(run_id), Range="bytes=0-0")
+            got["Body"].close()
+        except ClientError as error:
+            if _code(error) == "NoSuchKey":
+                return None
+            raise BankReadFailed(f"{where}: {error}") from error
+        except BotoCoreError as error:
+            raise BankReadFailed(f"{where}: {error}") from error
+        size = int(str(got.get("ContentRange", "/0")).rsplit("/", 1)[-1])
+        kept = got.get("Metadata", {}).get(DIGEST_KEY)
+        if kept is None:
+            with open("/dev/null", "wb") as sink:
+                return self.fetch(run_id, sink, max_bytes=size)
+        return StoredBank(size, str(kept))
+
 
 def _wait(future: Any, deadline: Deadline, where: str) -> None:
     """Wait for a transfer until its deadline; past it, cancel it and say so."""
@@ -149,11 +178,21 @@ def _close(manager: TransferManager, *, finished: bool) -> None:
 
 
 def _shut(body: Any) -> None:
-    """Shut the socket under a streaming body down, so a blocked read returns at once."""
-    raw = getattr(body, "_raw_stream", None)
-    conn = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
-    sock = getattr(conn, "sock", None)
+    """Shut the socket under a streaming body down, so a blocked read returns at once
+    (closing it from another thread would not wake the read)."""
+    sock = _socket_of(body)
     if sock is not None:
         sock.shutdown(socket.SHUT_RDWR)
     else:
         body.close()
+
+
+def _socket_of(body: Any) -> socket.socket | None:
+    """The socket a botocore StreamingBody reads from (urllib3 2: the response's file)."""
+    raw = getattr(body, "_raw_stream", None)
+    reader = getattr(getattr(getattr(raw, "_fp", None), "fp", None), "raw", None)
+    sock = getattr(reader, "_sock", None)
+    if isinstance(sock, socket.socket):
+        return sock
+    conn = getattr(getattr(raw, "_connection", None), "sock", None)
+    return conn if isinstance(conn, socket.socket) else None

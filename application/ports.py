@@ -67,6 +67,8 @@ class BankStore(Protocol):
       match, and at its ``deadline``), HostileArchive past ``max_bytes`` (it never reads
       more than max + 1).
     - ``delete`` and ``sweep`` are idempotent.
+    - ``stat`` says what the store holds for the run (size and SHA-256) without handing
+      the bytes over, or None when it holds nothing; BankReadFailed when it cannot tell.
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 
@@ -81,6 +83,8 @@ class BankStore(Protocol):
     def delete(self, run_id: str) -> None: ...
 
     def sweep(self, run_id: str) -> None: ...
+
+    def stat(self, run_id: str) -> StoredBank | None: ...
 
 
 @attrs.frozen

@@ -238,6 +238,8 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
         archived = run.complete
     if archived is None:
         return TryOutcome(Seen.EMPTY), True
+    if not archived[0].refused and run.complete is not None:
+        archived = run.complete  # T16: a clean archive before one that raced, across tries
     return _bank(run, *archived)
 
 

@@ -27,7 +27,15 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
     ├── Fenced                    code FENCED                (a stale lease holder's write, refused)
     ├── LeaseLost                 code LEASE_LOST            (L5: the run's lease lapsed or was taken)
-    └── QueueUnavailable          code QUEUE_UNAVAILABLE     (the delivery queue cannot be reached)
+    ├── QueueUnavailable          code QUEUE_UNAVAILABLE     (the delivery queue cannot be reached)
+    └── SurfaceError              (the operator surfaces: CLI, HTTP API, bootstrap)
+        ├── ConfigInvalid         code CONFIG_INVALID        (a URL, sandbox, port or home that cannot work)
+        ├── HomeNotFound          code HOME_NOT_FOUND        (no explicit home and none found from here)
+        ├── NotAuthorized         code NOT_AUTHORIZED        (HTTP 401: a write without the bearer token)
+        ├── SandboxNotAllowed     code SANDBOX_NOT_ALLOWED   (HTTP 403: not in the server's allow-list)
+        ├── HostNotAllowed        code HOST_NOT_ALLOWED      (HTTP 421: a Host the server does not serve)
+        ├── BodyTooLarge          code BODY_TOO_LARGE        (HTTP 413: a body past the server's limit)
+        └── InvalidRequest        code INVALID_REQUEST       (HTTP 422: an unknown or ill-typed body field)
 
 Errors are values the domain can name; raising and catching them happens in the
 application layer and at adapter edges. The domain raises only TimelineUnreadable,
@@ -293,6 +301,99 @@ class Fenced(ScratchbankError):
 
     code = "FENCED"
     remedy = "nothing to do: a newer lease holder owns the run"
+
+
+class SurfaceError(ScratchbankError):
+    """A refusal by an operator surface (CLI, HTTP API, bootstrap) before any use case runs.
+
+    Raised when: never itself, only as one of its leaves below. Not raised for: a use
+    case's own refusals (RunNotFound, NoRestoreTarget, a refusal decision).
+    """
+
+    code = "SURFACE_ERROR"
+
+
+class ConfigInvalid(SurfaceError):
+    """The configuration names something that cannot work; nothing was opened or written.
+
+    Raised when: a timeline or bank URL has an unknown scheme or no path/bucket, the home
+    is not a directory (``SCRATCHBANK_HOME=/dev/null``), a sandbox spec is not one of
+    ``docker:NAME | podman:NAME | k8s:NAMESPACE/POD | local:DIR``, a port is outside
+    1-65535, or the HTTP API would listen beyond loopback without a token. Not raised
+    for: a store that is well named but unreachable (TimelineUnreadable, BankReadFailed).
+    """
+
+    code = "CONFIG_INVALID"
+    remedy = "fix the setting the message names (see `scratchbank --help` and the README's Operators section)"
+
+
+class HomeNotFound(SurfaceError):
+    """No scratchbank home: none was given and none was found from the working directory.
+
+    Raised when: neither ``--home`` nor ``SCRATCHBANK_HOME`` nor ``SCRATCHBANK_TIMELINE``
+    is set and no parent of the working directory holds ``var/scratchbank``, or the home
+    or its timeline named does not exist (a read never creates one). Not raised for: an
+    existing home whose timeline has never seen the run (RunNotFound).
+    """
+
+    code = "HOME_NOT_FOUND"
+    remedy = "pass --home DIR or set SCRATCHBANK_HOME to the folder holding timeline.db and banks/"
+
+
+class NotAuthorized(SurfaceError):
+    """A call that writes came without the server's bearer token, or with another one.
+
+    Raised when: ``POST /runs/{run}/resume`` lacks ``Authorization: Bearer TOKEN`` or the
+    token differs (compared in constant time). Not raised for: reads (``GET .../status``).
+    """
+
+    code = "NOT_AUTHORIZED"
+    remedy = "send Authorization: Bearer <token> with the token the server was started with"
+
+
+class SandboxNotAllowed(SurfaceError):
+    """The call named a sandbox that the server's configuration does not let callers name.
+
+    Raised when: the body's ``sandbox`` matches none of the server's allowed patterns
+    (``SCRATCHBANK_API_SANDBOXES``). Not raised for: an allowed sandbox that does not exist
+    (SandboxGone).
+    """
+
+    code = "SANDBOX_NOT_ALLOWED"
+    remedy = "name a sandbox the server allows (GET /config lists the patterns), or ask its operator"
+
+
+class HostNotAllowed(SurfaceError):
+    """The request's Host header names a host this server does not serve (DNS rebinding).
+
+    Raised when: the Host header is not one of the server's allowed hosts. Not raised
+    for: a request with an allowed Host on any path.
+    """
+
+    code = "HOST_NOT_ALLOWED"
+    remedy = "call the server by the address it listens on (or add the name to SCRATCHBANK_API_HOSTS)"
+
+
+class BodyTooLarge(SurfaceError):
+    """A request body past the server's limit; it was not read further.
+
+    Raised when: the declared or streamed body exceeds the limit (64 KiB by default). Not
+    raised for: a small body that is malformed (InvalidRequest).
+    """
+
+    code = "BODY_TOO_LARGE"
+    remedy = "send a smaller body: a resume takes a few boolean fields and a sandbox name"
+
+
+class InvalidRequest(SurfaceError):
+    """A request body that is not JSON, has a field the API does not know, or a wrong type.
+
+    Raised when: validation fails; the message names each field. Not raised for: a valid
+    body that the resume refuses (that is a decision).
+    """
+
+    code = "INVALID_REQUEST"
+    remedy = "send only the fields the OpenAPI document lists (/openapi.json), with their types"
 
 
 class LeaseLost(ScratchbankError):

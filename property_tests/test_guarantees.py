@@ -66,11 +66,13 @@ def test_R1_a_non_empty_scratch_that_was_not_banked_never_passes_silently(
 
 @given(s.timelines, s.requests)
 def test_T19_R14_unknown_never_erases_a_bank(timeline: list[Record], request: ResumeRequest) -> None:
-    """An unknown teardown leaves the bank, its staleness and the engine's verdict as they were."""
+    """An unknown teardown leaves the bank, its staleness and the engine's verdict as they were
+    (A13: except after an unbanked record, which it reads as "not refused", as no record)."""
     before, after = fold(timeline), fold([*timeline, unknown()])
     assert after.bank == before.bank
     assert after.stale_writes == before.stale_writes
-    if request.where is Where.ENGINE:
+    assert after.unbanked is None  # A13
+    if request.where is Where.ENGINE and before.unbanked is None:
         a, b = decide_resume(before, request), decide_resume(after, request)
         assert (a.verdict, a.code, a.causes) == (b.verdict, b.code, b.causes)
 

@@ -4,10 +4,15 @@ The model is written the plain, imperative way: it tracks what it knows of the r
 scratch as the story unfolds (is there a bank, which in-sandbox writes came after
 it, was a scratch lost unbanked, was it handed to a host directory). The domain only
 ever sees the records the story writes. At every resume both must agree.
+
+Restore outcomes come from the model too, read from RULES.md X1-X7 (and A13 for the
+teardown records): the story writes the record the model says a restore writes, and
+checks that ``after_restore`` says the same; the code under test is never the oracle.
 """
 
 from __future__ import annotations
 
+import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -24,7 +29,14 @@ from scratchbank.domain import (
     fold,
 )
 from scratchbank.domain.kinds import SANDBOX_KINDS
-from scratchbank.domain.records import NodeFinished, Record, RunResumed, RunRewound, RunStarted
+from scratchbank.domain.records import (
+    NodeFinished,
+    Record,
+    RunResumed,
+    RunRewound,
+    RunStarted,
+    ScratchRestored,
+)
 from scratchbank.testing import strategies as s
 from scratchbank.testing.builders import banked, empty, unbanked, unknown
 
@@ -39,6 +51,7 @@ class RunStory(RuleBasedStateMachine):
         self.unbanked = False
         self.host_backed = False
         self.hold = False
+        self.accept = False
 
     @initialize()
     def start(self) -> None:
@@ -85,8 +98,10 @@ class RunStory(RuleBasedStateMachine):
             self.bank, self.writes, self.unbanked, self.host_backed = True, [], False, False
         elif outcome == "empty":
             self.bank, self.writes, self.unbanked, self.host_backed = False, [], False, False
-        elif outcome == "unbanked":
-            self.unbanked, self.host_backed = True, False
+        elif outcome == "unbanked":  # A13: it replaces any older bank (R1 reads the last teardown)
+            self.bank, self.writes, self.unbanked, self.host_backed = False, [], True, False
+        else:  # unknown: an earlier bank still decides (T19); an unbanked one no more (A13)
+            self.unbanked = False
 
     @precondition(lambda self: self.alive)
     @rule()
@@ -145,16 +160,31 @@ class RunStory(RuleBasedStateMachine):
             return
         assert decision.verdict is Verdict.RESTORE, decision
         assert decision.stale == bool(self.writes)
+        self.accept = accept
         self._restore(decision, RestoreAttempt(result, bytes=10, into_host_dir=into_host))
 
     def _restore(self, decision: object, attempt: RestoreAttempt) -> None:
+        expected = restore_per_rules(attempt.result, attempt.into_host_dir, self.writes != [], self.accept)
         out = after_restore(decision, attempt)  # type: ignore[arg-type]
-        self.records.append(out.record)
-        if out.proceed and attempt.result is RestoreResult.RESTORED:
+        got = (out.record.restored, out.record.accepted, out.record.host_backed, out.record.stale)
+        assert got == expected.record, (attempt, out)
+        assert (out.proceed, out.hold, out.must_record) == (expected.proceed, expected.hold, expected.must)
+        assert (out.park.code if out.park else "no park") == expected.park, out
+        self.records.append(
+            ScratchRestored(
+                restored=expected.record[0],
+                accepted=expected.record[1],
+                host_backed=expected.record[2],
+                stale=expected.record[3],
+                bytes=10 if expected.record[0] else 0,
+                reason="" if expected.record[0] else attempt.result.value,
+            )
+        )
+        if expected.proceed and expected.record[0]:
             self.writes = []
             if attempt.into_host_dir:
                 self.bank, self.host_backed = False, True
-        elif out.proceed:  # X4 with the loss accepted: the bank is forsaken
+        elif expected.proceed:  # X4 with the loss accepted: the bank is forsaken
             self.bank, self.writes = False, []
         else:  # parked: the failed sandbox's teardown banks nothing over the bank
             self.hold, self.alive = True, False
@@ -166,6 +196,36 @@ class RunStory(RuleBasedStateMachine):
         assert [w.node for w in state.stale_writes] == [n for n, _ in self.writes]
         assert (state.unbanked is not None) == self.unbanked
         assert (state.host_backed is not None) == self.host_backed
+
+
+@attrs.frozen
+class Expected:
+    """What RULES.md says a restore attempt leads to."""
+
+    record: tuple[bool, bool, bool, bool]  # restored, accepted, host_backed, stale
+    proceed: bool
+    hold: bool
+    must: bool
+    park: str | None
+
+
+#: X4: the bank is gone or does not extract (host or sandbox), or there is no sandbox.
+X4_LOSSES = {"gone", "refused_on_host", "refused_in_sandbox", "no_sandbox"}
+
+
+def restore_per_rules(result: RestoreResult, into_host: bool, stale: bool, accepted: bool) -> Expected:
+    """X1-X7, read from RULES.md (the names of the results are the enum's only input)."""
+    if result.value == "restored":
+        # X1 / X6; X7: the host_backed and a stale bank's records are written within budget
+        return Expected((True, accepted, into_host, stale), True, False, into_host or stale, "no park")
+    if result.value in X4_LOSSES and accepted:
+        # X4: accepting the loss goes on without the bank
+        return Expected((False, True, False, stale), True, False, False, "no park")
+    if result.value in X4_LOSSES:
+        # X4 parks SCRATCH_NOT_PORTABLE; X3 every failure holds the bank
+        return Expected((False, False, False, stale), False, True, False, SCRATCH_NOT_PORTABLE)
+    # X5: a read that fails on the way parks without a code; no consent skips it; X3 holds
+    return Expected((False, False, False, stale), False, True, False, None)
 
 
 TestRunStory = RunStory.TestCase

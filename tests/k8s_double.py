@@ -301,10 +301,12 @@ def running_double() -> Iterator[ApiDouble]:
     try:
         yield double
     finally:
+        # Pods first: an exec a client cut at its deadline still runs there, and the
+        # server's cleanup waits for its handler to end.
+        for pod in double.pods.values():
+            if pod.sandbox is not None:
+                pod.sandbox.destroy()
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
-        for pod in double.pods.values():
-            if pod.sandbox is not None:
-                pod.sandbox.destroy()

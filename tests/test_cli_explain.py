@@ -19,6 +19,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_explain_prints_the_refusal_with_rule_events_and_hint(tmp_path: Path) -> None:
+    """explain prints the refusal with its rule, its events by line and the hint."""
     path = tmp_path / "t.jsonl"
     write_timeline_file(path, [started(), banked(), UnknownRecord(type="llm_usage"), node("measure")])
     done = run("explain", path)
@@ -30,6 +31,7 @@ def test_explain_prints_the_refusal_with_rule_events_and_hint(tmp_path: Path) ->
 
 
 def test_explain_json_carries_the_same_decision(tmp_path: Path) -> None:
+    """explain --json carries the same decision as data."""
     path = tmp_path / "t.jsonl"
     write_timeline_file(path, [started(), unbanked("tar failed")])
     done = run("explain", path, "--json", "--source-changed")
@@ -42,12 +44,14 @@ def test_explain_json_carries_the_same_decision(tmp_path: Path) -> None:
 
 
 def test_explain_surface_defers_while_the_latest_execution_may_bank(tmp_path: Path) -> None:
+    """explain --surface shows R10's deferral."""
     path = tmp_path / "t.jsonl"
     write_timeline_file(path, [started(), banked(), node("a"), resumed()])
     assert "DEFER TO ENGINE (R10)" in run("explain", path, "--surface").stdout
 
 
 def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:
+    """R15: a bad file names the line and exits 2, never a decision."""
     path = tmp_path / "t.jsonl"
     path.write_text('{"type": "run_started"}\n\n{"type": "node_finished", "node": "a"}\n')
     done = run("explain", path)

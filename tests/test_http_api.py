@@ -1,99 +1,170 @@
-"""The HTTP API over a real socket (uvicorn on a loopback port): C9's refusal body."""
+"""The HTTP API over a real loopback socket (uvicorn), called with httpx: C9's refusal body,
+the bearer token, the Host check, the body limit, unknown fields, the sandbox allow-list,
+and an OpenAPI document that lists every response (issue 12, findings 1, 2, 5)."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import httpx
 import pytest
-import uvicorn
+from operator_rigs import RUN, TOKEN, parked_run, served, tree_digest
 
-from scratchbank.adapters.event_store import EventStoreTimeline
-from scratchbank.adapters.fs_bank import FilesystemBankStore
-from scratchbank.adapters.http_api import create_app
-from scratchbank.adapters.memory import FakeSandbox
-from scratchbank.application.teardown import bank_at_teardown
-from scratchbank.testing.builders import node, resumed, started, unbanked
+from scratchbank.adapters.bootstrap import close, open_home
+from scratchbank.adapters.http_api import ApiSettings, api_settings
+from scratchbank.application.service import ScratchService
+from scratchbank.domain.errors import ConfigInvalid
+from scratchbank.testing.builders import node, unbanked
+
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[str, EventStoreTimeline]]:
-    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
-    store = FilesystemBankStore(tmp_path / "banks")
-    timeline.append("run-1", [started(), node("clone", "tool")])
-    bank_at_teardown(
-        "run-1", timeline=timeline, store=store, sandbox=FakeSandbox({"a": b"1"}), run_finished=False
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(timeline, store), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", timeline
-    server.should_exit = True
-    thread.join(5)
-    timeline.close()
+def home(tmp_path: Path) -> Path:
+    parked_run(tmp_path / "home", stale=False)
+    (tmp_path / "box").mkdir()
+    return tmp_path / "home"
 
 
-def call(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+@pytest.fixture
+def service(home: Path) -> Iterator[ScratchService]:
+    service = open_home(home)
+    yield service
+    close(service)
 
 
-def test_C9_refusal_body_with_hint_and_also_needs_force(api: tuple[str, EventStoreTimeline]) -> None:
-    base, timeline = api
-    timeline.append("run-1", [node("measure", "agent")])
-    status, body = call(f"{base}/runs/run-1/resume", {"source_changed": True})
-    assert status == 400
-    assert body["error_code"] == "scratch_not_portable"
+@pytest.fixture
+def api(service: ScratchService, home: Path) -> Iterator[httpx.Client]:
+    settings = ApiSettings(TOKEN, sandboxes=(f"local:{home.parent}/box",))
+    with served(service, settings) as base, httpx.Client(base_url=base, timeout=30) as client:
+        yield client
+
+
+def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, service: ScratchService) -> None:
+    """C9: a refusal is a 400 with the code, the hint and also_needs_force."""
+    service.timeline.append(RUN, [node("measure", "agent")])
+    got = api.post(f"/runs/{RUN}/resume", json={"source_changed": True}, headers=AUTH)
+    body = got.json()
+    assert got.status_code == 400 and body["error_code"] == "scratch_not_portable"
     assert body["also_needs_force"] is True and body["keep_force"] is False
     assert "add --force" in body["hint"] and body["hint"].startswith("relaunch the run fresh")
 
 
-def test_C9_a_call_that_had_force_is_told_to_keep_it(api: tuple[str, EventStoreTimeline]) -> None:
-    base, timeline = api
-    timeline.append("run-1", [node("measure", "agent")])
-    status, body = call(f"{base}/runs/run-1/resume", {"source_changed": True, "force": True})
-    assert status == 400 and body["also_needs_force"] is False and body["keep_force"] is True
-    assert "keep --force" in body["hint"]
+def test_C9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
+    """C9, A9: a call that had --force is told to keep it."""
+    service.timeline.append(RUN, [node("measure", "agent")])
+    body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()
+    assert body["also_needs_force"] is False and body["keep_force"] is True and "keep --force" in body["hint"]
 
 
-def test_resume_restores_or_goes_on_and_status_reports(api: tuple[str, EventStoreTimeline]) -> None:
-    base, timeline = api
-    status, body = call(f"{base}/runs/run-1/status")
-    assert status == 200 and body["state"]["bank"]["bytes"] > 0 and not body["state"]["stale"]
-    timeline.append("run-1", [unbanked("tar failed")])
-    status, body = call(f"{base}/runs/run-1/resume", {})
-    assert status == 400 and body["error_code"] == "scratch_not_portable" and body["rule"] == "R1"
-    status, body = call(f"{base}/runs/run-1/resume", {"accept_scratch_loss": True})
-    assert status == 200 and body["proceeds"] and body["decision"]["rule"] == "R13"
-
-
-def test_R10_the_surface_defers_while_the_latest_execution_may_bank(
-    api: tuple[str, EventStoreTimeline],
+def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
+    api: httpx.Client, service: ScratchService, home: Path
 ) -> None:
-    base, timeline = api
-    timeline.append("run-1", [resumed()])
-    status, body = call(f"{base}/runs/run-1/resume", {})
-    assert status == 202 and body["rule"] == "R10"
+    """Finding 1 over HTTP: {"accept_scratch_loss": true} alone is NO_RESTORE_TARGET, nothing written."""
+    service.timeline.append(RUN, [node("measure", "agent")])
+    before = tree_digest(home)
+    got = api.post(f"/runs/{RUN}/resume", json={"accept_scratch_loss": True}, headers=AUTH)
+    assert got.status_code == 400 and got.json()["error_code"] == "no_restore_target"
+    assert '"sandbox"' in got.json()["remedy"]
+    assert tree_digest(home) == before
 
 
-def test_openapi_describes_resume_and_status(api: tuple[str, EventStoreTimeline]) -> None:
-    base, _ = api
-    status, spec = call(f"{base}/openapi.json")
-    assert status == 200
-    assert {"/runs/{run_id}/resume", "/runs/{run_id}/status"} <= set(spec["paths"])
+def test_a_resume_into_an_allowed_sandbox_restores(api: httpx.Client, home: Path) -> None:
+    """A sandbox the server allows is a target: the bank is restored there."""
+    got = api.post(f"/runs/{RUN}/resume", json={"sandbox": f"local:{home.parent}/box"}, headers=AUTH)
+    assert got.status_code == 200, got.text
+    assert got.json()["restore"]["restored"] is True
+    assert (home.parent / "box" / "scratch" / "a.txt").read_bytes() == b"kept"
+
+
+def test_an_unknown_run_is_404_RUN_NOT_FOUND_and_nothing_is_written(api: httpx.Client, home: Path) -> None:
+    """Finding 2 over HTTP."""
+    before = tree_digest(home)
+    got = api.post("/runs/run-never-seen/resume", json={}, headers=AUTH)
+    assert got.status_code == 404 and got.json()["error_code"] == "run_not_found"
+    assert api.get("/runs/run-never-seen/status").status_code == 404
+    assert tree_digest(home) == before
+
+
+def test_status_reports_the_one_decision_and_the_store(api: httpx.Client, service: ScratchService) -> None:
+    """Status over HTTP: the one decision (with the consents asked about) and the store check."""
+    got = api.get(f"/runs/{RUN}/status")
+    body = got.json()
+    assert got.status_code == 200 and body["resume"]["verdict"] == "restore" and body["needs_target"]
+    assert body["store"]["verdict"] == "matches"
+    service.timeline.append(RUN, [node("measure", "agent")])
+    assert api.get(f"/runs/{RUN}/status").json()["resume"]["code"] == "SCRATCH_NOT_PORTABLE"
+    consented = api.get(f"/runs/{RUN}/status", params={"accept_scratch_loss": "true"}).json()
+    assert consented["resume"]["verdict"] == "restore" and consented["resume"]["rule"] == "R7"
+    service.timeline.append(RUN, [unbanked("tar failed")])
+    got = api.post(f"/runs/{RUN}/resume", json={}, headers=AUTH)
+    assert got.status_code == 400 and got.json()["rule"] == "R1"
+    got = api.post(f"/runs/{RUN}/resume", json={"accept_scratch_loss": True}, headers=AUTH)
+    assert got.status_code == 200 and got.json()["decision"]["rule"] == "R13"
+
+
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer wrong"}, {"authorization": "Basic x"}])
+def test_a_write_without_the_token_is_401_and_writes_nothing(
+    api: httpx.Client, home: Path, headers: dict[str, str]
+) -> None:
+    """Finding 5: every call that writes needs the bearer token."""
+    before = tree_digest(home)
+    got = api.post(f"/runs/{RUN}/resume", json={"sandbox": f"local:{home.parent}/box"}, headers=headers)
+    assert got.status_code == 401 and got.json()["error_code"] == "not_authorized"
+    assert tree_digest(home) == before and not (home.parent / "box" / "scratch").exists()
+
+
+def test_a_foreign_host_header_is_421(api: httpx.Client) -> None:
+    """Finding 5: a DNS-rebinding page reaches the socket with its own Host; refused."""
+    got = api.get(f"/runs/{RUN}/status", headers={"host": "evil.example:8080"})
+    assert got.status_code == 421 and got.json()["error_code"] == "host_not_allowed"
+
+
+def test_a_body_past_the_limit_is_413_without_being_read(api: httpx.Client) -> None:
+    """Finding 5: a 50 MB body is refused from its declared length; a chunked one when it passes the limit."""
+    got = api.post(f"/runs/{RUN}/resume", content=b"{" + b" " * (50 << 20) + b"}", headers=AUTH)
+    assert got.status_code == 413 and got.json()["error_code"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:
+        yield from (b" " * 8192 for _ in range(20))
+
+    got = api.post(f"/runs/{RUN}/resume", content=chunks(), headers=AUTH)
+    assert got.status_code == 413
+
+
+def test_an_unknown_field_is_422_naming_it(api: httpx.Client, home: Path) -> None:
+    """Finding 5: a misspelt acept_scratch_loss is refused, never ignored."""
+    before = tree_digest(home)
+    got = api.post(f"/runs/{RUN}/resume", json={"acept_scratch_loss": True}, headers=AUTH)
+    assert got.status_code == 422 and got.json()["error_code"] == "invalid_request"
+    assert "acept_scratch_loss" in got.json()["error"]
+    assert tree_digest(home) == before
+
+
+@pytest.mark.parametrize("spec", ["docker:anything", "local:/etc", "bogus", "local:/tmp/../etc"])
+def test_a_sandbox_outside_the_servers_allow_list_is_403(api: httpx.Client, spec: str) -> None:
+    """Finding 5: which sandboxes a caller may name is the server's configuration, not the body."""
+    got = api.post(f"/runs/{RUN}/resume", json={"sandbox": spec}, headers=AUTH)
+    assert got.status_code == 403 and got.json()["error_code"] == "sandbox_not_allowed"
+
+
+def test_openapi_lists_every_response_with_its_schema(api: httpx.Client) -> None:
+    """Finding 5: not only 200 and 422."""
+    spec = api.get("/openapi.json").json()
+    resume = spec["paths"]["/runs/{run_id}/resume"]["post"]
+    assert {"200", "400", "401", "403", "404", "409", "413", "421", "422", "503"} <= set(resume["responses"])
+    for code, response in resume["responses"].items():
+        assert "schema" in response["content"]["application/json"], code
+    assert "ResumeBody" in spec["components"]["schemas"]
+    assert spec["components"]["schemas"]["ResumeBody"].get("additionalProperties") is False
+    assert resume.get("security"), "the write declares its bearer scheme"
+
+
+def test_the_server_refuses_to_listen_beyond_loopback_without_a_token() -> None:
+    """Finding 5: no token, no open bind; a token file or env var allows it."""
+    with pytest.raises(ConfigInvalid, match="without a token"):
+        api_settings(host="0.0.0.0", env={})
+    assert api_settings(host="0.0.0.0", env={"SCRATCHBANK_API_TOKEN": TOKEN}).token == TOKEN
+    loopback = api_settings(host="127.0.0.1", env={})
+    assert loopback.generated and len(loopback.token) >= 32

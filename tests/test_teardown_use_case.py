@@ -471,3 +471,20 @@ def test_T16_a_clean_archive_is_banked_before_a_later_one_that_raced() -> None:
     rec = last_record(timeline)
     assert rec.banked and rec.raced == () and rec.manifest_entries == 3  # try 1: FILES + log0
     assert store.put_digests[-1] == store.put_digests[0] == rec.sha256
+
+
+def test_T16_a_try_that_races_to_its_last_pass_banks_an_earlier_clean_archive() -> None:
+    """Try 1 archives clean but cannot upload; try 2 races on every pass: the clean one."""
+
+    class Growing(FakeSandbox):
+        def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
+            assert self.files is not None
+            self.files[f"log{self.archives}"] = b"more"
+            return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
+
+    box = Growing(dict(FILES))
+    box.races = [(), ("./log1",), ("./log2",), ("./log3",)]
+    _, timeline, _ = teardown(box, store=FlakyStore(fail_puts=3))
+    rec = last_record(timeline)
+    assert box.archives == 4 and rec.banked and rec.raced == ()
+    assert rec.manifest_entries == 3  # try 1's archive: FILES + log0

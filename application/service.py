@@ -1,0 +1,202 @@
+"""The service the CLI, the HTTP API and an embedding engine all call: one object, the use cases.
+
+``ScratchService`` holds the ports (timeline, bank store, snapshots, clocks) and offers
+``status``, ``resume``, ``bank_at_teardown`` and ``explain``. One function,
+``assess``, decides for both ``status`` and ``resume``, so what ``status`` says a resume
+would do is what ``resume`` does. A run the timeline has never seen is RUN_NOT_FOUND and
+a restore with nowhere to go is NO_RESTORE_TARGET (A15), both before anything is written.
+
+The CLI and the HTTP API resume in this process (R11: the operator hears the engine's
+verdict as the surface's own), so the service decides as the engine does (``where``
+ENGINE) for ``status`` and ``resume`` alike; ``explain --surface`` still shows R10's
+deferral for a surface that only queues a resume for a remote engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import attrs
+
+from scratchbank.domain.errors import BankReadFailed, RunNotFound
+from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.records import Record
+from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
+from scratchbank.domain.teardown import TeardownPlan, plan_teardown
+
+from . import resume as resume_use_case
+from . import teardown as teardown_use_case
+from .clock import Clock, SystemClock
+from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
+from .restore import Progress
+
+log = logging.getLogger("scratchbank")
+
+
+@attrs.frozen
+class Target:
+    """Where a resume restores: a sandbox, a host directory, or (an engine's explicit
+    choice only, A15) nowhere on purpose."""
+
+    sandbox: Sandbox | None = None
+    host_directory: Path | None = None
+    without_sandbox: bool = False
+
+    @property
+    def exists(self) -> bool:
+        return self.sandbox is not None or self.host_directory is not None or self.without_sandbox
+
+
+@attrs.frozen
+class Assessment:
+    """The run's state and the one decision both ``status`` and ``resume`` act on."""
+
+    run_id: str
+    state: ScratchState
+    decision: ResumeDecision
+
+    @property
+    def needs_target(self) -> bool:
+        return self.decision.verdict is Verdict.RESTORE
+
+
+@attrs.frozen
+class StoreCheck:
+    """Is the bank the timeline names in the store, as recorded (size and SHA-256)?"""
+
+    verdict: str  # "no bank" | "matches" | "missing" | "differs" | "unreadable"
+    stored: StoredBank | None = None
+    detail: str = ""
+
+
+@attrs.frozen
+class StatusReport:
+    assessment: Assessment
+    store: StoreCheck
+    age_seconds: float | None
+
+
+@attrs.frozen
+class Explanation:
+    state: ScratchState
+    plan: TeardownPlan
+    decision: ResumeDecision
+
+
+def check_stored(state: ScratchState, stored: StoredBank | None) -> StoreCheck:
+    """Compare what the store holds with the bank record (pure)."""
+    if state.bank is None:
+        return StoreCheck("no bank", stored)
+    record = state.bank.record
+    if stored is None:
+        return StoreCheck("missing", None, "the store holds no bank for this run")
+    if stored.bytes != record.bytes or (record.sha256 and stored.sha256 != record.sha256):
+        why = f"the store holds {stored.bytes} bytes, sha256 {stored.sha256[:12]}; recorded {record.bytes}"
+        return StoreCheck("differs", stored, why)
+    return StoreCheck("matches", stored)
+
+
+def age_of(state: ScratchState, now: datetime) -> float | None:
+    """Seconds since the bank was written, when its record says when (pure)."""
+    at = state.bank.record.at if state.bank else None
+    if at is None:
+        return None
+    return (now - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds()
+
+
+def explain(
+    records: Sequence[Record], request: ResumeRequest, *, host_backed: bool, isolated: bool, finished: bool
+) -> Explanation:
+    """Fold a timeline the caller holds and decide both questions (no ports, no writes)."""
+    state = fold(records)
+    plan = plan_teardown(
+        state, scratch_host_backed=host_backed, process_isolated=isolated, run_finished=finished
+    )
+    return Explanation(state, plan, decide_resume(state, request))
+
+
+@attrs.frozen
+class ScratchService:
+    """The use cases over one timeline and one bank store."""
+
+    timeline: Timeline
+    store: BankStore
+    snapshots: SnapshotStore | None = None
+    clock: Clock = attrs.field(factory=SystemClock)
+    where: Where = Where.ENGINE
+
+    def assess(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> Assessment:
+        """The one decision (raises RunNotFound, TimelineUnreadable; writes nothing)."""
+        state = resume_use_case.current_state(self.timeline, run_id, snapshots=self.snapshots)
+        if state.records == 0:
+            raise RunNotFound(f"the timeline has no run {run_id!r}")
+        decision = decide_resume(state, attrs.evolve(request, where=self.where))
+        log.info("run %s: %s (%s)", run_id, decision.verdict.value, decision.rule)
+        return Assessment(run_id, state, decision)
+
+    def status(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> StatusReport:
+        """What a resume with ``request`` would do, and is the bank there as recorded."""
+        assessment = self.assess(run_id, request)
+        return StatusReport(assessment, self._stored(assessment), age_of(assessment.state, self.clock.now()))
+
+    def _stored(self, assessment: Assessment) -> StoreCheck:
+        if assessment.state.bank is None:
+            return StoreCheck("no bank")
+        try:
+            return check_stored(assessment.state, self.store.stat(assessment.run_id))
+        except BankReadFailed as error:
+            return StoreCheck("unreadable", None, error.message)
+
+    def resume(
+        self,
+        run_id: str,
+        request: ResumeRequest = ResumeRequest(),
+        target: Target = Target(),
+        *,
+        progress: Progress | None = None,
+        attempt: str | None = None,
+    ) -> resume_use_case.ResumeOutcome:
+        """Resume as the engine does: the use case decides once, and refuses by name before
+        any write (RUN_NOT_FOUND, NO_RESTORE_TARGET: ADR 0004) when it cannot go on."""
+        outcome = resume_use_case.resume(
+            run_id,
+            attrs.evolve(request, where=self.where),
+            timeline=self.timeline,
+            store=self.store,
+            sandbox=target.sandbox,
+            host_directory=target.host_directory,
+            without_sandbox=target.without_sandbox,
+            attempt=attempt,
+            clock=self.clock,
+            progress=progress,
+            snapshots=self.snapshots,
+        )
+        verdict = f"{outcome.decision.verdict.value} ({outcome.decision.rule})"
+        log.info("run %s: %s, %s", run_id, verdict, "goes on" if outcome.proceeds else "does not go on")
+        return outcome
+
+    def bank_at_teardown(
+        self,
+        run_id: str,
+        sandbox: Sandbox,
+        *,
+        run_finished: bool,
+        budgets: teardown_use_case.Budgets = teardown_use_case.Budgets(),
+    ) -> teardown_use_case.TeardownReport:
+        """Bank (or drop) the scratch of a sandbox being torn down (T1-T20)."""
+        report = teardown_use_case.bank_at_teardown(
+            run_id,
+            timeline=self.timeline,
+            store=self.store,
+            sandbox=sandbox,
+            run_finished=run_finished,
+            budgets=budgets,
+            clock=self.clock,
+        )
+        log.info("run %s: teardown %s", run_id, report.plan.action.value)
+        return report
+
+    explain = staticmethod(explain)

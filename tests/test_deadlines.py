@@ -1,0 +1,231 @@
+"""Every call has a deadline (T8, T14, X5): a stalled transport fails in time, by name.
+
+The stall checker shipped in ``scratchbank.testing.contracts`` runs against the local
+sandbox, Docker, Podman, the Kubernetes double and S3 (through a loopback TCP proxy
+that stops forwarding mid-transfer); the times it measured are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from rigs import rig
+
+from scratchbank.adapters.local_sandbox import LocalSandbox
+from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+from scratchbank.adapters.s3_bank import S3BankStore
+from scratchbank.adapters.scripted import ARCHIVE
+from scratchbank.application.retry import Budget, Deadline, Pauses, retry_within
+from scratchbank.application.teardown import Budgets, bank_at_teardown_async
+from scratchbank.domain.errors import BankReadFailed, BankWriteFailed, ExecFailed
+from scratchbank.domain.records import ScratchBanked
+from scratchbank.testing.builders import started
+from scratchbank.testing.clocks import ManualClock
+from scratchbank.testing.contracts import check_sandbox_stalls, check_stall
+
+STALL_SECONDS = 2.0
+TIMES: dict[str, dict[str, float]] = {}
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-busybox", "k8s-double"])
+def test_T8_X5_a_stalled_exec_or_stream_fails_in_time_on_every_transport(engine: str) -> None:
+    with rig(engine) as r:
+        times = check_sandbox_stalls(r.sandbox, seconds=STALL_SECONDS, grace=5.0)
+    TIMES[engine] = times
+    for what, took in times.items():
+        if what != "stream in fails":
+            assert took >= STALL_SECONDS * 0.9, f"{what} failed before its deadline: not a stall test"
+    print(f"\nstall times {TIMES}")
+
+
+# ---- S3 through a proxy that stops forwarding mid-transfer ---------------------------
+
+
+class StallingProxy:
+    """A loopback TCP proxy to the S3 server that forwards ``budget`` bytes each way per
+    connection, then stops forwarding (the sockets stay open: a stall, not a reset)."""
+
+    def __init__(self, upstream: str, *, budget: int) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.budget = budget
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            self.open += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        left = self.budget
+        try:
+            while data := src.recv(1 << 16):
+                if left <= 0:
+                    continue  # swallowed: the stall
+                dst.sendall(data[:left])
+                left -= len(data)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self.server.close()
+        for s in self.open:
+            s.close()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> tuple[str, str]:
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+    )
+    bucket = "stall-" + uuid.uuid4().hex[:10]
+    client.create_bucket(Bucket=bucket)
+    return s3_endpoint, bucket
+
+
+@pytest.fixture
+def through_proxy(s3_bucket: tuple[str, str]) -> Iterator[tuple[S3BankStore, S3BankStore]]:
+    """(a store straight to S3, the same store through a proxy that stalls mid-transfer)."""
+    endpoint, bucket = s3_bucket
+    proxy = StallingProxy(endpoint, budget=256 << 10)
+    keys = {"aws_access_key_id": "k", "aws_secret_access_key": "s", "region_name": "us-east-1"}
+    direct = S3BankStore(bucket, client=boto3.client("s3", endpoint_url=endpoint, **keys))
+    stalled = S3BankStore(bucket, endpoint_url=proxy.url)
+    stalled.client = boto3.client("s3", endpoint_url=proxy.url, config=stalled.client.meta.config, **keys)
+    try:
+        yield direct, stalled
+    finally:
+        proxy.close()
+
+
+def test_X5_a_fetch_whose_stream_stalls_mid_object_fails_in_time(
+    through_proxy: tuple[S3BankStore, S3BankStore], tmp_path: Path
+) -> None:
+    direct, stalled = through_proxy
+    bank = tmp_path / "bank.tgz"
+    bank.write_bytes(bytes(range(256)) * (16 << 10))  # 4 MiB, far past the proxy's 256 KiB
+    direct.put("run-1", bank, sha256="0" * 64)
+    took = check_stall(
+        lambda d: stalled.fetch("run-1", io.BytesIO(), max_bytes=1 << 30, deadline=d),
+        seconds=STALL_SECONDS,
+        expect=(BankReadFailed,),
+    )
+    TIMES["s3"] = {**TIMES.get("s3", {}), "fetch stalls": took}
+    print(f"\nstall times {TIMES}")
+
+
+def test_T8_T10_an_upload_that_stalls_mid_object_fails_in_time(
+    through_proxy: tuple[S3BankStore, S3BankStore], tmp_path: Path
+) -> None:
+    _, stalled = through_proxy
+    bank = tmp_path / "bank.tgz"
+    bank.write_bytes(bytes(range(256)) * (16 << 10))
+    took = check_stall(
+        lambda d: stalled.put("run-1", bank, sha256="0" * 64, deadline=d),
+        seconds=STALL_SECONDS,
+        expect=(BankWriteFailed,),
+    )
+    TIMES["s3"] = {**TIMES.get("s3", {}), "put stalls": took}
+    print(f"\nstall times {TIMES}")
+
+
+# ---- the teardown under its shield does not hang on a stuck exec ------------------
+
+
+class StuckArchive(LocalSandbox):
+    """A real local sandbox whose tar never ends (a hung filesystem): its transport's
+    deadline must cut it."""
+
+    def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
+        return super().run("sleep 1000" if source == ARCHIVE else source, args, **kw)
+
+
+def test_T7_T8_a_stuck_exec_under_the_shield_does_not_hold_the_teardown_for_ever() -> None:
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    box = StuckArchive()
+    box.run('mkdir -p "$1" && echo x > "$1/f"', [box.facts.scratch])
+    started_at = time.monotonic()
+    try:
+        report = asyncio.run(
+            bank_at_teardown_async(
+                run_id="run-1",
+                timeline=timeline,
+                store=store,
+                sandbox=box,
+                run_finished=False,
+                budgets=Budgets(banking_seconds=2.0, first_pause=0.5),
+            )
+        )
+    finally:
+        box.destroy()
+    took = time.monotonic() - started_at
+    assert took < 20, f"the teardown took {took:.1f} s"
+    rec = timeline.read("run-1")[-1]
+    assert isinstance(rec, ScratchBanked) and rec.unknown and "deadline" in rec.reason
+    assert report.recorded and "run-1" not in store.banks
+
+
+# ---- the one retry helper ---------------------------------------------------------
+
+
+def test_T8_pauses_double_and_are_capped() -> None:
+    pauses = iter(Pauses(1.0, 8.0))
+    assert [next(pauses) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+
+
+def test_T8_retry_within_a_budget_tries_until_it_runs_out_then_raises_the_last_error() -> None:
+    clock = ManualClock()
+    calls: list[float] = []
+
+    def flaky(deadline: Deadline) -> str:
+        calls.append(deadline.left())
+        raise ExecFailed(f"blip {len(calls)}")
+
+    with pytest.raises(ExecFailed, match="blip 4"):
+        retry_within(Budget.start(clock, 10.0), flaky, retry_on=(ExecFailed,))
+    assert clock.slept == [1.0, 2.0, 4.0]  # 7 s slept; another 8 s pause would pass 10 s
+    assert all(left >= 1.0 for left in calls)  # each call had a deadline from the budget
+
+
+def test_T8_errors_a_retry_cannot_cure_are_raised_at_once() -> None:
+    clock = ManualClock()
+
+    def bug(deadline: Deadline) -> str:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        retry_within(Budget.start(clock, 30.0), bug, retry_on=(ExecFailed,))
+    assert clock.slept == []
+
+
+def test_a_deadline_gives_each_call_what_is_left_of_its_budget() -> None:
+    clock = ManualClock()
+    budget = Budget.start(clock, 30.0)
+    clock.advance(25.0)
+    assert 4.0 < budget.call_deadline().left() <= 5.0
+    assert budget.call_deadline(cap=2.0).left() <= 2.0
+    clock.advance(10.0)
+    assert budget.call_deadline().left() >= 0.9  # never a call with no time at all
