@@ -51,7 +51,7 @@ from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
 from .ports import BankStore, Sandbox, StagedRestore
-from .tarstream import CanonicalWriter, Limits
+from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
 
@@ -80,7 +80,7 @@ def restore_bank(
     try:
         if host_directory is not None:
             got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
-            return RestoreAttempt(RestoreResult.RESTORED, got, into_host_dir=True)
+            return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
         assert sandbox is not None
         return _into_sandbox(
             run_id, decision.bank, sandbox, store=store, cap=cap, progress=progress, gzip_level=gzip_level
@@ -169,7 +169,7 @@ def _pipeline(
 ) -> Iterator[tuple[BinaryIO, _Produced, BankCheck, _PipeOut, threading.Thread]]:
     read_fd, write_fd = os.pipe()
     out = _PipeOut(write_fd)
-    writer = CanonicalWriter(out, gzip_level=gzip_level)  # type: ignore[arg-type]
+    writer = CanonicalWriter(out, gzip_level=gzip_level, writable_dirs=True)  # type: ignore[arg-type]
     check = BankCheck(
         bank.record, limits=Limits(), cap=cap, on_member=writer.member, on_data=writer.data, progress=progress
     )
@@ -232,10 +232,14 @@ def _into_sandbox(
                 f"{comparison.unexpected} unexpected"
             )
             return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
-        sandbox.commit_restore(staged)
+        try:
+            note = sandbox.commit_restore(staged, dir_modes=dir_modes(check.log))
+        except ScratchbankError:
+            _discard(sandbox, staged)  # a refused commit moved nothing: the staged tree goes
+            raise
         if progress is not None:
             progress("restored", bank.record.bytes, bank.record.bytes)
-        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes)
+        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes, detail=note or "")
 
 
 def _verdict(
