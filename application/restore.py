@@ -40,6 +40,8 @@ from scratchbank.domain.errors import (
     SandboxGone,
     ScratchbankError,
     StreamBroken,
+    TimelineUnreadable,
+    TimelineWriteFailed,
 )
 from scratchbank.domain.fold import Bank
 from scratchbank.domain.restore import RestoreAttempt, RestoreResult
@@ -89,6 +91,7 @@ def restore_bank(
         return attempt_of(error)
 
 
+#: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
 _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankGone, RestoreResult.GONE),
     (BankReadFailed, RestoreResult.READ_FAILED),
@@ -96,14 +99,22 @@ _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankMismatch, RestoreResult.REFUSED_ON_HOST),
     (DestinationRefused, RestoreResult.REFUSED_ON_HOST),
     (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
+    (TimelineUnreadable, RestoreResult.READ_FAILED),
+    (TimelineWriteFailed, RestoreResult.READ_FAILED),
     (StreamBroken, RestoreResult.STREAM_BROKEN),
     (ExecFailed, RestoreResult.STREAM_BROKEN),
     (SandboxGone, RestoreResult.STREAM_BROKEN),
 )
 
 
-def attempt_of(error: ScratchbankError) -> RestoreAttempt:
-    """The RestoreAttempt a named failure stands for (X4 loses the bank, X5 retries)."""
+def attempt_of(error: BaseException) -> RestoreAttempt:
+    """The RestoreAttempt a failure stands for: the one table for restore and resume alike.
+
+    A named failure reads as its kind (X4 loses the bank, X5 reads again); any other
+    named failure reads again (X5); anything unnamed is UNEXPECTED (parked like X5).
+    """
+    if not isinstance(error, ScratchbankError):
+        return RestoreAttempt(RestoreResult.UNEXPECTED, detail=f"{type(error).__name__}: {error}")
     for kind, result in _RESULTS:
         if isinstance(error, kind):
             return RestoreAttempt(result, detail=f"{error.code}: {error.message}")
