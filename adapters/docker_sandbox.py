@@ -127,9 +127,12 @@ class DockerSandbox(ScriptedSandbox):
                 if writer is not None:
                     writer.start()
                 _read_frames(sock, output)
+                if writer is not None:
+                    writer.exec_ended()
             finally:
                 if writer is not None:  # one blocked on a stalled source is not waited for
-                    writer.join(timeout=0.2 if dog.fired else max(1.0, deadline.left()))
+                    done = dog.fired or writer.abandoned
+                    writer.join(timeout=0.2 if done else max(1.0, deadline.left()))
                 sock.close()
                 raw.close()
         _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
@@ -210,6 +213,20 @@ class _Writer(threading.Thread):
         super().__init__(daemon=True)
         self.raw, self.src, self.dog = raw, src, dog
         self.error: BaseException | None = None
+        self._ended = threading.Event()
+
+    @property
+    def abandoned(self) -> bool:
+        return self._ended.is_set()
+
+    def exec_ended(self) -> None:
+        """The command exited (its output ended) before reading all of stdin, e.g. a
+        restore refused early: nobody will read the rest. The engine keeps the hijacked
+        socket open without reading it, so a send would block until the deadline: shut it."""
+        if self.is_alive():
+            self._ended.set()
+            with contextlib.suppress(OSError):
+                self.raw.shutdown(socket.SHUT_RDWR)
 
     def run(self) -> None:
         try:
@@ -220,7 +237,8 @@ class _Writer(threading.Thread):
         except (BrokenPipeError, ConnectionResetError):
             return
         except BaseException as error:  # raised by the caller as StreamBroken
-            self.error = error
+            if not self._ended.is_set():  # after the exec ended, unsent stdin is nobody's
+                self.error = error
 
     def _read(self) -> bytes:
         try:

@@ -131,6 +131,31 @@ def through_proxy(s3_bucket: tuple[str, str]) -> Iterator[tuple[S3BankStore, S3B
         proxy.close()
 
 
+class _Endless(io.RawIOBase):
+    """A stdin source that never ends (a restore's stream the script stops reading)."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        buffer[:] = b"x" * len(buffer)
+        return len(buffer)
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-busybox", "k8s-double"])
+def test_X2_a_command_that_exits_without_reading_its_stdin_ends_with_its_own_status(engine: str) -> None:
+    """A restore refused before it reads its stream (no room, a mount point) exits at once:
+    its exit status is the answer, never a cut at the deadline while the host still tries
+    to send a stream nobody reads (Docker kept the hijacked socket open: 80 s per refusal)."""
+    with rig(engine) as r:
+        deadline = Deadline.after(60)
+        done = r.sandbox.run("exit 21", [], stdin=_Endless(), deadline=deadline)  # type: ignore[arg-type]
+        assert done.exit_code == 21
+        # Not a speed goal: the exec must not have sat out its deadline (60 s) waiting on a
+        # send nobody reads; an exec here takes a few seconds at most, even on a loaded machine.
+        assert deadline.left() > 30, "the exec waited for its deadline after the command exited"
+
+
 def test_X5_a_fetch_whose_stream_stalls_mid_object_fails_in_time(
     through_proxy: tuple[S3BankStore, S3BankStore], tmp_path: Path
 ) -> None:
