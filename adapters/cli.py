@@ -118,7 +118,7 @@ def _runner_parser(runner: argparse.ArgumentParser) -> None:
     runner.add_argument("--workflow", required=True, help="the reference engine's workflow (JSON)")
     runner.add_argument("--sandboxes", default=None, help="where its local sandboxes go (HOME/sandboxes)")
     runner.add_argument("--holder", default="runner", help="this runner's name on the lease")
-    runner.add_argument("--log", default=None, help="one JSON line per delivery (else stdout)")
+    runner.add_argument("--log-file", default=None, help="one JSON line per delivery (else stdout)")
 
 
 def _resume_parser(resume: argparse.ArgumentParser) -> None:
@@ -246,7 +246,7 @@ def runner_command(args: argparse.Namespace) -> int:
     base = args.sandboxes or (settings.home.path / "sandboxes" if settings.home else None)
     if base is None:
         raise errors.ConfigInvalid("no home to put sandboxes in: give --sandboxes DIR")
-    log_path = Path(args.log) if args.log else None
+    log_path = Path(args.log_file) if args.log_file else None
     return run_runner(
         settings, workflow=Path(args.workflow), sandboxes=Path(base), holder=args.holder, log=log_path
     )
