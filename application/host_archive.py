@@ -1,24 +1,40 @@
-"""The bank as it arrives on the host: one pass writes, hashes and inspects it.
+"""The bank as it arrives on the host: compressed, hashed, written and checked as it streams.
 
-The sandbox streams a tar (or a tar.gz) into this sink. In the same pass it is
-compressed when it came raw, written to a host temporary file, hashed (SHA-256 of
-the bytes that will be stored), and parsed on the allow-list for its manifest. Past
-the cap it stops writing and only counts (T2, T20). Nothing here holds more than a
-chunk in memory.
+The sandbox streams a tar (or a tar.gz) into this sink. Its ``write`` only gathers the
+bytes into 1 MiB batches and hands each batch to two lanes, each a thread of its own
+behind a short bounded queue, so neither holds the transport up:
+
+- the store lane compresses the batch when it came raw (ISA-L or zlib, see
+  gzip_codec), hashes what will be stored (SHA-256) and writes it to a host temporary
+  file; past the cap it stops writing and only counts (T2, T20);
+- the check lane parses it on the allow-list for the manifest (tarstream), gunzipping
+  it first when the sandbox compressed it.
+
+Compression, hashing and file writes release the GIL, so on two cores the store lane
+runs beside the parse and the transport (ADR 0003). Memory is bounded by the queues
+(``DEPTH`` batches per lane), not by the archive's size. ``write`` never raises: a
+transport must drain the stream whatever happens here, so a lane that fails keeps
+draining and ``finish`` names the failure (HostArchiveFailed).
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
+import queue
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import attrs
 
-from scratchbank.domain.errors import HostileArchive
+from scratchbank.domain.errors import HostArchiveFailed, HostileArchive
 
+from .gzip_codec import Compressor, GzipCodec, choose_codec
 from .tarstream import GzipReader, Limits, Manifest, TarReader
+
+BATCH = 1 << 20
+DEPTH = 4
 
 
 @attrs.frozen
@@ -30,64 +46,167 @@ class ArchiveFacts:
     refused: str = ""  # why the host refused the archive, if it did
 
 
-class HostArchive:
-    """A write-only file object for ``Sandbox.archive``."""
+class Lane:
+    """A worker thread fed batches through a bounded queue; it keeps the first error.
 
-    def __init__(
-        self, path: Path, *, gzipped_input: bool, gzip_level: int, cap: int, limits: Limits = Limits()
-    ) -> None:
-        self.path = path
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by finish/close
+    After an error it goes on draining (so a producer never blocks on it) but does no
+    more work. ``close`` waits for every batch queued before it.
+    """
+
+    def __init__(self, name: str, work: Callable[[bytes], None]) -> None:
+        self._work = work
+        self._queue: queue.Queue[bytes | None] = queue.Queue(DEPTH)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self._work(batch)
+                except BaseException as error:  # kept for finish(); the lane keeps draining
+                    self.error = error
+
+    def put(self, batch: bytes) -> None:
+        self._queue.put(batch)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+
+class StoreLane:
+    """Compress (when raw), hash and write to the host file; count past the cap (T2, T20)."""
+
+    def __init__(self, path: Path, compressor: Compressor | None, cap: int) -> None:
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._compressor = compressor
         self._digest = hashlib.sha256()
-        self._bytes = 0
         self._cap = cap
-        self._reader = TarReader(limits)
-        self._refused = ""
-        self._gunzip = GzipReader(self._parse, limits.uncompressed_bytes) if gzipped_input else None
-        self._gzip = None if gzipped_input else zlib.compressobj(gzip_level, zlib.DEFLATED, 31)
+        self.bytes = 0
 
-    def _parse(self, data: bytes) -> None:
-        if not self._refused:
-            try:
-                self._reader.feed(data)
-            except HostileArchive as error:
-                self._refused = error.message
+    def work(self, batch: bytes) -> None:
+        self._store(self._compressor.compress(batch) if self._compressor else batch)
 
     def _store(self, data: bytes) -> None:
         if not data:
             return
-        self._bytes += len(data)
+        self.bytes += len(data)
         self._digest.update(data)
-        if self._bytes <= self._cap:
+        if self.bytes <= self._cap:
             self._file.write(data)
 
-    def write(self, data: bytes) -> int:
-        if self._gunzip is not None:
-            self._store(data)
-            if not self._refused:
-                try:
-                    self._gunzip.feed(data)
-                except HostileArchive as error:
-                    self._refused = error.message
-        else:
-            self._parse(data)
-            assert self._gzip is not None
-            self._store(self._gzip.compress(data))
-        return len(data)
-
-    def finish(self) -> ArchiveFacts:
-        if self._gzip is not None:
-            self._store(self._gzip.flush())
+    def end(self) -> str:
+        """Flush the gzip trailer and the file; return the SHA-256 of what was stored."""
+        if self._compressor is not None:
+            self._store(self._compressor.flush())
         self._file.close()
-        if not self._refused:
-            try:
-                if self._gunzip is not None:
-                    self._gunzip.close()
-                self._reader.close()
-            except HostileArchive as error:
-                self._refused = error.message
-        manifest = None if self._refused else Manifest.of(self._reader.members)
-        return ArchiveFacts(self.path, self._bytes, self._digest.hexdigest(), manifest, self._refused)
+        return self._digest.hexdigest()
 
     def close(self) -> None:
         self._file.close()
+
+
+class CheckLane:
+    """Parse the tar on the allow-list (gunzipping it first when it came compressed)."""
+
+    def __init__(self, limits: Limits, gzipped_input: bool) -> None:
+        self.reader = TarReader(limits)
+        self._gunzip = GzipReader(self.reader.feed, limits.uncompressed_bytes) if gzipped_input else None
+        self.refused = ""
+
+    def work(self, batch: bytes) -> None:
+        if self.refused:
+            return
+        try:
+            (self._gunzip.feed if self._gunzip else self.reader.feed)(batch)
+        except HostileArchive as error:
+            self.refused = error.message
+        except Exception as error:  # an archive the host cannot even parse is refused, never trusted
+            self.refused = f"bank refused on the host: the check failed ({type(error).__name__}: {error})"
+
+    def end(self) -> Manifest | None:
+        """Check the stream ended where an archive ends; the manifest, or None if refused."""
+        if not self.refused:
+            try:
+                if self._gunzip is not None:
+                    self._gunzip.close()
+                self.reader.close()
+            except HostileArchive as error:
+                self.refused = error.message
+        manifest = None if self.refused else Manifest.of(self.reader.members)
+        self.release()
+        return manifest
+
+    def release(self) -> None:
+        """Let go of the members the reader kept (an on-disk log, once the reader keeps one)."""
+        log = getattr(self.reader, "log", None)
+        if log is not None:
+            log.close()
+
+
+class HostArchive:
+    """A write-only file object for ``Sandbox.archive``: see the module's docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        gzipped_input: bool,
+        gzip_level: int,
+        cap: int,
+        limits: Limits = Limits(),
+        codec: GzipCodec | None = None,
+    ) -> None:
+        self.path = path
+        compressor = None if gzipped_input else (codec or choose_codec(gzip_level)).open()
+        self._store = StoreLane(path, compressor, cap)
+        self._check = CheckLane(limits, gzipped_input)
+        self._lanes = (Lane("bank-store", self._store.work), Lane("bank-check", self._check.work))
+        self._pending: list[bytes] = []  # joined once per batch: one copy, not one per write
+        self._pending_bytes = 0
+        self._closed = False
+
+    def write(self, data: bytes) -> int:
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= BATCH:
+            self._send()
+        return len(data)
+
+    def _send(self) -> None:
+        batch = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        for lane in self._lanes:
+            lane.put(batch)
+
+    def finish(self) -> ArchiveFacts:
+        """Wait for both lanes; raise HostArchiveFailed if the host could not keep the bank."""
+        if self._pending:
+            self._send()
+        self._stop_lanes()
+        try:
+            failed = next((lane.error for lane in self._lanes if lane.error is not None), None)
+            if failed is not None:
+                raise failed
+            sha256 = self._store.end()
+        except Exception as error:
+            self._store.close()
+            self._check.release()
+            raise HostArchiveFailed(f"the host could not keep the archive at {self.path}: {error}") from error
+        manifest = self._check.end()
+        return ArchiveFacts(self.path, self._store.bytes, sha256, manifest, self._check.refused)
+
+    def _stop_lanes(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for lane in self._lanes:
+                lane.close()
+
+    def close(self) -> None:
+        """Stop the lanes and close the file without a verdict (the archive was cut short)."""
+        self._stop_lanes()
+        self._store.close()
+        self._check.release()

@@ -1,121 +1,66 @@
-"""scratchbank benchmarks: figures and ratios measured side by side in one run.
+"""scratchbank benchmarks: every figure a ratio of interleaved pairs, measured side by side.
 
-    ./dev bench [--quick] [--out bench/results/DATE.json]
+    ./dev bench [--quick] [--pairs N] [--out bench/results/DATE.json]
 
-1. bank end to end (quiesce + archive + host check + store + record) against the floor
-   (a bare in-sandbox `tar czf - . > /dev/null`) and the by-hand pipeline (in-sandbox
-   `tar czf` streamed to a host file, then stored), per engine that is up;
-2. restore end to end (fetch + host check + canonical stream + extract + verify)
-   against a bare `tar xzf` of the same archive in the same sandbox;
-3. host peak RSS of a banking process at 10, 100 and 250 MB scratches, and the slope;
-4. the resume decision (read + fold + decide) at 10 .. 100k events on SQLite.
-Targets are printed as pass/fail; nothing here asserts.
+Per engine that is up (local, the Kubernetes API double, Docker, Podman) and store
+(files, S3 when an endpoint is set), on the same scratch in the same sandbox:
+
+1. bank end to end (``bank_at_teardown``: quiesce + archive + host check + store +
+   record) against the in-sandbox ``tar czf`` floor and against the by-hand pipeline
+   (in-sandbox ``tar czf`` to a host file, then copied into place or ``upload_file``d);
+2. restore end to end (``resume``: fetch + host check + canonical stream + extract +
+   verify) against a bare ``tar xzf`` of the same bank in the same sandbox, into a fresh
+   directory beside the scratch (same filesystem);
+3. the user's alternatives: ``docker cp`` / ``podman cp`` / ``kubectl cp`` out and back in;
+4. bigger trees on the local engine (205 MB mix, 1 GB mostly incompressible, 1,000,000
+   tiny files; full run only);
+5. host peak memory (VmHWM of a fresh banking / restoring process), 10 MB -> 1 GB and
+   1,000 -> 1,000,000 files;
+6. the host's gzip (ISA-L vs zlib) on the raw tar of a tree (ADR 0003);
+7. where the time goes: each bank's phases (quiesce, archive, continue, upload, record)
+   and a cProfile of one bank and one restore per engine;
+8. the resume decision against history length (SQLite).
+
+Goals are printed PASS/MISS; nothing here asserts (CI never runs it: speed lives here).
+Only the public use cases are called, so the harness runs unchanged on a new pipeline.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import datetime as dt
-import functools
 import io
 import json
 import os
+import platform
+import pstats
 import shutil
-import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+import engines
+import trees
+from engines import Box, run_shell
+from pairs import Comparison, Goal, Side, interleaved, seconds
+
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
-from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.scripted import ScriptedSandbox
 from scratchbank.application.resume import check_resume, current_state, resume
-from scratchbank.application.teardown import bank_at_teardown
+from scratchbank.application.teardown import Budgets, bank_at_teardown
 from scratchbank.domain import ResumeRequest, decide_resume, fold
 from scratchbank.testing.builders import banked, node, started
 
-SITE = Path(__import__("botocore").__file__).parent.parent
-
-
-def source_tree(dest: Path) -> int:
-    """A ~35 MB tree of many small files: botocore, hypothesis and pip sources and data."""
-    for pkg in ("botocore", "hypothesis", "pip"):
-        shutil.copytree(SITE / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-
-
-def timed(fn: Callable[[], Any], n: int) -> float:
-    runs = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
-
-
-class Engine:
-    """A sandbox factory: local, or a container on Docker / Podman."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def make(self, tree: Path) -> tuple[ScriptedSandbox, Callable[[], None]]:
-        if self.name == "local":
-            box = LocalSandbox()
-            shutil.copytree(tree, box.facts.scratch)
-            return box, box.destroy
-        if self.name == "k8s-double":
-            return self._k8s(tree)
-        import docker
-
-        from scratchbank.adapters.docker_sandbox import DockerSandbox
-
-        kind = self.name.split("-")[0]
-        url = os.environ["SCRATCHBANK_DOCKER_URL" if kind == "docker" else "SCRATCHBANK_PODMAN_URL"]
-        client = docker.DockerClient(base_url=url, timeout=300)
-        image = "scratchbank-busybox:test" if kind == "docker" else "localhost/scratchbank-busybox:test"
-        c = client.containers.run(image, ["sleep", "1000000"], detach=True, network_mode="none")
-        c.exec_run(["mkdir", "-p", "/tmp/iterion-scratch"])
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(tree, arcname=".")
-        c.put_archive("/tmp/iterion-scratch", buf.getvalue())
-        box = DockerSandbox(c.id, scratch="/tmp/iterion-scratch", podman=kind == "podman", client=client)
-
-        def close() -> None:
-            c.remove(force=True)
-            client.close()
-
-        return box, close
-
-    def _k8s(self, tree: Path) -> tuple[ScriptedSandbox, Callable[[], None]]:
-        """A pod of the API double (tests/k8s_double.py), through the Kubernetes adapter."""
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        from k8s_double import running_double
-        from kubernetes import client as k8s
-
-        from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
-
-        ctx = running_double()
-        double = ctx.__enter__()
-        pod = double.add_pod("ns1", "bench")
-        shutil.copytree(tree, pod.sandbox.facts.scratch)
-        config = k8s.Configuration()
-        config.host = double.url
-        api = k8s.ApiClient(config)
-        box = KubernetesSandbox("bench", namespace="ns1", scratch=pod.sandbox.facts.scratch, api_client=api)
-
-        def close() -> None:
-            api.close()
-            ctx.__exit__(None, None, None)
-
-        return box, close
+HERE = Path(__file__).resolve().parent
+FLOOR = 'cd "$1" && tar czf - . > /dev/null'
+BIG = Budgets(cap_bytes=4 << 30)  # a 1 GB mostly incompressible scratch is over the 256 MiB cap
+NOTES: list[str] = []
 
 
 def make_store(kind: str, work: Path, name: str) -> Any:
@@ -139,278 +84,509 @@ def make_store(kind: str, work: Path, name: str) -> Any:
     return S3BankStore(bucket, client=client)
 
 
-def bench_bank_restore(
-    engine: Engine, tree: Path, n: int, work: Path, store_kind: str = "fs"
-) -> dict[str, Any]:
-    box, close = engine.make(tree)
+class Rig:
+    """One engine, one store, one tree: the sides every comparison is made of."""
+
+    def __init__(self, box: Box, store_kind: str, work: Path, budgets: Budgets) -> None:
+        self.box, self.store_kind, self.budgets = box, store_kind, budgets
+        self.work = work / f"{box.engine}-{store_kind}"
+        self.work.mkdir(parents=True)
+        self.timeline = EventStoreTimeline(f"sqlite:///{self.work}/timeline.db")
+        self.timeline.append("run-b", [started()])
+        self.store = make_store(store_kind, self.work, "ours")
+        self.hand_store = make_store(store_kind, self.work, "hand")
+        self.hand_file = self.work / "by-hand.tgz"
+        self.bank_file = self.work / "bank.tgz"
+
+    def try_bank(self) -> str:
+        """Bank once; '' when banked, else why not (a refusal is a figure too, not a crash)."""
+        report = bank_at_teardown(
+            "run-b",
+            timeline=self.timeline,
+            store=self.store,
+            sandbox=self.box.sandbox,
+            run_finished=False,
+            budgets=self.budgets,
+        )
+        record = report.record
+        return "" if record is not None and record.banked else (record.reason if record else "no record")
+
+    def bank(self) -> None:
+        why = self.try_bank()
+        assert not why, why
+
+    def floor(self) -> None:
+        run_shell(self.box, FLOOR)
+
+    def by_hand(self) -> None:
+        with open(self.hand_file, "wb") as out:
+            run_shell(self.box, 'cd "$1" && tar czf - .', stdout=out)
+        if self.store_kind == "fs":
+            dest = self.work / "hand-banks" / "bank.tgz"
+            dest.parent.mkdir(exist_ok=True)
+            shutil.copyfile(self.hand_file, dest)
+        else:
+            self.hand_store.client.upload_file(str(self.hand_file), self.hand_store.bucket, "byhand.tgz")
+
+    def fetch_bank(self) -> int:
+        with open(self.bank_file, "wb") as f:
+            return int(self.store.fetch("run-b", f, max_bytes=self.budgets.cap_bytes).bytes)
+
+    def restore(self) -> None:
+        out = resume(
+            "run-b", ResumeRequest(), timeline=self.timeline, store=self.store, sandbox=self.box.sandbox
+        )
+        assert out.proceeds, out
+
+    def bare_prepare(self) -> None:
+        run_shell(self.box, 'p=$(dirname "$1"); rm -rf "$p/.bench-bare" && mkdir "$p/.bench-bare"')
+
+    def bare_extract(self) -> None:
+        with open(self.bank_file, "rb") as src:
+            run_shell(self.box, 'tar xzf - -C "$(dirname "$1")/.bench-bare"', stdin=src)
+
+    def close(self) -> None:
+        self.timeline.close()
+
+
+def compare_engine(
+    box: Box, store_kind: str, work: Path, n: int, tree_name: str, *, alternatives: bool
+) -> list[Comparison]:
+    # a 1 GB bank needs a bigger cap; a million files is refused past Limits.members: once is enough
+    budgets = {"gigabyte": BIG, "million": Budgets(bank_tries=1)}.get(tree_name, Budgets())
+    rig = Rig(box, store_kind, work / tree_name, budgets)
+    where = f"{tree_name}/{box.engine}/{store_kind}"
     try:
-        floor = timed(lambda: box.run('cd "$1" && tar czf - . > /dev/null', [box.facts.scratch]), n)
-        by_hand_file = work / f"{engine.name}-byhand.tgz"
-        store_root = work / f"{engine.name}-byhand-store"
-        store_root.mkdir(exist_ok=True)
-
-        hand_store = make_store(store_kind, work, f"{engine.name}-byhand")
-
-        def by_hand() -> None:
-            with open(by_hand_file, "wb") as out:
-                box.run('cd "$1" && tar czf - .', [box.facts.scratch], stdout=out)
-            if store_kind == "fs":
-                shutil.copyfile(by_hand_file, store_root / "bank.tgz")
-            else:
-                hand_store.client.upload_file(str(by_hand_file), hand_store.bucket, "byhand.tgz")
-
-        hand = timed(by_hand, n)
-        timeline = EventStoreTimeline(f"sqlite:///{work}/{engine.name}-{store_kind}.db")
-        store = make_store(store_kind, work, engine.name)
-        timeline.append("run-b", [started()])
-
-        def bank() -> None:
-            report = bank_at_teardown(
-                "run-b", timeline=timeline, store=store, sandbox=box, run_finished=False
+        why = rig.try_bank()
+        if why:
+            print(f"bank {where}: NOT BANKED ({why[:200]}); no comparison", flush=True)
+            NOTES.append(f"bank {where} not banked: {why}")
+            return []
+        out = [interleaved(f"bank/floor {where}", Side("bank", rig.bank), Side("floor", rig.floor), n)]
+        if tree_name in ("source", "mixed"):  # a by-hand tar czf of 1 GB adds minutes and no news
+            out.append(
+                interleaved(f"bank/by-hand {where}", Side("bank", rig.bank), Side("by-hand", rig.by_hand), n)
             )
-            assert report.record is not None and report.record.banked, report
+        rig.fetch_bank()
+        if budgets.cap_bytes <= Budgets().cap_bytes:  # resume() restores within the default cap only
+            restore = Side("restore", rig.restore)
+            bare = Side("bare x", rig.bare_extract, rig.bare_prepare)
+            out.append(interleaved(f"restore/bare-extract {where}", restore, bare, n))
+        if alternatives and box.cp_out is not None and box.cp_in is not None:
+            cp_dir = rig.work / "cp"
+            cp_out, cp_in = box.cp_out, box.cp_in
+            out.append(
+                interleaved(
+                    f"bank/{box.engine}-cp-out {where}",
+                    Side("bank", rig.bank),
+                    Side("cp out", lambda: cp_out(cp_dir)),
+                    n,
+                )
+            )
+            out.append(
+                interleaved(
+                    f"restore/{box.engine}-cp-in {where}",
+                    Side("restore", rig.restore),
+                    Side("cp in", lambda: cp_in(cp_dir)),
+                    n,
+                )
+            )
+        for c in out:
+            print(c.line(), flush=True)
+        return out
+    finally:
+        rig.close()
 
-        ours = timed(bank, n)
-        bank_file = work / f"{engine.name}-{store_kind}-bank.tgz"
-        with open(bank_file, "wb") as f:
-            bank_bytes = store.fetch("run-b", f, max_bytes=1 << 30).bytes
-        bare_x = timed(lambda: _bare_extract(box, bank_file), n)
 
-        def restore() -> None:
-            out = resume("run-b", ResumeRequest(), timeline=timeline, store=store, sandbox=box)
-            assert out.proceeds, out
+def isal_vs_zlib(box: Box, work: Path, n: int) -> Comparison:
+    """The whole bank with ISA-L's gzip against the same bank with zlib's (ADR 0003)."""
+    from scratchbank.application import gzip_codec
 
-        restore_t = timed(restore, n)
-        timeline.close()
+    rig = Rig(box, "fs", work / "codec-e2e", Budgets())
+    has_isal = gzip_codec._isal
+
+    def with_zlib() -> None:
+        gzip_codec._isal = lambda: None  # type: ignore[assignment]  # the fallback a host without isal takes
+        try:
+            rig.bank()
+        finally:
+            gzip_codec._isal = has_isal  # type: ignore[assignment]
+
+    try:
+        c = interleaved(
+            f"bank isal/zlib source/{box.engine}/fs", Side("isal", rig.bank), Side("zlib", with_zlib), n
+        )
+        print(c.line(), flush=True)
+        return c
+    finally:
+        rig.close()
+
+
+# -- where the time goes ----------------------------------------------------------------------
+
+
+class Phases:
+    """Wraps a sandbox, a store and a timeline to time each call a bank makes to them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, obj: Any, names: tuple[str, ...]) -> Any:
+        phases = self
+
+        class Timed:
+            def __getattr__(self, attr: str) -> Any:
+                value = getattr(obj, attr)
+                if attr.startswith("_") or not callable(value) or (names and attr not in names):
+                    return value
+
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    t0 = time.perf_counter()
+                    try:
+                        return value(*args, **kwargs)
+                    finally:
+                        took = time.perf_counter() - t0
+                        phases.seconds[attr] = phases.seconds.get(attr, 0.0) + took
+
+                return call
+
+        return Timed()
+
+
+def profile_engine(box: Box, work: Path, *, deep: bool) -> dict[str, Any]:
+    """One bank and one restore with their phases timed, and (deep) each under cProfile."""
+    rig = Rig(box, "fs", work / "profile", Budgets())
+    try:
+        rig.bank()  # warm
+        phases = Phases()
+        sandbox = phases.wrap(box.sandbox, ())  # every public call: the restore pipeline may change
+        store = phases.wrap(rig.store, ("put", "fetch"))
+        timeline = phases.wrap(rig.timeline, ("append", "read"))
+        total = seconds(
+            lambda: bank_at_teardown(
+                "run-b", timeline=timeline, store=store, sandbox=sandbox, run_finished=False
+            )
+        )
+        bank_phases = dict(phases.seconds, total=total)
+        phases.seconds = {}
+        total = seconds(
+            lambda: resume("run-b", ResumeRequest(), timeline=timeline, store=store, sandbox=sandbox)
+        )
+        restore_phases = dict(phases.seconds, total=total)
         return {
-            "engine": engine.name,
-            "store": store_kind,
-            "floor_s": floor,
-            "by_hand_s": hand,
-            "bank_s": ours,
-            "bank_ratio_to_floor": ours / floor,
-            "bank_faster_than_by_hand": ours < hand,
-            "bank_bytes": bank_bytes,
-            "by_hand_bytes": by_hand_file.stat().st_size,
-            "bare_extract_s": bare_x,
-            "restore_s": restore_t,
-            "restore_ratio_to_bare": restore_t / bare_x,
+            "engine": box.engine,
+            "bank_phases_s": bank_phases,
+            "restore_phases_s": restore_phases,
+            "bank_profile": _cprofile(rig.bank) if deep else [],
+            "restore_profile": _cprofile(rig.restore) if deep else [],
         }
     finally:
-        close()
+        rig.close()
 
 
-def _bare_extract(box: ScriptedSandbox, bank: Path) -> None:
-    with open(bank, "rb") as src:
-        done = box.run("rm -rf /tmp/floor && mkdir -p /tmp/floor && tar xzf - -C /tmp/floor", [], stdin=src)
-    assert done.exit_code == 0, done.err
+def _cprofile(fn: Callable[[], object], top: int = 12) -> list[str]:
+    """The main thread's top functions by own time (the host lanes' threads are not profiled)."""
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    return lines[-top - 1 :]
 
 
-def mixed_tree(dest: Path, tree: Path) -> int:
-    """~200 MB: the source tree, 80 MB of random binaries and 90 MB of compressible logs."""
-    shutil.copytree(tree, dest / "src")
-    (dest / "bin").mkdir()
-    for i in range(8):
-        (dest / "bin" / f"blob{i}.bin").write_bytes(os.urandom(10 << 20))
-    line = b"2026-11-29T10:00:00Z INFO step=%d measured floor=12.5 ms ok\n"
-    with open(dest / "run.log", "wb") as log:
-        for i in range(1_400_000):
-            log.write(line % i)
-    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+# -- memory -----------------------------------------------------------------------------------
 
 
-def bench_compression(
-    engines: list[Engine], trees: dict[str, Path], n: int, work: Path
-) -> list[dict[str, Any]]:
-    """Host-side gzip levels 1, 6, 9 against the sandbox's own gzip, per tree and engine."""
-    from scratchbank.application.teardown import Budgets
-
-    rows = []
-    for engine in engines:
-        for tree_name, tree in trees.items():
-            if tree_name != "source" and engine.name != "local":
+def memory(tree_names: list[str], work: Path) -> dict[str, Any]:
+    """Bank then restore each tree in fresh processes; VmHWM of each, before and after."""
+    child = str(HERE / "memory_child.py")
+    out: dict[str, Any] = {}
+    for name in tree_names:
+        folder = work / f"mem-{name}"
+        folder.mkdir()
+        row = {}
+        for mode, args in (("bank", [str(trees.tree(name)), str(folder)]), ("restore", [str(folder)])):
+            done = subprocess.run(
+                [sys.executable, child, mode, *args], capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                row[mode] = {"error": done.stderr[-1500:]}
                 continue
-            box, close = engine.make(tree)
-            try:
-                for label, budgets in [
-                    ("host gzip -1", Budgets(gzip_level=1)),
-                    ("host gzip -6", Budgets(gzip_level=6)),
-                    ("host gzip -9", Budgets(gzip_level=9)),
-                    ("sandbox gzip", Budgets(compress_in_sandbox=True)),
-                ]:
-                    timeline = EventStoreTimeline(
-                        f"sqlite:///{work}/c-{engine.name}-{tree_name}-{label[-2:]}.db"
-                    )
-                    timeline.append("run-c", [started()])
-                    store = FilesystemBankStore(work / "c-banks")
+            row[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        shutil.rmtree(folder, ignore_errors=True)
+        out[name] = row
+        print(f"memory {name:9} " + "  ".join(_mem_line(mode, m) for mode, m in row.items()), flush=True)
+    return out
 
-                    bank = functools.partial(
-                        bank_at_teardown,
-                        "run-c",
-                        timeline=timeline,
-                        store=store,
-                        sandbox=box,
-                        run_finished=False,
-                        budgets=budgets,
-                    )
-                    seconds = timed(bank, n)
-                    rows.append(
-                        {
-                            "engine": engine.name,
-                            "tree": tree_name,
-                            "compression": label,
-                            "seconds": seconds,
-                            "bytes": store.path("run-c").stat().st_size,
-                        }
-                    )
-                    timeline.close()
-            finally:
-                close()
+
+def _mem_line(mode: str, m: dict[str, Any]) -> str:
+    if "error" in m:
+        return f"{mode}: ERROR {m['error'].strip().splitlines()[-1] if m['error'].strip() else ''}"
+    return (
+        f"{mode}: VmHWM {m['hwm_before_kib'] / 1024:.1f} -> {m['hwm_after_kib'] / 1024:.1f} MiB "
+        f"in {m['seconds']:.1f}s ({m['what'][:90]})"
+    )
+
+
+def peak_mib(mem: dict[str, Any], tree: str, mode: str) -> float | None:
+    m = mem.get(tree, {}).get(mode, {})
+    return m["hwm_after_kib"] / 1024 if "hwm_after_kib" in m else None
+
+
+def memory_goals(mem: dict[str, Any], small: str, large: str, what: str) -> list[Goal]:
+    goals = []
+    for mode in ("bank", "restore"):
+        lo, hi = peak_mib(mem, small, mode), peak_mib(mem, large, mode)
+        if lo is not None and hi is not None:
+            goals.append(
+                Goal(f"{mode} peak memory growth {what} ({small} -> {large})", 32, value=hi - lo, unit=" MiB")
+            )
+    return goals
+
+
+# -- host gzip --------------------------------------------------------------------------------
+
+
+def codecs(tree_names: list[str], work: Path, n: int) -> list[dict[str, Any]]:
+    """ISA-L vs zlib through HostArchive (compress + hash + write + parse) on a tree's raw tar."""
+    from scratchbank.application.gzip_codec import GzipCodec, _isal
+    from scratchbank.application.host_archive import HostArchive
+
+    if _isal() is None:
+        print("isal not installed: codec comparison skipped")
+        return []
+    rows = []
+    for name in tree_names:
+        raw = work / f"{name}.tar"
+        subprocess.run(["tar", "cf", str(raw), "-C", str(trees.tree(name)), "."], check=True)
+
+        def sink(codec: GzipCodec, raw: Path = raw) -> Callable[[], object]:
+            def go() -> object:
+                archive = HostArchive(
+                    work / "codec.tgz", gzipped_input=False, gzip_level=codec.level, cap=8 << 30, codec=codec
+                )
+                with open(raw, "rb") as src:
+                    while chunk := src.read(1 << 20):
+                        archive.write(chunk)
+                return archive.finish()
+
+            return go
+
+        isal1, zlib1, zlib6 = GzipCodec("isal", 1), GzipCodec("zlib", 1), GzipCodec("zlib", 6)
+        for other in (zlib1, zlib6):
+            c = interleaved(
+                f"host archive isal-1/{other.library}-{other.level} {name}",
+                Side("isal-1", sink(isal1)),
+                Side(f"{other.library}-{other.level}", sink(other)),
+                n,
+            )
+            print(c.line(), flush=True)
+            rows.append(c.as_json())
+        for codec in (isal1, zlib1, zlib6):
+            facts: Any = sink(codec)()
+            rows.append(
+                {
+                    "tree": name,
+                    "codec": f"{codec.library}-{codec.level}",
+                    "raw_bytes": raw.stat().st_size,
+                    "gzip_bytes": facts.bytes,
+                }
+            )
+            print(
+                f"  {name}: {codec.library}-{codec.level} {raw.stat().st_size / 1e6:.1f} MB -> {facts.bytes / 1e6:.1f} MB"
+            )
+        raw.unlink()
     return rows
 
 
-RSS_CHILD = r"""
-import os, resource, sys, shutil
-from pathlib import Path
-from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.memory import InMemoryTimeline
-from scratchbank.adapters.fs_bank import FilesystemBankStore
-from scratchbank.application.teardown import bank_at_teardown
-from scratchbank.testing.builders import started
-mb, work = int(sys.argv[1]), Path(sys.argv[2])
-box = LocalSandbox()
-scratch = Path(box.facts.scratch); scratch.mkdir(parents=True)
-for i in range(mb // 10):
-    (scratch / f"blob{i}").write_bytes(os.urandom(10 << 20))
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t = InMemoryTimeline(); t.append("r", [started()])
-report = bank_at_teardown("r", timeline=t, store=FilesystemBankStore(work / f"rss{mb}"), sandbox=box, run_finished=False)
-assert report.record.banked, report
-box.destroy()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, base)
-"""
+# -- decision ---------------------------------------------------------------------------------
 
 
-def bench_rss(work: Path, sizes: list[int]) -> dict[str, Any]:
-    points = {}
-    for mb in sizes:
-        out = subprocess.run(
-            [sys.executable, "-c", RSS_CHILD, str(mb), str(work)], capture_output=True, text=True, check=True
-        ).stdout.split()
-        points[mb] = int(out[0]) / 1024
-    growth = points[sizes[-1]] - points[sizes[0]]
-    slope = growth / (sizes[-1] - sizes[0])
-    return {"peak_rss_mib": points, "growth_mib": growth, "slope_mib_per_mb": slope}
-
-
-def bench_decision(work: Path, lengths: list[int], postgres: str | None = None) -> dict[str, Any]:
+def bench_decision(work: Path, lengths: list[int]) -> dict[str, Any]:
     out, snap = {}, {}
     for n in lengths:
-        url = f"sqlite:///{work}/decision-{n}.db"
-        if postgres:
-            import uuid
-
-            import psycopg
-
-            name = "bench_" + uuid.uuid4().hex[:8]
-            with psycopg.connect(postgres, autocommit=True) as conn:
-                conn.execute(f"CREATE DATABASE {name}")
-            url = postgres.rsplit("/", 1)[0] + "/" + name
-        t = EventStoreTimeline(url)
-        records = [started(), banked()]
+        t = EventStoreTimeline(f"sqlite:///{work}/decision-{n}.db")
         batch = [node(f"n{i % 50}", "human") for i in range(1000)]
         written = 2
-        t.append("run-d", records)
+        t.append("run-d", [started(), banked()])
         while written < n:
             chunk = batch[: min(1000, n - written)]
             t.append("run-d", chunk)
             written += len(chunk)
-        out[n] = timed(lambda t=t: decide_resume(fold(t.read("run-d")), ResumeRequest()), 3)
+        out[n] = seconds(lambda t=t: decide_resume(fold(t.read("run-d")), ResumeRequest()))
         current_state(t, "run-d", snapshots=t)  # the first call after a long run saves one
-        snap[n] = timed(lambda t=t: check_resume(t, "run-d", ResumeRequest(), snapshots=t), 3)
+        snap[n] = seconds(lambda t=t: check_resume(t, "run-d", ResumeRequest(), snapshots=t))
         t.close()
     return {"seconds": out, "seconds_with_snapshots": snap}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=f"bench/results/{dt.date.today().isoformat()}.json")
-    args = parser.parse_args()
-    n = 1 if args.quick else 3
-    work = Path(tempfile.mkdtemp(prefix="scratchbank-bench-"))
-    engines = [Engine("local"), Engine("k8s-double")]
-    if os.environ.get("SCRATCHBANK_DOCKER_URL"):
-        engines.append(Engine("docker-busybox"))
-    if os.environ.get("SCRATCHBANK_PODMAN_URL"):
-        engines.append(Engine("podman-busybox"))
-    tree = work / "tree"
-    size = source_tree(tree)
-    results: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(),
-        "tree_bytes": size,
-        "repeats": n,
-        "bank_restore": [],
+# -- the run ----------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "load_at_start": os.getloadavg(),
     }
-    print(f"source tree: {size / 1e6:.1f} MB, {sum(1 for _ in tree.rglob('*'))} entries; median of {n}")
-    print(
-        f"{'engine':16} {'store':5} {'floor':>7} {'by-hand':>8} {'bank':>7} {'ratio':>6} "
-        f"{'bare x':>7} {'restore':>8} {'ratio':>6}"
+
+
+SECTIONS = ("source", "big", "codecs", "memory", "decision")
+
+
+@attrs.frozen
+class Plan:
+    """What one run measures: engines, stores, pairs, sections, and where it writes."""
+
+    quick: bool
+    n: int
+    engines: tuple[str, ...]
+    stores: tuple[str, ...]
+    sections: tuple[str, ...]
+    out: str
+    work: Path
+
+
+def parse_plan() -> Plan:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--quick", action="store_true", help="source tree only, small sizes (~5 min when quiet)"
     )
-    stores = ["fs", "s3"] if os.environ.get("SCRATCHBANK_S3_ENDPOINT") else ["fs"]
-    for engine, store_kind in [(e, k) for e in engines for k in stores]:
-        row = bench_bank_restore(engine, tree, n, work, store_kind)
-        results["bank_restore"].append(row)
-        print(
-            f"{row['engine']:16} {row['store']:5} {row['floor_s']:7.2f} {row['by_hand_s']:8.2f} "
-            f"{row['bank_s']:7.2f} {row['bank_ratio_to_floor']:6.2f} {row['bare_extract_s']:7.2f} "
-            f"{row['restore_s']:8.2f} {row['restore_ratio_to_bare']:6.2f}"
-        )
-    trees = {"source": tree}
-    if not args.quick:
-        mixed = work / "mixed"
-        mixed.mkdir()
-        print(f"mixed tree: {mixed_tree(mixed, tree) / 1e6:.1f} MB")
-        trees["mixed"] = mixed
-    results["compression"] = bench_compression(engines, trees, n, work)
-    print(f"{'engine':16} {'tree':7} {'compression':14} {'seconds':>8} {'MB':>7}")
-    for row in results["compression"]:
-        print(
-            f"{row['engine']:16} {row['tree']:7} {row['compression']:14} {row['seconds']:8.2f} "
-            f"{row['bytes'] / 1e6:7.1f}"
-        )
-    sizes = [10, 100] if args.quick else [10, 100, 250]
-    results["rss"] = bench_rss(work, sizes)
-    print(
-        f"peak RSS (MiB) by scratch MB: {results['rss']['peak_rss_mib']}; "
-        f"growth {results['rss']['growth_mib']:.1f} MiB, slope {results['rss']['slope_mib_per_mb']:.3f} MiB/MB"
+    parser.add_argument("--pairs", type=int, default=5, help="interleaved pairs per comparison (>= 5)")
+    parser.add_argument("--engines", default=",".join(engines.available()))
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="any of " + ",".join(SECTIONS))
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    stem = f"bench/results/{dt.date.today().isoformat()}{'-quick' if args.quick else ''}"
+    sections = tuple(x for x in args.sections.split(",") if x and not (args.quick and x == "big"))
+    return Plan(
+        args.quick,
+        max(5, args.pairs),
+        tuple(e for e in args.engines.split(",") if e),
+        ("fs", "s3") if os.environ.get("SCRATCHBANK_S3_ENDPOINT") else ("fs",),
+        sections,
+        args.out or f"{stem}.json",
+        Path(tempfile.mkdtemp(prefix="scratchbank-bench-")),
     )
-    lengths = [10, 1000, 10_000] if args.quick else [10, 1000, 10_000, 100_000]
-    results["decision"] = bench_decision(work, lengths)
+
+
+def source_section(plan: Plan, results: dict[str, Any]) -> None:
+    """Every engine on the source tree: goals, alternatives, isal vs zlib, phases."""
+    with_s3 = ("local",) if plan.quick else ("local", "docker")
+    for name in plan.engines:
+        box = engines.make(name, trees.tree("source"))
+        try:
+            for store_kind in plan.stores if name in with_s3 else ("fs",):
+                results["comparisons"] += as_json(
+                    compare_engine(box, store_kind, plan.work, plan.n, "source", alternatives=not plan.quick)
+                )
+            if name == "local" or not plan.quick:
+                results["comparisons"].append(isal_vs_zlib(box, plan.work, plan.n).as_json())
+            results["profiles"].append(profile_engine(box, plan.work / name, deep=not plan.quick))
+            print_phases(results["profiles"][-1])
+        finally:
+            box.close()
+        save(plan.out, results)
+
+
+def big_section(plan: Plan, results: dict[str, Any]) -> None:
+    """The 205 MB mix, 1 GB mostly incompressible and 1,000,000 tiny files, on the local engine."""
+    for tree_name in ("mixed", "gigabyte", "million"):
+        if "local" in plan.engines:
+            box = engines.make("local", trees.tree(tree_name))
+            try:
+                results["comparisons"] += as_json(
+                    compare_engine(box, "fs", plan.work, plan.n, tree_name, alternatives=False)
+                )
+            finally:
+                box.close()
+            save(plan.out, results)
+
+
+def as_json(comparisons: list[Comparison]) -> list[dict[str, Any]]:
+    return [c.as_json() for c in comparisons]
+
+
+def memory_section(plan: Plan, results: dict[str, Any]) -> None:
+    sizes, counts = (["ten_mb", "source"], ["thousand", "source"]) if plan.quick else MEMORY_TREES
+    results["memory"] = memory(list(dict.fromkeys(sizes + counts)), plan.work)
+    results["memory_pairs"] = [sizes, counts]
+
+
+MEMORY_TREES = (["ten_mb", "gigabyte"], ["thousand", "million"])
+
+
+def decision_section(plan: Plan, results: dict[str, Any]) -> None:
+    results["decision"] = bench_decision(
+        plan.work, [10, 1000, 10_000] if plan.quick else [10, 1000, 10_000, 50_000]
+    )
     print(
-        "decision (read + fold + decide) seconds by events:",
+        "decision (read + fold + decide) seconds:",
         {k: round(v, 4) for k, v in results["decision"]["seconds"].items()},
     )
-    targets = {
-        "bank <= 1.15x floor": all(r["bank_ratio_to_floor"] <= 1.15 for r in results["bank_restore"]),
-        "bank faster than by-hand": all(r["bank_faster_than_by_hand"] for r in results["bank_restore"]),
-        "restore <= 1.2x bare extract": all(
-            r["restore_ratio_to_bare"] <= 1.2 for r in results["bank_restore"]
-        ),
-        "RSS growth < 16 MiB": results["rss"]["growth_mib"] < 16,
-        "decision < 100 ms at the longest history (snapshots)": max(
-            results["decision"]["seconds_with_snapshots"].values()
-        )
-        < 0.1,
+
+
+def print_goals(results: dict[str, Any]) -> None:
+    goals = [Goal.of(c) for c in results["comparisons"] if Goal.limit_for(c["name"]) is not None]
+    mem = results.get("memory", {})
+    for (small, large), what in zip(
+        results.get("memory_pairs", []), ("by size", "by file count"), strict=False
+    ):
+        goals += memory_goals(mem, small, large, what)
+    results["goals"] = [g.as_json() for g in goals]
+    print("goals:")
+    for g in goals:
+        print(g.line())
+
+
+def main() -> int:
+    plan = parse_plan()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "machine": machine(),
+        "pairs": plan.n,
+        "quick": plan.quick,
+        "comparisons": [],
+        "profiles": [],
+        "notes": NOTES,
     }
-    results["targets"] = targets
-    for name, ok in targets.items():
-        print(f"  {'PASS' if ok else 'MISS'}  {name}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
-    print(f"written {args.out}")
-    shutil.rmtree(work, ignore_errors=True)
+    size, entries = trees.stats(trees.tree("source"))
+    print(f"source tree: {size / 1e6:.1f} MB, {entries} entries; {plan.n} interleaved pairs per comparison")
+    run_sections = {
+        "source": source_section,
+        "big": big_section,
+        "memory": memory_section,
+        "decision": decision_section,
+    }
+    for section in plan.sections:
+        if section == "codecs":
+            results["codecs"] = codecs(["source"], plan.work, plan.n)
+        else:
+            run_sections[section](plan, results)
+        save(plan.out, results)
+    print_goals(results)
+    save(plan.out, results)
+    print(f"written {plan.out}")
+    shutil.rmtree(plan.work, ignore_errors=True)
     return 0
+
+
+def print_phases(p: dict[str, Any]) -> None:
+    print(
+        f"phases {p['engine']:10} bank {_phases(p['bank_phases_s'])} | restore {_phases(p['restore_phases_s'])}"
+    )
+
+
+def save(out: str, results: dict[str, Any]) -> None:
+    """Written after each section too: a run cut short still leaves its figures."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(results, indent=2, default=str))
+
+
+def _phases(p: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.3f}" for k, v in p.items())
 
 
 if __name__ == "__main__":

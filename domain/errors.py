@@ -17,6 +17,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   ├── SandboxGone           code SANDBOX_GONE          (T19: cannot even list)
     │   ├── ExecFailed            code EXEC_FAILED           (T8: an exec blip)
     │   ├── ArchiveFailed         code ARCHIVE_FAILED        (T8: tar failed in the sandbox)
+    │   │   └── HostArchiveFailed code HOST_ARCHIVE_FAILED   (T8: the host could not keep the stream)
     │   ├── RestoreRefused        code RESTORE_REFUSED       (X2/X4: the sandbox's tar refused)
     │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
     ├── DestinationRefused        code DESTINATION_REFUSED   (X6: the host directory cannot take it)
@@ -237,6 +238,20 @@ class ArchiveFailed(SandboxError):
 
     code = "ARCHIVE_FAILED"
     remedy = "see the tar output in the message; banking retries within its budget"
+
+
+class HostArchiveFailed(ArchiveFailed):
+    """The host could not keep the archive it was streamed: its temporary file could not be
+    written (disk full, a quota) or a lane compressing or checking it failed.
+
+    Raised when: HostArchive.finish finds a lane that failed on the way. Not raised for: an
+    archive the host refused on its allow-list (that is a refusal, recorded as such), nor
+    for tar's own failures in the sandbox (ArchiveFailed). A subclass of ArchiveFailed so
+    that banking tries again within its budget (T8), as for a failed tar.
+    """
+
+    code = "HOST_ARCHIVE_FAILED"
+    remedy = "free space in the host's temporary directory (TMPDIR); banking retries within its budget"
 
 
 class RestoreRefused(SandboxError):
