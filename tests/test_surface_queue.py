@@ -313,3 +313,27 @@ def test_R11_an_in_process_resume_hears_the_engine_go_on(embedded: ScratchServic
     assert out.heard and not out.refused, out.decision.explanation
     queued = [r for r in embedded.timeline.read(run) if isinstance(r, AttemptQueued)]
     assert [(q.attempt, q.accept_scratch_loss) for q in queued] == [(out.attempt, True)]
+
+
+def test_C2_http_resume_carries_this_calls_consent_to_the_runner_and_the_run_goes_on(
+    deployment: dict[str, Any],
+) -> None:
+    """POST /resume with accept_scratch_loss over a queue: 202; the delivery carries the
+    consent (C2, C3), the detached runner claims and the run goes on on the bank as it was."""
+    d, run = deployment, _run()
+    _append(d["home"], run, list(ENGINE_REFUSES))
+    service = bootstrap(settings_from({"SCRATCHBANK_HOME": str(d["home"]), "SCRATCHBANK_QUEUE": d["url"]}))
+    try:
+        with served(service, ApiSettings(TOKEN)) as base:
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            body = {"accept_scratch_loss": True}
+            answer = httpx.post(f"{base}/runs/{run}/resume", json=body, headers=headers, timeout=60)
+    finally:
+        close(service)
+    assert answer.status_code == 202, answer.text
+    attempt = answer.json()["attempt"]
+    assert _handled(d, run, attempt)["handled"] == "ran"
+    records = _records(d["home"], run)
+    assert not [r for r in records if isinstance(r, ResumeRefused)]
+    queued = [r for r in records if isinstance(r, AttemptQueued)]
+    assert [(q.attempt, q.accept_scratch_loss) for q in queued] == [(attempt, True)]
