@@ -283,6 +283,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     return commands[args.command](args)
 
 
+def _quiet_clients(*, debug: bool) -> None:
+    """The NATS client logs each failed connect with its traceback: the named error says
+    it once instead (QUEUE_UNAVAILABLE); the client's lines only with --log-level debug."""
+    if not debug:
+        client = logging.getLogger("nats")
+        client.handlers[:] = [logging.NullHandler()]
+        client.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
@@ -290,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .terminal import configure_logging
 
         configure_logging(sys.stderr, fmt=args.log_format, level=args.log_level)
+        _quiet_clients(debug=args.log_level == "debug")
         return _dispatch(args)
     except errors.ScratchbankError as error:
         return _report(error, args)

@@ -337,3 +337,14 @@ def test_C2_http_resume_carries_this_calls_consent_to_the_runner_and_the_run_goe
     assert not [r for r in records if isinstance(r, ResumeRefused)]
     queued = [r for r in records if isinstance(r, AttemptQueued)]
     assert [(q.attempt, q.accept_scratch_loss) for q in queued] == [(attempt, True)]
+
+
+def test_an_unreachable_queue_is_named_and_nothing_is_written(tmp_path: Path) -> None:
+    """QUEUE_UNAVAILABLE (exit 5), no traceback, the timeline as it was."""
+    home = tmp_path / "home"
+    _append(home, "run-1", [started()])
+    before = _checksum(home, "run-1")
+    out = cli("resume", "run-1", home=home, SCRATCHBANK_QUEUE="nats://127.0.0.1:1")
+    assert out.returncode == 5 and "error: QUEUE_UNAVAILABLE" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert _checksum(home, "run-1") == before
