@@ -11,7 +11,7 @@ import io
 import json
 import tarfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -192,7 +192,10 @@ class FakeSandbox:
         """The staged tree's listing, sorted (a test may override it to lose an entry)."""
         return sorted(json.dumps([p, k, 0 if k == "dir" else len(d)]) for p, (k, d) in tree.items())
 
-    def commit_restore(self, staged: StagedRestore) -> None:
+    def commit_restore(self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()) -> None:
+        """Move the staged tree in (the fake holds no modes: ``dir_modes`` is read, not kept)."""
+        for _ in dir_modes:
+            pass
         self._step("commit")
         tree = self.staged.pop(staged.token)
         self.tree = tree

@@ -17,7 +17,7 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from typing import BinaryIO
 
@@ -201,10 +201,22 @@ class ScriptedSandbox(abc.ABC):
             write_listing(raw, listing)
         return staged
 
-    def commit_restore(self, staged: StagedRestore) -> None:
-        done = self.run(RESTORE, ["commit", self.facts.scratch, staged.token])
+    def commit_restore(self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()) -> str:
+        """Apply the directory modes, move the staged tree into place; a note on what
+        stayed behind (or "")."""
+        with tempfile.TemporaryFile() as modes:
+            for path, mode in dir_modes:
+                modes.write(b"%o %s\n" % (mode, printf_escaped(path)))
+            modes.seek(0)
+            done = self.run(
+                RESTORE,
+                ["commit", self.facts.scratch, staged.token],
+                stdin=FramedStream(modes),  # type: ignore[arg-type]
+            )
         if done.exit_code != 0:
             raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
+        notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
+        return "; ".join(notes)[:2000]
 
     def discard_restore(self, staged: StagedRestore) -> None:
         self._discard(staged.token)
@@ -226,6 +238,18 @@ class ScriptedSandbox(abc.ABC):
 
 
 # -- the restore script's framing and listing ------------------------------------------------
+_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+,=@")
+
+
+def printf_escaped(path: str) -> bytes:
+    """A path as one word of ASCII for ``printf %b`` ("." for the root): every byte not
+    plainly safe as ``\\0ooo``, so a name may hold a space, a newline, any byte."""
+    if not path:
+        return b"."
+    raw = path.encode("utf-8", "surrogateescape")
+    return b"".join(bytes([c]) if c in _PLAIN else b"\\0%03o" % c for c in raw)
+
+
 class FramedStream:
     """``src`` as restore.sh reads it: "data N\\n" + N bytes per frame, then
     "end COUNT SHA256\\n" once ``src`` ends (so no EOF is needed; v4 cannot send one)."""

@@ -11,7 +11,10 @@ descriptors (``os.open``/``os.mkdir``/``os.link``/``os.symlink`` with ``dir_fd``
   modes and times, deepest first; modes as banked, setid bits cleared;
 - the fresh tree is swapped into place atomically: ``renameat2`` with
   ``RENAME_EXCHANGE`` when something stands at the destination (the old tree is then
-  removed), ``RENAME_NOREPLACE`` when nothing does. The destination is handled by
+  removed, never across a mount point: a destination with a mount point inside is
+  refused by name before anything is created; read-only directories of the old tree
+  are made writable first; a removal that still fails is a note, the restore being
+  done), ``RENAME_NOREPLACE`` when nothing does. The destination is handled by
   name: a symlink standing there is replaced, the directory it pointed to untouched.
 
 Symlink containment is decided by the reader (``Limits(host_directory=True)``) against
@@ -22,11 +25,12 @@ first (NoSpaceAtDestination).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
+import re
 import secrets
-import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,7 +44,7 @@ from scratchbank.domain.errors import DestinationRefused, NoSpaceAtDestination
 from scratchbank.domain.fold import Bank
 
 from .bank_check import BankCheck
-from .manifest import DIR, FILE, HARDLINK, IMPLICIT, SYMLINK, Member, MemberLog
+from .manifest import DIR, FILE, HARDLINK, SYMLINK, Member, MemberLog
 from .ports import BankStore
 from .tarstream import Limits
 
@@ -58,12 +62,49 @@ class Destination:
     name: str
 
 
-def check_free_space(dest: Destination, needed: int) -> None:
-    """Refuse by name when the destination's filesystem has less room than declared."""
-    st = os.statvfs(dest.parent_fd)
+def check_free_space(target: Path, needed: int) -> None:
+    """Refuse by name when the destination's filesystem has less room than declared.
+
+    Asked of the nearest directory that exists (the destination's parents may not
+    yet): a refusal creates nothing."""
+    probe = target.parent
+    try:
+        while not os.path.lexists(probe) and probe != probe.parent:
+            probe = probe.parent
+        st = os.statvfs(probe)
+    except OSError as error:
+        raise DestinationRefused(f"cannot ask {probe} for its free space: {error.strerror}") from None
     free = st.f_bavail * st.f_frsize
     if free < needed:
         raise NoSpaceAtDestination(f"the destination has {free} bytes free; the bank declares {needed}")
+
+
+def _unescape_mount_path(field: str) -> str:
+    """A mount point as /proc/self/mountinfo spells it (space, tab, newline, backslash octal)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_points_inside(target: Path) -> list[str]:
+    """Mount points strictly inside the directory at ``target`` (none when it is a link)."""
+    if os.path.islink(target) or not os.path.isdir(target):
+        return []
+    root = os.path.realpath(target) + "/"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            points = [_unescape_mount_path(line.split(" ")[4]) for line in info if line.count(" ") > 4]
+    except OSError:
+        return []  # no /proc: the removal still never crosses a device (remove_tree)
+    return sorted(p for p in points if p.startswith(root))
+
+
+def refuse_mount_points(target: Path) -> None:
+    """X6: the old tree is removed after the swap; never through a mount point in it."""
+    inside = mount_points_inside(target)
+    if inside:
+        raise DestinationRefused(
+            f"{target} has a mount point inside ({inside[0]!r}): its old tree cannot be replaced "
+            "without deleting what is mounted there; unmount it or restore elsewhere"
+        )
 
 
 @contextmanager
@@ -121,8 +162,6 @@ class TreeWriter:
                 dir_fd=self._dir_of(link.path),
                 follow_symlinks=False,
             )
-        for implicit in log.members_of(IMPLICIT, deepest_first=True):
-            self._set_dir(attrs.evolve(implicit, mode=IMPLICIT_MODE), keep_time=True)
         for directory in log.members_of(DIR, deepest_first=True):
             if directory.path:  # the root's own mode and time: set_root
                 self._set_dir(directory)
@@ -157,6 +196,7 @@ class TreeWriter:
         except FileNotFoundError:  # an implicit parent: the bank has no entry for it
             os.mkdir(name, 0o700, dir_fd=fd)
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.fchmod(child, IMPLICIT_MODE)  # its mode now (its path is not kept for later)
         finally:
             os.close(fd)
         return child
@@ -193,12 +233,11 @@ class TreeWriter:
         finally:
             os.close(fd)
 
-    def _set_dir(self, m: Member, *, keep_time: bool = False) -> None:
+    def _set_dir(self, m: Member) -> None:
         fd = os.open(self._name(m.path), _DIR_FLAGS, dir_fd=self._dir_of(m.path))
         try:
             os.fchmod(fd, m.mode & 0o777)
-            if not keep_time:
-                os.utime(fd, (m.mtime, m.mtime))
+            os.utime(fd, (m.mtime, m.mtime))
         finally:
             os.close(fd)
 
@@ -248,53 +287,110 @@ def _exists(dest: Destination, name: str) -> bool:
     return True
 
 
-def swap_into_place(dest: Destination, fresh: str) -> None:
-    """Put ``fresh`` at the destination's name atomically; remove what stood there."""
+def swap_into_place(dest: Destination, fresh: str) -> bool:
+    """Put ``fresh`` at the destination's name atomically; True when an old entry was
+    exchanged (it then stands under the name ``fresh``)."""
     if not _exists(dest, dest.name):
         try:
             _renameat2(dest, fresh, dest.name, RENAME_NOREPLACE)
-            return
+            return False
         except OSError as error:
             if error.errno in (errno.EINVAL, errno.ENOSYS):  # no renameat2 on this filesystem
                 os.rename(fresh, dest.name, src_dir_fd=dest.parent_fd, dst_dir_fd=dest.parent_fd)
-                return
+                return False
             if error.errno != errno.EEXIST:  # EEXIST: something arrived meanwhile
                 raise
     _renameat2(dest, fresh, dest.name, RENAME_EXCHANGE)
-    remove_entry(dest, fresh)  # the old tree, now under the fresh name
+    return True
 
 
 def remove_entry(dest: Destination, name: str) -> None:
-    """Remove one entry of the parent by name, never following a symlink."""
+    """Remove one entry of the parent by name, never following a symlink, never
+    crossing into another filesystem, making read-only directories of it writable
+    first (a non-root user owns them but cannot empty them as they are)."""
     try:
         st = os.stat(name, dir_fd=dest.parent_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dest.parent_fd)
+        _remove_dir(dest.parent_fd, name, st.st_dev)
     else:
         os.unlink(name, dir_fd=dest.parent_fd)
 
 
+def _remove_dir(parent_fd: int, name: str, device: int) -> None:
+    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    if st.st_dev != device:
+        raise OSError(errno.EXDEV, f"{name!r} is on another filesystem (a mount point): not removed")
+    if st.st_mode & 0o700 != 0o700:
+        os.chmod(name, stat.S_IMODE(st.st_mode) | 0o700, dir_fd=parent_fd)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        if os.fstat(fd).st_ino != st.st_ino:
+            raise OSError(errno.EAGAIN, f"{name!r} changed while it was being removed")
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                _remove_dir(fd, entry.name, device)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def remove_old_tree(dest: Destination, name: str, target: Path) -> str:
+    """After the swap: remove the old tree; a failure is a note (the restore is done)."""
+    try:
+        remove_entry(dest, name)
+    except (OSError, RecursionError) as error:
+        return f"restored; the old tree could not be removed and stays at {target.parent / name}: {error}"
+    return ""
+
+
+@attrs.frozen
+class HostRestore:
+    """What a host-directory restore did: the bytes restored, and a note (or "")."""
+
+    bytes: int
+    note: str = ""
+
+
 # -- the whole X6 restore ----------------------------------------------------------------------
-def restore_into_host_directory(run_id: str, bank: Bank, target: Path, *, store: BankStore, cap: int) -> int:
-    """Fetch, check whole, then write into a fresh sibling and swap it in; the bytes restored."""
+def restore_into_host_directory(
+    run_id: str, bank: Bank, target: Path, *, store: BankStore, cap: int
+) -> HostRestore:
+    """Fetch, check whole, then write into a fresh sibling and swap it in.
+
+    Every refusal comes before anything is created or moved (free space, a mount
+    point inside the old tree); once the swap is done, the restore is done, and a
+    failure to remove the old tree is a note, never a refusal."""
     limits = Limits(host_directory=True)
     with tempfile.TemporaryFile() as fetched:  # the compressed bank (within the cap), read twice
         store.fetch(run_id, fetched, max_bytes=cap)
         total = _passes(bank, fetched, limits, cap)
+        check_free_space(target, max(bank.record.manifest_bytes or 0, total))
+        refuse_mount_points(target)
         with opened_destination(target) as dest:
-            check_free_space(dest, max(bank.record.manifest_bytes or 0, total))
-            fresh = make_fresh(dest)
-            try:
-                _passes(bank, fetched, limits, cap, into=(dest, fresh))
-                swap_into_place(dest, fresh)
-            except BaseException as error:
-                remove_entry(dest, fresh)
-                if isinstance(error, OSError):
-                    raise DestinationRefused(f"restoring into {target}: {error}") from None
-                raise
-    return bank.record.bytes
+            fresh = _write_fresh(bank, fetched, limits, cap, dest, target)
+            note = remove_old_tree(dest, fresh, target) if fresh else ""
+    return HostRestore(bank.record.bytes, note)
+
+
+def _write_fresh(
+    bank: Bank, fetched: BinaryIO, limits: Limits, cap: int, dest: Destination, target: Path
+) -> str:
+    """Write the tree into a fresh sibling and swap it in: the old tree's name now, or ""."""
+    fresh = make_fresh(dest)
+    try:
+        _passes(bank, fetched, limits, cap, into=(dest, fresh))
+        exchanged = swap_into_place(dest, fresh)
+    except BaseException as error:
+        with contextlib.suppress(OSError, RecursionError):
+            remove_entry(dest, fresh)
+        if isinstance(error, OSError):
+            raise DestinationRefused(f"restoring into {target}: {error}") from None
+        raise
+    return fresh if exchanged else ""
 
 
 def _passes(

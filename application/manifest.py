@@ -15,12 +15,24 @@ SQLite does both on disk in bounded memory.
 A manifest line is ``json.dumps([path, kind, size])`` (ASCII only, so SQLite's byte
 order is Python's ``sorted`` order); the manifest digest is the SHA-256 of the sorted
 lines joined by newlines, as recorded on ``sandbox_scratch_banked``.
+
+Rows are keyed by a 16-byte BLAKE2b of the path under a key drawn per log (a bank
+cannot aim at a collision it cannot compute). An implicit parent directory stores
+only that key, never its path: a bank of deep unique paths has ~depth implicit
+parents per member, and storing each one's whole path (table and index) cost
+~800 KB of temp disk per 5 KB member (T6). Nothing reads an implicit parent's path
+back: the lookups, the duplicate check and the listing comparison all go by key.
+
+A conflict (a duplicate, a non-directory where an implicit parent stands) is found
+before ``add`` returns, never later: the reader hands a member on only once its
+checks are final (X2).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 
@@ -30,11 +42,11 @@ FILE, DIR, SYMLINK, HARDLINK, FIFO = "file", "dir", "symlink", "hardlink", "fifo
 IMPLICIT = "implicit"  # a parent directory with no entry of its own
 
 _SCHEMA = """
-CREATE TABLE members (seq INTEGER PRIMARY KEY, path BLOB UNIQUE NOT NULL, type TEXT NOT NULL,
-    size INTEGER NOT NULL, mode INTEGER NOT NULL, mtime INTEGER NOT NULL, link BLOB NOT NULL,
-    line TEXT NOT NULL);
+CREATE TABLE members (seq INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, path BLOB NOT NULL,
+    type TEXT NOT NULL, size INTEGER NOT NULL, mode INTEGER NOT NULL, mtime INTEGER NOT NULL,
+    link BLOB NOT NULL, line TEXT NOT NULL);
 CREATE INDEX members_line ON members(line);
-CREATE TABLE listing (path BLOB NOT NULL, type TEXT NOT NULL, size INTEGER NOT NULL,
+CREATE TABLE listing (key BLOB NOT NULL, type TEXT NOT NULL, size INTEGER NOT NULL,
     line TEXT NOT NULL);
 CREATE INDEX listing_line ON listing(line);
 """
@@ -108,20 +120,22 @@ class PathTaken(Exception):
 
 
 _UPSERT = (
-    "INSERT INTO members (seq, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?) "
-    "ON CONFLICT(path) DO UPDATE SET seq = excluded.seq, type = excluded.type, mode = excluded.mode, "
-    "mtime = excluded.mtime, line = excluded.line "
+    "INSERT INTO members (seq, key, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, path = excluded.path, type = excluded.type, "
+    "mode = excluded.mode, mtime = excluded.mtime, line = excluded.line "
     "WHERE members.type = 'implicit' AND excluded.type = 'dir'"
 )
-_Row = tuple[int, bytes, str, int, int, int, bytes, str]
+_Row = tuple[int, bytes, bytes, str, int, int, int, bytes, str]
 
 
 class MemberLog:
     """Accepted members, in order, on disk. Iterating yields them as ``Member``.
 
     Writes are batched (``BATCH`` rows per ``executemany``, looked up in memory until
-    then): one SQLite call per member would cost more than parsing it. A conflict with
-    a row already on disk is found when its batch lands, and raised as PathTaken then.
+    then). A conflict is raised as PathTaken by ``add`` itself: with the pending batch
+    in memory, or with a row already on disk (one indexed lookup, once a batch has
+    landed). Never when a batch lands: by then the reader would have streamed the
+    member on (the X2 escape in issue 10's attack findings).
     """
 
     BATCH = 2048
@@ -134,6 +148,8 @@ class MemberLog:
         self._db.execute("BEGIN")
         self._pending: dict[bytes, _Row] = {}
         self._listed: list[tuple[bytes, str, int, str]] = []
+        self._salt = secrets.token_bytes(16)
+        self._landed = False
         self._seq = 0
         self.count = 0
 
@@ -151,13 +167,18 @@ class MemberLog:
         """A parent directory the bank leaves implicit (it has no entry of its own)."""
         self._put(Member(path, IMPLICIT, 0, 0, 0), "")
 
+    def key(self, path: str) -> bytes:
+        """The row key of a path (keyed BLAKE2b, 16 bytes)."""
+        return hashlib.blake2b(_b(path), digest_size=16, key=self._salt).digest()
+
     def _put(self, m: Member, line: str) -> None:
-        key = _b(m.path)
-        held = self._pending.get(key)
-        if held is not None and not (held[2] == IMPLICIT and m.type == DIR):
-            raise PathTaken(m.path, held[2])
+        key = self.key(m.path)
+        held = self._row_of(key)
+        if held is not None and not (held[0] == IMPLICIT and m.type == DIR):
+            raise PathTaken(m.path, held[0])
         self._seq += 1
-        self._pending[key] = (self._seq, key, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
+        path = b"" if m.type == IMPLICIT else _b(m.path)
+        self._pending[key] = (self._seq, key, path, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
         if len(self._pending) >= self.BATCH:
             self.flush()
 
@@ -167,6 +188,7 @@ class MemberLog:
             return
         rows = list(self._pending.values())
         self._pending.clear()
+        self._landed = True
         before = self._db.total_changes
         self._db.executemany(_UPSERT, rows)
         if self._db.total_changes - before != len(rows):
@@ -174,17 +196,21 @@ class MemberLog:
 
     def _conflict(self, rows: list[_Row]) -> None:
         for row in rows:
-            found = self._db.execute("SELECT seq, type FROM members WHERE path = ?", (row[1],)).fetchone()
+            found = self._db.execute("SELECT seq, type FROM members WHERE key = ?", (row[1],)).fetchone()
             if found is not None and found[0] != row[0]:
-                raise PathTaken(_s(row[1]), str(found[1]))
+                raise PathTaken(_s(row[2]), str(found[1]))
 
     # -- looking up (pending rows first) --------------------------------------------------
     def _row(self, path: str) -> tuple[str, int, bytes] | None:
-        key = _b(path)
+        return self._row_of(self.key(path))
+
+    def _row_of(self, key: bytes) -> tuple[str, int, bytes] | None:
         held = self._pending.get(key)
         if held is not None:
-            return held[2], held[3], held[6]
-        found = self._db.execute("SELECT type, size, link FROM members WHERE path = ?", (key,)).fetchone()
+            return held[3], held[4], held[7]
+        if not self._landed:
+            return None
+        found = self._db.execute("SELECT type, size, link FROM members WHERE key = ?", (key,)).fetchone()
         return None if found is None else (str(found[0]), int(found[1]), bytes(found[2]))
 
     def kind(self, path: str) -> str | None:
@@ -216,6 +242,9 @@ class MemberLog:
                 yield Member(_s(path), kind, size, mode, mtime, _s(link))
 
     def members_of(self, kind: str, *, deepest_first: bool = False) -> Iterator[Member]:
+        """Members of one kind (not IMPLICIT: their paths are not kept)."""
+        if kind == IMPLICIT:
+            raise ValueError("implicit parents are kept by key only")
         self.flush()
         order = "path DESC" if deepest_first else "seq"
         rows = self._db.execute(
@@ -241,7 +270,7 @@ class MemberLog:
 
     # -- the restored tree, compared with the manifest ------------------------------------
     def add_listed(self, path: str, kind: str, size: int) -> None:
-        self._listed.append((_b(path), kind, size, line_of(path, kind, size)))
+        self._listed.append((self.key(path), kind, size, line_of(path, kind, size)))
         if len(self._listed) >= self.BATCH:
             self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
             self._listed.clear()
@@ -259,6 +288,6 @@ class MemberLog:
         unexpected = self._db.execute(
             "SELECT COUNT(*) FROM listing l WHERE NOT EXISTS (SELECT 1 FROM members m WHERE m.line = l.line) "
             "AND NOT (l.type = 'dir' AND EXISTS "
-            "(SELECT 1 FROM members i WHERE i.path = l.path AND i.type = 'implicit'))"
+            "(SELECT 1 FROM members i WHERE i.key = l.key AND i.type = 'implicit'))"
         ).fetchone()[0]
         return Comparison(int(missing), int(unexpected))

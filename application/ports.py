@@ -6,7 +6,7 @@ Ports are Protocols so that an engine can implement one over what it already has
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -181,7 +181,14 @@ class Sandbox(Protocol):
         self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
     ) -> StagedRestore: ...
 
-    def commit_restore(self, staged: StagedRestore) -> None: ...
+    def commit_restore(
+        self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()
+    ) -> str | None:
+        """Apply ``dir_modes`` ((path, mode), deepest first; "" the root: the stream
+        carried directories u+rwx) and move the staged tree into place; a note on
+        anything left behind (X4: the restore is done once the tree is in place).
+        Raises RestoreRefused when nothing was moved."""
+        ...
 
     def discard_restore(self, staged: StagedRestore) -> None: ...
 

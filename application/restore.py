@@ -40,6 +40,8 @@ from scratchbank.domain.errors import (
     SandboxGone,
     ScratchbankError,
     StreamBroken,
+    TimelineUnreadable,
+    TimelineWriteFailed,
 )
 from scratchbank.domain.fold import Bank
 from scratchbank.domain.restore import RestoreAttempt, RestoreResult
@@ -51,7 +53,7 @@ from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
 from .ports import BankStore, Sandbox, StagedRestore
-from .tarstream import CanonicalWriter, Limits
+from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
 
@@ -80,7 +82,7 @@ def restore_bank(
     try:
         if host_directory is not None:
             got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
-            return RestoreAttempt(RestoreResult.RESTORED, got, into_host_dir=True)
+            return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
         assert sandbox is not None
         return _into_sandbox(
             run_id, decision.bank, sandbox, store=store, cap=cap, progress=progress, gzip_level=gzip_level
@@ -89,6 +91,7 @@ def restore_bank(
         return attempt_of(error)
 
 
+#: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
 _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankGone, RestoreResult.GONE),
     (BankReadFailed, RestoreResult.READ_FAILED),
@@ -96,14 +99,22 @@ _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankMismatch, RestoreResult.REFUSED_ON_HOST),
     (DestinationRefused, RestoreResult.REFUSED_ON_HOST),
     (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
+    (TimelineUnreadable, RestoreResult.READ_FAILED),
+    (TimelineWriteFailed, RestoreResult.READ_FAILED),
     (StreamBroken, RestoreResult.STREAM_BROKEN),
     (ExecFailed, RestoreResult.STREAM_BROKEN),
     (SandboxGone, RestoreResult.STREAM_BROKEN),
 )
 
 
-def attempt_of(error: ScratchbankError) -> RestoreAttempt:
-    """The RestoreAttempt a named failure stands for (X4 loses the bank, X5 retries)."""
+def attempt_of(error: BaseException) -> RestoreAttempt:
+    """The RestoreAttempt a failure stands for: the one table for restore and resume alike.
+
+    A named failure reads as its kind (X4 loses the bank, X5 reads again); any other
+    named failure reads again (X5); anything unnamed is UNEXPECTED (parked like X5).
+    """
+    if not isinstance(error, ScratchbankError):
+        return RestoreAttempt(RestoreResult.UNEXPECTED, detail=f"{type(error).__name__}: {error}")
     for kind, result in _RESULTS:
         if isinstance(error, kind):
             return RestoreAttempt(result, detail=f"{error.code}: {error.message}")
@@ -169,7 +180,7 @@ def _pipeline(
 ) -> Iterator[tuple[BinaryIO, _Produced, BankCheck, _PipeOut, threading.Thread]]:
     read_fd, write_fd = os.pipe()
     out = _PipeOut(write_fd)
-    writer = CanonicalWriter(out, gzip_level=gzip_level)  # type: ignore[arg-type]
+    writer = CanonicalWriter(out, gzip_level=gzip_level, writable_dirs=True)  # type: ignore[arg-type]
     check = BankCheck(
         bank.record, limits=Limits(), cap=cap, on_member=writer.member, on_data=writer.data, progress=progress
     )
@@ -232,10 +243,14 @@ def _into_sandbox(
                 f"{comparison.unexpected} unexpected"
             )
             return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
-        sandbox.commit_restore(staged)
+        try:
+            note = sandbox.commit_restore(staged, dir_modes=dir_modes(check.log))
+        except ScratchbankError:
+            _discard(sandbox, staged)  # a refused commit moved nothing: the staged tree goes
+            raise
         if progress is not None:
             progress("restored", bank.record.bytes, bank.record.bytes)
-        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes)
+        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes, detail=note or "")
 
 
 def _verdict(

@@ -18,18 +18,9 @@ from pathlib import Path
 import attrs
 
 from scratchbank.domain.errors import (
-    BankGone,
-    BankMismatch,
-    BankReadFailed,
-    ExecFailed,
-    HostileArchive,
     NoRestoreTarget,
-    RestoreRefused,
     ResumeSuperseded,
     RunNotFound,
-    SandboxGone,
-    ScratchbankError,
-    StreamBroken,
     TimelineConflict,
     TimelineUnreadable,
     TimelineWriteFailed,
@@ -37,7 +28,7 @@ from scratchbank.domain.errors import (
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
 from scratchbank.domain.records import Record, RunResumed
-from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, RestoreResult, after_restore
+from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, after_restore
 from scratchbank.domain.resume_gate import (
     ResumeDecision,
     ResumeRequest,
@@ -50,7 +41,7 @@ from scratchbank.domain.snapshot import state_from_data, state_to_data
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
-from .restore import Progress, restore_bank
+from .restore import Progress, attempt_of, restore_bank
 from .retry import Budget
 
 RECORD_BUDGET = 30.0
@@ -261,29 +252,6 @@ def _restore_guarded(
         )
     except Exception as error:  # once claimed, no path ends without its record
         return attempt_of(error)
-
-
-#: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
-_RESULT_OF: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
-    (BankGone, RestoreResult.GONE),
-    (HostileArchive, RestoreResult.REFUSED_ON_HOST),
-    (BankMismatch, RestoreResult.REFUSED_ON_HOST),
-    (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
-    (BankReadFailed, RestoreResult.READ_FAILED),
-    (TimelineUnreadable, RestoreResult.READ_FAILED),
-    (TimelineWriteFailed, RestoreResult.READ_FAILED),
-    (StreamBroken, RestoreResult.STREAM_BROKEN),
-    (ExecFailed, RestoreResult.STREAM_BROKEN),
-    (SandboxGone, RestoreResult.STREAM_BROKEN),
-)
-
-
-def attempt_of(error: Exception) -> RestoreAttempt:
-    """The restore attempt a failure amounts to. Unnamed failures read again (X5)."""
-    for kind, result in _RESULT_OF:
-        if isinstance(error, kind):
-            return RestoreAttempt(result, detail=f"{error.code}: {error.message}")
-    return RestoreAttempt(RestoreResult.UNEXPECTED, detail=f"{type(error).__name__}: {error}")
 
 
 def _record_restore(

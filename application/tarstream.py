@@ -51,6 +51,7 @@ __all__ = [
     "Member",
     "MemberLog",
     "TarReader",
+    "dir_modes",
     "manifest_lines",
 ]
 
@@ -461,8 +462,9 @@ class CanonicalWriter:
     the bank is ever copied.
     """
 
-    def __init__(self, out: BinaryIO, *, gzip_level: int | None = None) -> None:
+    def __init__(self, out: BinaryIO, *, gzip_level: int | None = None, writable_dirs: bool = False) -> None:
         self._out = out
+        self._writable_dirs = writable_dirs
         self._z = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
         self._pending = 0
         self.bytes = 0
@@ -482,7 +484,11 @@ class CanonicalWriter:
             self._digest.update(data)
 
     def member(self, m: Member) -> None:
+        """Write a member's header; with ``writable_dirs`` a directory is written u+rwx
+        (its banked mode is applied after extraction: ``dir_modes``)."""
         self._pad()
+        if self._writable_dirs and m.type == DIR:
+            m = attrs.evolve(m, mode=m.mode | 0o700)
         self._write(header_of(m))
         self._pending = (-m.size) % BLOCK if m.type == FILE else 0
 
@@ -501,6 +507,15 @@ class CanonicalWriter:
         if self._z is not None:
             self._emit(self._z.flush())
         return self._digest.hexdigest()
+
+
+def dir_modes(log: MemberLog) -> Iterator[tuple[str, int]]:
+    """The directories whose banked mode is not u+rwx, deepest first (the root last, as
+    ""): a non-root tar (BusyBox's) cannot fill a 0555 directory it has just made, so a
+    sandbox stream writes directories u+rwx and these modes are applied after."""
+    for d in log.members_of(DIR, deepest_first=True):
+        if d.mode & 0o700 != 0o700:
+            yield d.path, d.mode & 0o777
 
 
 _TYPES = {FILE: tarfile.REGTYPE, DIR: tarfile.DIRTYPE, SYMLINK: tarfile.SYMTYPE, HARDLINK: tarfile.LNKTYPE}

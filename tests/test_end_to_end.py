@@ -88,9 +88,12 @@ def test_bank_in_one_container_restore_in_another(
 
 
 @pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
-def test_X2_the_hostile_corpus_never_reaches_the_sandbox(engine: str, tmp_path: Path) -> None:
+def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each hostile bank, recorded as banked with its true size and digest, is refused on
-    the host; the sandbox's filesystem is untouched and the host's temp area is clean."""
+    the host; the sandbox's filesystem is untouched and the host's temp area is clean
+    (this test's own temp area: other processes share /tmp)."""
     import hashlib
     import os
     import tempfile
@@ -98,7 +101,9 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(engine: str, tmp_path: 
     from scratchbank.adapters.memory import InMemoryTimeline
 
     store = FilesystemBankStore(tmp_path / "banks")
-    before_tmp = set(os.listdir(tempfile.gettempdir()))
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     with rig(engine) as r:
         r.sh("mkdir -p /tmp/outside && echo safe > /tmp/outside/sentinel && touch /tmp/marker && sleep 1")
         for name, data, _ in corpus():
@@ -130,9 +135,7 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(engine: str, tmp_path: 
         ).split()
         assert changed == []
         assert r.sh("cat /tmp/outside/sentinel").strip() == "safe"
-    assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("scratchbank-restore")} <= {
-        p for p in before_tmp if p.startswith("scratchbank-restore")
-    }
+    assert os.listdir(own_tmp) == []
 
 
 def test_peak_memory_is_reported() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,8 +83,10 @@ class LosesAnEntry:
         listing.write(b"".join(full.getvalue().splitlines(keepends=True)[1:]))
         return staged
 
-    def commit_restore(self, staged: StagedRestore) -> None:
-        self.inner.commit_restore(staged)
+    def commit_restore(
+        self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()
+    ) -> str | None:
+        return self.inner.commit_restore(staged, dir_modes=dir_modes)
 
     def discard_restore(self, staged: StagedRestore) -> None:
         self.inner.discard_restore(staged)
@@ -190,3 +192,25 @@ def test_X2_the_canonical_stream_may_go_gzip_level_1(box: Rig) -> None:
     attempt = restore_bank("run-z", decision, store=store, sandbox=box.sandbox, gzip_level=1)
     assert attempt.result.value == "restored", attempt
     assert box.sh(f"cat {box.scratch}/z/one {box.scratch}/two") == "abcabc"
+
+
+@pytest.mark.parametrize("flavour", ["busybox", "gnu"])
+def test_X1_directory_modes_are_restored_as_banked_in_a_non_root_sandbox(flavour: str) -> None:
+    """The stream carries directories u+rwx (a non-root tar must fill them) and commit
+    applies the banked modes deepest first: a 0555 directory holding a file, a 0500 one
+    under it and a name with a space and a newline all end with their banked modes."""
+    with rig(f"docker-{flavour}", user="1000") as r:
+        r.sh(f"mkdir -p {r.scratch} && chown -R 1000 {r.scratch}")
+        raw = (
+            ustar(member("./", tarfile.DIRTYPE, mode=0o755))
+            + ustar(member("ro", tarfile.DIRTYPE, mode=0o555))
+            + ustar(member("ro/in ner\n", tarfile.DIRTYPE, mode=0o500))
+            + ustar(member("ro/in ner\n/f", size=1, mode=0o444), b"z")
+            + ustar(member("ro/g", size=1, mode=0o644), b"y")
+            + end()
+        )
+        out = restore(gz(raw), r.sandbox)
+        assert out.proceeds, out.restore.record.reason if out.restore else out
+        modes = r.sh(f"cd {r.scratch} && stat -c '%a' ro ro/in*").split()
+        assert modes == ["555", "500"]
+        assert r.sh(f"cat {r.scratch}/ro/g") == "y"

@@ -9,13 +9,24 @@
 #       staged tree: a line with the byte count of the stats, one "MODEHEX SIZE" line
 #       per entry, then the entries' names NUL-separated in the same order (a name may
 #       hold any byte but NUL and '/', a newline too).
-#   restore.sh commit SCRATCH TOKEN   move the staged tree into place
+#   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
+#       ("OCTAL NAME" lines, deepest first, NAME escaped for printf %b, "." the root: the
+#       stream carried every directory u+rwx, so that a non-root tar can fill a 0555
+#       one), then move the staged tree into place
 #   restore.sh discard SCRATCH TOKEN  remove it
 #   restore.sh list SCRATCH           the scratch's tree, in the stage's format
 #
 #   exit 0 done; 20 the stream broke (short, or not the bytes sent); 21 tar refused
-#   (the scratch cannot be created, a member cannot be recreated, the disk is full);
-#   12 cannot list.
+#   (the scratch cannot be created, a member cannot be recreated, the disk is full, the
+#   staged tree cannot be listed by the sandbox's user, the scratch holds a mount point);
+#   12 cannot list (the list op only).
+#
+#   Every removal makes the tree writable first (chmod -R u+rwx: a non-root user owns
+#   a 0555 directory but cannot empty it) and never runs over a mount point: commit
+#   refuses by name, before anything moves, a scratch with a mount point inside it
+#   (/proc/mounts; BusyBox has no rm --one-file-system). A commit reports success once
+#   the new tree is in place: an old tree that then cannot be removed is a note on
+#   stderr, never a failure.
 set -u
 export LC_ALL=C
 op=$1
@@ -23,15 +34,60 @@ scratch=$2
 parent=$(dirname "$scratch")
 staged="$parent/.scratchbank-staged.${3:-none}"
 
-list_tree() { # $1 directory, $2 work directory
+walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     # Two walks of a tree nobody else writes (a fresh staging directory): stat's lines
     # (no names in them) and the names NUL-separated, in the same order. Not `xargs -0`:
     # BusyBox 1.35's splits names at its buffer boundaries.
-    cd "$1/." 2>/dev/null || exit 12
-    find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 12
-    find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 12
-    wc -c <"$2/stats" | tr -d ' '
-    cat "$2/stats" "$2/names"
+    (
+        cd "$1/." 2>/dev/null || exit 1
+        find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 1
+        find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 1
+    )
+}
+
+print_tree() { # $1 work directory
+    wc -c <"$1/stats" | tr -d ' '
+    cat "$1/stats" "$1/names"
+}
+
+remove_tree() { # $1: gone afterwards (0), or still there (1); never follows a link in it
+    [ -e "$1" ] || [ -L "$1" ] || return 0
+    [ -L "$1" ] || chmod -R u+rwx "$1" 2>/dev/null
+    rm -rf "$1" 2>/dev/null
+    [ ! -e "$1" ] && [ ! -L "$1" ]
+}
+
+real_dir() { # $1's physical path, or nothing when it is not a directory
+    (cd "$1/." 2>/dev/null && pwd -P)
+}
+
+mount_inside() { # the first mount point strictly inside directory $1 (nothing: none)
+    [ -L "$1" ] && return 0 # a link is replaced by name: nothing under it is removed
+    real=$(real_dir "$1") || return 0
+    [ -n "$real" ] || return 0
+    awk -v p="${real%/}/" 'index($2, p) == 1 { print $2; exit }' /proc/mounts 2>/dev/null
+}
+
+is_mount_point() { # $1 is a directory whose filesystem is not its parent's
+    [ -d "$1" ] && [ ! -L "$1" ] || return 1
+    real=$(real_dir "$1") || return 1
+    [ "$(stat -c %d "$1/." 2>/dev/null)" != "$(stat -c %d "$1/.." 2>/dev/null)" ] && return 0
+    awk -v p="$real" '$2 == p { found = 1 } END { exit !found }' /proc/mounts 2>/dev/null
+}
+
+free_bytes() { # free bytes of the filesystem holding $1 (nothing when unknown)
+    # KiB from awk, bytes from the shell: awk may print a large product as 7.01e+10
+    kib=$(df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 }')
+    case $kib in '' | *[!0-9]*) return 0 ;; esac
+    echo $((kib * 1024))
+}
+
+fits() { # $1 bytes needed, $2 a path on the filesystem asked
+    free=$(free_bytes "$2")
+    if [ -n "$free" ] && [ "$1" -gt "$free" ]; then
+        echo "scratchbank: $2 has $free bytes free, the bank needs $1" >&2
+        return 1
+    fi
 }
 
 unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1
@@ -52,19 +108,18 @@ stage() {
     compress=$4
     need=${5:-0}
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
-    free=$(df -Pk "$parent" 2>/dev/null | awk 'NR == 2 { print $4 }')
-    if [ -n "$free" ] && [ "$need" -gt $((free * 1024)) ]; then
-        echo "scratchbank: $parent has $((free * 1024)) bytes free, the bank needs $need" >&2
-        exit 21
-    fi
+    fits "$need" "$parent" || exit 21
+    # A scratch that is its own filesystem (a volume, a tmpfs, an emptyDir) is filled by
+    # commit: the bank must fit there too (its old tree's room is not counted).
+    if is_mount_point "$scratch"; then fits "$need" "$scratch" || exit 21; fi
     mkdir "$staged" 2>/dev/null || { echo "scratchbank: cannot create $staged" >&2; exit 21; }
     work=$(mktemp -d "${TMPDIR:-/tmp}/.sb-restore.XXXXXX" 2>/dev/null) || {
-        rm -rf "$staged"
+        remove_tree "$staged"
         echo "scratchbank: cannot create a work directory" >&2
         exit 21
     }
     trap 'rm -rf "$work"' EXIT
-    mkfifo "$work/sum.fifo" || { rm -rf "$staged"; echo "scratchbank: cannot make a fifo" >&2; exit 21; }
+    mkfifo "$work/sum.fifo" || { remove_tree "$staged"; echo "scratchbank: cannot make a fifo" >&2; exit 21; }
     sha256sum <"$work/sum.fifo" >"$work/sum" &
     sumpid=$!
     if [ "$compress" = z ]; then flags=xzf; else flags=xf; fi
@@ -82,44 +137,88 @@ stage() {
     read -r count want <"$work/end" 2>/dev/null || want="(no end frame)"
     if [ "$got" != "$want" ]; then
         echo "scratchbank: stream broke: got sha256 $got, want $want" >&2
-        rm -rf "$staged"
+        remove_tree "$staged"
         exit 20
     fi
     if [ "$rc" != 0 ]; then
         cat "$work/err" >&2
-        rm -rf "$staged"
+        remove_tree "$staged"
+        exit 21
+    fi
+    if ! walk_tree "$staged" "$work"; then
+        # The sandbox's own user cannot read what it extracted (a mode-0 directory, as
+        # non-root): the sandbox refuses the bank (X4), it is not a broken stream.
+        echo "scratchbank: the sandbox's user cannot list the restored tree (an unreadable directory?)" >&2
+        remove_tree "$staged"
         exit 21
     fi
     echo "scratchbank-staged $count $got"
-    list_tree "$staged" "$work"
+    print_tree "$work"
+}
+
+apply_modes() { # $1: "OCTAL ESCAPED-NAME" lines, deepest first
+    while IFS=' ' read -r mode esc; do
+        if [ "$esc" = . ]; then
+            target=$staged
+        else
+            name=$(printf '%bX' "$esc")
+            target="$staged/${name%X}"
+        fi
+        [ -d "$target" ] && [ ! -L "$target" ] || { echo "scratchbank: $esc is not a staged directory" >&2; return 1; }
+        chmod "$mode" "$target" || return 1
+    done <"$1"
 }
 
 commit() {
     [ -d "$staged" ] && [ ! -L "$staged" ] || { echo "scratchbank: nothing staged at $staged" >&2; exit 21; }
+    work=$(mktemp -d "${TMPDIR:-/tmp}/.sb-commit.XXXXXX" 2>/dev/null) || { echo "scratchbank: cannot create a work directory" >&2; exit 21; }
+    trap 'rm -rf "$work"' EXIT
+    unframe "$work/end" >"$work/modes" || { echo "scratchbank: the directory modes did not arrive whole" >&2; exit 21; }
+    apply_modes "$work/modes" || exit 21
+    inside=$(mount_inside "$scratch")
+    if [ -n "$inside" ]; then
+        echo "scratchbank: $scratch has a mount point inside ($inside): its old tree cannot be replaced without deleting what is mounted there" >&2
+        exit 21
+    fi
+    if is_mount_point "$scratch"; then
+        commit_into_mount_point
+        exit 0
+    fi
     if [ -e "$scratch" ] || [ -L "$scratch" ]; then
-        if ! mv "$scratch" "$staged.old" 2>/dev/null; then
-            # A mount point cannot be renamed: empty it and move the entries in.
-            find "$scratch" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
-            for entry in "$staged"/* "$staged"/.[!.]* "$staged"/..?*; do
-                [ -e "$entry" ] || [ -L "$entry" ] || continue
-                mv "$entry" "$scratch"/ || exit 21
-            done
-            rm -rf "$staged"
-            exit 0
-        fi
+        mv "$scratch" "$staged.old" 2>/dev/null || { echo "scratchbank: cannot move $scratch aside" >&2; exit 21; }
     fi
     mv "$staged" "$scratch" || { mv "$staged.old" "$scratch" 2>/dev/null; exit 21; }
-    rm -rf "$staged.old"
+    remove_tree "$staged.old" || echo "scratchbank: note: restored; the old scratch stays at $staged.old" >&2
+    exit 0
+}
+
+commit_into_mount_point() {
+    # A mount point cannot be renamed: empty it and move the entries in, once the new
+    # tree is known to fit (the old tree's room counted).
+    used=$(du -sk "$scratch" 2>/dev/null | awk '{ print $1 }')
+    want=$(du -sk "$staged" 2>/dev/null | awk '{ print $1 }')
+    fits "$(((${want:-0} - ${used:-0}) * 1024))" "$scratch" || exit 21
+    chmod u+rwx "$staged" || exit 21 # its entries move out (the root's banked mode is not kept here)
+    for entry in "$scratch"/* "$scratch"/.[!.]* "$scratch"/..?*; do
+        [ -e "$entry" ] || [ -L "$entry" ] || continue
+        remove_tree "$entry" || { echo "scratchbank: cannot empty $scratch ($entry stays)" >&2; exit 21; }
+    done
+    for entry in "$staged"/* "$staged"/.[!.]* "$staged"/..?*; do
+        [ -e "$entry" ] || [ -L "$entry" ] || continue
+        mv "$entry" "$scratch"/ || exit 21
+    done
+    remove_tree "$staged" || echo "scratchbank: note: restored; $staged stays" >&2
 }
 
 case $op in
 stage) stage "$@" ;;
 commit) commit ;;
-discard) rm -rf "$staged" ;;
+discard) remove_tree "$staged" ;;
 list)
     work=$(mktemp -d "${TMPDIR:-/tmp}/.sb-list.XXXXXX" 2>/dev/null) || exit 12
     trap 'rm -rf "$work"' EXIT
-    list_tree "$scratch" "$work"
+    walk_tree "$scratch" "$work" || exit 12
+    print_tree "$work"
     ;;
 *) exit 2 ;;
 esac
