@@ -6,17 +6,29 @@ paths. Appends rely on the recorder's unique (stream, version) constraint: of tw
 writers racing on one run exactly one wins and the other gets TimelineConflict.
 Every driver error is translated here: a conflict, an unreadable timeline (R15) or a
 failed write.
+
+Every call has a deadline (``call_seconds``, T8): SQLite's busy timeout; on
+PostgreSQL the server's ``statement_timeout`` and ``lock_timeout`` (a held row or
+table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
+that stops forwarding (the server's own timeouts cannot reach us then), a watchdog
+that shuts the call's socket down a grace after the deadline. A call past it raises
+TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
+import os
 import random
+import socket
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from eventsourcing.persistence import (
@@ -27,13 +39,22 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
+from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
 from scratchbank.domain.records import Record, UnknownRecord
 from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import decode, encode
 
+from .watchdog import Watchdog
+
 TOPIC_PREFIX = "scratchbank.wire:"
 APPEND_RETRIES = 30
+#: Each read or append ends within this (configurable per timeline: ``call_seconds``).
+CALL_SECONDS = 10.0
+#: The client-side cut comes this long after the server's own timeouts would have.
+CUT_GRACE = 2.0
+
+T = TypeVar("T")
 
 
 def env_for_url(url: str) -> dict[str, str]:
@@ -61,16 +82,84 @@ def env_for_url(url: str) -> dict[str, str]:
     raise ValueError(f"unsupported timeline URL {url!r} (sqlite:///... or postgresql://...)")
 
 
-class EventStoreTimeline:
-    """A Timeline over an eventsourcing aggregate recorder."""
+def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
+    """The deadline as each backend's own settings (SQLite's busy timeout; the pool's
+    wait and the insert's ``SET LOCAL lock_timeout`` on PostgreSQL)."""
+    whole = str(max(1, math.ceil(seconds)))
+    if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
+        return {"SQLITE_LOCK_TIMEOUT": whole}
+    return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
 
-    def __init__(self, url: str, *, env: Mapping[str, str] | None = None) -> None:
-        settings = env_for_url(url) | dict(env or {})
+
+def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
+    """The recorder's method without the driver's own retry loop (eventsourcing's
+    PostgreSQL recorder tries an OperationalError ten times): one call, one deadline;
+    retries are the use case's, within its budget (T8)."""
+    method = getattr(type(recorder), name)
+    bare = getattr(method, "__wrapped__", method)
+    return functools.partial(bare, recorder)
+
+
+def _server_timeouts(factory: InfrastructureFactory[Any], seconds: float) -> None:
+    """PostgreSQL: every connection the pool opens ends a statement or a lock wait by
+    the deadline, and gives up connecting by it (set before the pool first opens)."""
+    pool = getattr(getattr(factory, "datastore", None), "pool", None)
+    kwargs = getattr(pool, "kwargs", None)
+    if not isinstance(kwargs, dict):
+        return
+    ms = int(seconds * 1000)
+    kwargs["connect_timeout"] = max(2, math.ceil(seconds))
+    kwargs["options"] = f"-c statement_timeout={ms} -c lock_timeout={ms}"
+
+
+class _Cutter:
+    """Knows the PostgreSQL connection each thread's call is using, to shut its socket
+    down when that call's deadline passes (a stalled network)."""
+
+    def __init__(self, factory: InfrastructureFactory[Any]) -> None:
+        self.in_use: dict[int, Any] = {}
+        datastore = getattr(factory, "datastore", None)
+        original = getattr(datastore, "get_connection", None)
+        if original is None:
+            return
+
+        @contextlib.contextmanager
+        def get_connection(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with original(*args, **kwargs) as conn:
+                self.in_use[threading.get_ident()] = conn
+                try:
+                    yield conn
+                finally:
+                    self.in_use.pop(threading.get_ident(), None)
+
+        datastore.get_connection = get_connection  # type: ignore[union-attr]
+
+    def cut(self, thread: int) -> None:
+        conn = self.in_use.get(thread)
+        if conn is None:
+            return
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class EventStoreTimeline:
+    """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``."""
+
+    def __init__(
+        self, url: str, *, env: Mapping[str, str] | None = None, call_seconds: float = CALL_SECONDS
+    ) -> None:
+        settings = env_for_url(url)
+        settings = settings | _timeouts(settings, call_seconds) | dict(env or {})
+        self.call_seconds = call_seconds
         try:
             if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
                 Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
+            _server_timeouts(self._factory, call_seconds)
+            self._cutter = _Cutter(self._factory)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
+            self._select = _once(self._recorder, "select_events")
+            self._insert_events = _once(self._recorder, "insert_events")
             self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
             raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
@@ -96,12 +185,27 @@ class EventStoreTimeline:
     def read(self, run_id: str) -> tuple[Record, ...]:
         return self.read_after(run_id, 0)
 
+    def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
+        """Run one store call within the deadline; a driver error (or the cut) by name."""
+        thread = threading.get_ident()
+        deadline = Deadline.after(self.call_seconds + CUT_GRACE)
+        with Watchdog(deadline, lambda: self._cutter.cut(thread)) as dog:
+            try:
+                return call()
+            except PersistenceError as error:
+                if dog.fired:
+                    why = f"{what}: no answer within its deadline ({self.call_seconds:.0f} s): cut"
+                    raise fail(why) from error
+                raise fail(f"{what}: {error}") from error
+
     def read_after(self, run_id: str, position: int) -> tuple[Record, ...]:
         """The records after the first ``position`` ones (a snapshot's tail)."""
-        try:
-            stored_events = self._recorder.select_events(check_run_id(run_id), gt=position or None)
-        except PersistenceError as error:
-            raise TimelineUnreadable(f"cannot read run {run_id}: {error}") from error
+        check_run_id(run_id)
+        stored_events = self._within(
+            lambda: self._select(run_id, gt=position or None),
+            TimelineUnreadable,
+            f"cannot read run {run_id}",
+        )
         records = []
         for index, stored in enumerate(stored_events, start=position):
             if stored.originator_version != index + 1:
@@ -117,10 +221,11 @@ class EventStoreTimeline:
         return tuple(records)
 
     def _length(self, run_id: str) -> int:
-        try:
-            last = self._recorder.select_events(run_id, desc=True, limit=1)
-        except PersistenceError as error:
-            raise TimelineWriteFailed(f"cannot read run {run_id} to append: {error}") from error
+        last = self._within(
+            lambda: self._select(run_id, desc=True, limit=1),
+            TimelineWriteFailed,
+            f"cannot read run {run_id} to append",
+        )
         return last[0].originator_version if last else 0
 
     def _stored(self, run_id: str, start: int, records: Sequence[Record]) -> list[StoredEvent]:
@@ -140,14 +245,27 @@ class EventStoreTimeline:
                 # each of them eventually appends instead of colliding in lockstep.
                 time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
             start = self._length(run_id) if expected is None else expected
+            stored = self._stored(run_id, start, records)
             try:
-                self._recorder.insert_events(self._stored(run_id, start, records))
+                self._within(
+                    functools.partial(self._insert, stored),
+                    TimelineWriteFailed,
+                    f"cannot append to run {run_id}",
+                )
                 return start + len(records)
-            except IntegrityError:
+            except _Conflict:
                 if expected is not None:
                     raise TimelineConflict(
                         f"run {run_id}: another writer appended past {expected} records"
                     ) from None
-            except PersistenceError as error:
-                raise TimelineWriteFailed(f"cannot append to run {run_id}: {error}") from error
         raise TimelineConflict(f"run {run_id}: lost {APPEND_RETRIES} append races in a row")
+
+    def _insert(self, stored: list[StoredEvent]) -> None:
+        try:
+            self._insert_events(stored)
+        except IntegrityError:
+            raise _Conflict from None
+
+
+class _Conflict(Exception):
+    """The unique (stream, version) constraint said no: another writer won (internal)."""

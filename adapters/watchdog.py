@@ -4,7 +4,8 @@ Blocking reads on sockets, websockets and pipes cannot be given an overall deadl
 one ``recv`` at a time (a trickle resets every timeout). So each streaming exec arms a
 watchdog: at the deadline it cuts the transport (shuts the socket down, kills the
 process group), the blocked read returns or fails at once, and the call raises its
-named error knowing the cut was the deadline's (``fired``), not the peer's.
+named error knowing the cut was the deadline's (``fired``), not the peer's. A deadline
+riding a run context is cut the same way the moment that context is cancelled (L5).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Watchdog:
         self._done = False
         self._timer = threading.Timer(deadline.left(), self._fire)
         self._timer.daemon = True
+        self._unhook: Callable[[], None] = lambda: None
 
     def _fire(self) -> None:
         with self._lock:
@@ -44,6 +46,7 @@ class Watchdog:
 
     def __enter__(self) -> Watchdog:
         self._timer.start()
+        self._unhook = self.deadline.on_cancel(self._fire)  # L5: a cancel cuts at once
         return self
 
     def __exit__(
@@ -55,3 +58,4 @@ class Watchdog:
         with self._lock:
             self._done = True
         self._timer.cancel()
+        self._unhook()

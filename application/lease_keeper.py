@@ -2,9 +2,12 @@
 
 A thread refreshes the lease every interval, through the engine's run and teardown
 and the runner's post-engine steps. When a refresh fails, or the hold goes past a
-ceiling (``domain.lease.past_ceiling``), the keeper lets the lease go and sets
-``cancel``: the engine's run context, so a bank in flight stops. What does not ride
-that context still lands; the fence refuses it once a newer holder wrote.
+ceiling (``domain.lease.past_ceiling``), the keeper lets the lease go and cuts
+``cancel``: the run context the engine and the teardown's bank ride, so a bank in
+flight stops at once (every port call's deadline rides it: the transport's watchdog
+cuts the exec or upload). What does not ride that context still lands (ADR 0005, L5):
+the processes are continued on their own budget; the record of a bank that reached
+the store is written on its own, refused by the fence once a newer holder wrote.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from scratchbank.domain.errors import LeaseLost, ScratchbankError
 from scratchbank.domain.lease import HoldBudgets, HoldClock, LeaseTiming, past_ceiling
 
 from .clock import Clock
+from .retry import Cancel
 from .runner_ports import Lease, LeaseGrant
 
 
@@ -29,9 +33,11 @@ class LeaseKeeper:
         self, lease: Lease, grant: LeaseGrant, hold: HoldBudgets, timing: LeaseTiming, clock: Clock
     ) -> None:
         self.lease, self.grant, self.hold, self.timing, self.clock = lease, grant, hold, timing, clock
-        self.cancel = threading.Event()
+        self.cancel = Cancel()
         self.refreshes = 0
         self.note = ""
+        #: the run context was cut before the engine returned (its run, not only the bank)
+        self.engine_cut = False
         self._hold = HoldClock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,6 +51,7 @@ class LeaseKeeper:
 
     def engine_returned(self, *, resume_can_wait: bool) -> None:
         """Arm the post-engine ceiling (L2) when a resume can wait on the run."""
+        self.engine_cut = self.cancel.is_set()
         self._hold = attrs.evolve(
             self._hold, engine_returned_at=self.clock.monotonic(), resume_can_wait=resume_can_wait
         )
@@ -84,6 +91,6 @@ class LeaseKeeper:
 
     def _let_go(self, why: str) -> None:
         self.note = why
-        self.cancel.set()
+        self.cancel.cut(why)
         with contextlib.suppress(LeaseLost, ScratchbankError):
             self.lease.release(self.grant)

@@ -16,6 +16,12 @@ Per delivery (C3-C8, R10-R12, L1-L5):
    again by position (``run_resumed`` at the version it read) through that same
    fenced timeline: a resume that loses its claim (ResumeSuperseded) is acked with
    nothing more written (C6); one fenced by a newer holder is left to that holder.
+6. L5: past a ceiling, or with the lease lost, the keeper lets the lease go and cuts
+   the run context the engine and the teardown's bank ride. A teardown cut before
+   anything reached the store records nothing and its sandbox is left, not torn
+   down: the next holder's takeover banks it (``_take_over``). The delivery is acked
+   when the engine had returned (its verdict stands; the next resume takes over),
+   left for redelivery when the engine itself was cut (``Handled.LET_GO``).
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class Handled(enum.Enum):
     PARKED_ON_RESTORE = "parked_on_restore"  # X4: the restore parked the run; acked
     REDELIVER = "redeliver"  # X5, a lost claim race, an unreadable timeline: delivered again
     FENCED = "fenced"  # a newer holder owns the run: this runner's writes were refused
+    LET_GO = "let_go"  # L5: past a ceiling or the lease lost: the bank cut, the sandbox left
 
 
 @attrs.frozen
@@ -194,7 +201,9 @@ class Runner:
         dropped = _dropped(inbound, verdict, "under the lease")
         if dropped is not None:
             return dropped
-        if self._take_over(d.run_id, fenced):
+        if self._take_over(d.run_id, fenced, keeper):
+            if keeper.cancel.is_set():  # L5: cut while taking over: the next holder's again
+                return Handling(Handled.LET_GO, d, f"{keeper.note}; cut while taking over (L5)")
             records = fenced.read(d.run_id)
         request = ResumeRequest(consents=verdict.consents, where=Where.ENGINE)
         decision = decide_resume(fold(records), request)
@@ -207,14 +216,18 @@ class Runner:
             return claimed
         return self._carry_on(inbound, fenced, request, keeper)
 
-    def _take_over(self, run_id: str, fenced: FencedTimeline) -> int:
-        """Bank (when safe) and stop the sandboxes a lapsed holder left, before the claim."""
+    def _take_over(self, run_id: str, fenced: FencedTimeline, keeper: LeaseKeeper) -> int:
+        """Bank (when safe) and stop the sandboxes a lapsed holder left, before the claim.
+
+        A bank cut by this holder's own run context (L5) leaves its sandbox, again.
+        """
         orphans = self.sandboxes.orphans(run_id)
         for orphan in orphans:
+            report: TeardownReport | None = None
             try:
                 if orphan_may_bank(fenced.read(run_id)):
                     fenced.announce()  # the token first: the teardown counts its own positions
-                    bank_at_teardown(
+                    report = bank_at_teardown(
                         run_id,
                         timeline=fenced,
                         store=self.store,
@@ -222,9 +235,11 @@ class Runner:
                         run_finished=False,
                         budgets=self.settings.teardown,
                         clock=self.clock,
+                        cancel=keeper.cancel,
                     )
             finally:
-                self.sandboxes.stop(orphan)
+                if report is None or not report.sandbox_left:
+                    self.sandboxes.stop(orphan)
         return len(orphans)
 
     def _refuse(
@@ -260,13 +275,17 @@ class Runner:
         """A new sandbox; the resume (restore); the engine; the teardown's bank; torn down."""
         d = inbound.delivery
         sandbox = self.sandboxes.start(d.run_id)
+        report: TeardownReport | None = None
         try:
             stopped = self._resume(inbound, fenced, request, sandbox)
             if stopped is not None:
                 return stopped
             end, report = self._engine_then_bank(d, fenced, sandbox, keeper)
         finally:
-            self.sandboxes.stop(sandbox)
+            if report is None or not report.sandbox_left:
+                self.sandboxes.stop(sandbox)
+        if report.sandbox_left:
+            return _let_go(inbound, keeper, end, report)
         fenced.read(d.run_id)  # a holder fenced while banking learns it here
         return _acked(inbound, Handled.RAN, keeper.note, end=end, teardown=report)
 
@@ -297,6 +316,7 @@ class Runner:
             run_finished=end is EngineEnd.FINISHED,
             budgets=self.settings.teardown,
             clock=self.clock,
+            cancel=keeper.cancel,  # L5: past a ceiling or the lease lost, the bank stops
         )
         return end, report
 
@@ -318,6 +338,20 @@ def _newer_attempt(state: ScratchState, attempt: str) -> bool:
 def _acked(inbound: Inbound, handled: Handled, detail: str, **more: object) -> Handling:
     inbound.ack()
     return Handling(handled, inbound.delivery, detail, **more)  # type: ignore[arg-type]
+
+
+def _let_go(inbound: Inbound, keeper: LeaseKeeper, end: EngineEnd, report: TeardownReport) -> Handling:
+    """L5: the bank was cut and the sandbox left to the next holder's takeover.
+
+    The engine had returned before the cut: its verdict stands and the attempt is over
+    (acked; the next resume's runner takes the sandbox over before its claim). The
+    engine itself was cut: the attempt is not over, so the delivery is left unacked
+    and comes back after its ack wait to a runner that takes over and carries it on.
+    """
+    detail = f"{report.cut}; the sandbox is left to the next holder's takeover (L5)"
+    if keeper.engine_cut:
+        return Handling(Handled.LET_GO, inbound.delivery, detail, end=end, teardown=report)
+    return _acked(inbound, Handled.LET_GO, detail, end=end, teardown=report)
 
 
 def _redeliver(inbound: Inbound, delay: float, detail: str) -> Handling:

@@ -6,6 +6,17 @@ for an upload (T10). What a try saw is merged with earlier tries by the domain, 
 never lets a later try record less (T9, A7). The processes the quiesce stopped are
 continued on their own budget whatever happens (T14), and the whole thing ignores
 the run's own cancellation (T7): ``bank_at_teardown_async`` shields it.
+
+The lease keeper's ``cancel`` is another matter (L5, ADR 0005): past a ceiling, or
+with the lease lost, the bank in flight stops. Every sandbox and store call rides
+it (its deadline is cut at once), no other try, tar pass or upload starts, and no
+store write (upload, T4 delete) is made after it: the store is not fenced, and a
+stale upload could replace the bank the next holder's takeover stores. What does
+not ride it still lands: the processes are continued on their own budget (T14), and
+a bank that reached the store before the cut is recorded on the record's own
+budget (the fence refuses it once a newer holder wrote). A teardown cut before
+anything reached the store records nothing (``TeardownReport.cut``): the sandbox
+is left to the next holder's takeover, which banks it (``orphan_may_bank``).
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ from .clock import Clock, SystemClock
 from .host_archive import ArchiveFacts, HostArchive
 from .ports import BankStore, QuiesceReport, Sandbox, Timeline
 from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution, read_since
-from .retry import Budget, Deadline, Pauses, retry_within
+from .retry import Budget, Cancel, Deadline, Pauses, retry_within
 
 
 @attrs.frozen
@@ -83,6 +94,13 @@ class TeardownReport:
     #: why this teardown lost the run and wrote nothing (another execution or teardown
     #: recorded first: fencing by position), or "" when it did not
     superseded: str = ""
+    #: why the run context cut this teardown short (L5), or "" when it was not cut
+    cut: str = ""
+
+    @property
+    def sandbox_left(self) -> bool:
+        """Cut before anything was recorded: the sandbox is the next holder's to bank."""
+        return bool(self.cut) and not self.recorded
 
 
 #: A complete archive on the host and the members tar caught racing in it (T16).
@@ -106,13 +124,22 @@ class _Run:
     report: QuiesceReport | None = None
     claim: Claim | None = None
     complete: Complete | None = None
+    cancel: Cancel | None = None
+    stored: bool = False  # did any store write (an upload) land before a cut?
+
+    def cut(self) -> str:
+        """Why the run context was cancelled (L5), or "" while it was not."""
+        if self.cancel is None or not self.cancel.is_set():
+            return ""
+        return self.cancel.why or "the run context was cancelled"
 
     def left(self) -> float:
-        return self.deadline - self.clock.monotonic()
+        return 0.0 if self.cut() else self.deadline - self.clock.monotonic()
 
     def call_deadline(self) -> Deadline:
-        """One call's deadline: the banking budget that is left (at least a second)."""
-        return Deadline.after(max(self.left(), 1.0))
+        """One call's deadline: the banking budget that is left (at least a second),
+        cut at once with the run context (L5)."""
+        return Deadline.after(max(self.left(), 1.0), self.cancel)
 
     def keep(self, archived: Complete) -> None:
         """T16: the last complete archive, a clean one before one that raced."""
@@ -140,14 +167,20 @@ def bank_at_teardown(
     run_finished: bool,
     budgets: Budgets = Budgets(),
     clock: Clock | None = None,
+    cancel: Cancel | None = None,
 ) -> TeardownReport:
-    """Bank (or drop) the scratch of a sandbox being torn down, and record what happened."""
+    """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
+
+    ``cancel``: the run context the lease keeper cuts (L5; module docstring).
+    """
     clock = clock or SystemClock()
     notes: list[str] = []
     state, claim = _read_state(timeline, run_id, notes)
     plan = _plan(state, sandbox, run_finished)
     if plan.action is TeardownAction.SKIP:
         return TeardownReport(plan, notes=tuple(notes))
+    if cancel is not None and cancel.is_set():
+        return _cut(plan, cancel.why or "the run context was cancelled", notes)
     if plan.action is TeardownAction.DROP:
         try:
             store.delete(run_id)
@@ -168,12 +201,15 @@ def bank_at_teardown(
         clock.monotonic() + budgets.banking_seconds,
         notes,
         claim=claim,
+        cancel=cancel,
     )
     try:
         tries, best = _tries(run, plan)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if best.seen is Seen.EMPTY and not _lost_since_read(run):
+    if run.cut() and not run.stored:
+        return _cut(plan, run.cut(), notes, tuple(tries), run)
+    if best.seen is Seen.EMPTY and not run.cut() and not _lost_since_read(run):
         try:
             store.delete(run_id)  # T4
         except BankWriteFailed as error:
@@ -191,6 +227,29 @@ def bank_at_teardown(
         run.tar_passes,
         tuple(notes),
         written.lost,
+        run.cut(),
+    )
+
+
+def _cut(
+    plan: TeardownPlan,
+    why: str,
+    notes: list[str],
+    tries: tuple[TryOutcome, ...] = (),
+    run: _Run | None = None,
+) -> TeardownReport:
+    """L5: cut before anything reached the store: nothing recorded, the sandbox left."""
+    notes.append(f"cut ({why}): nothing reached the store, nothing recorded (L5)")
+    if run is None:
+        return TeardownReport(plan, notes=tuple(notes), cut=why)
+    return TeardownReport(
+        plan,
+        tries=tries,
+        quiesce=run.report,
+        uploads=run.uploads,
+        tar_passes=run.tar_passes,
+        notes=tuple(notes),
+        cut=why,
     )
 
 
@@ -214,7 +273,7 @@ def _tries(run: _Run, plan: TeardownPlan) -> tuple[list[TryOutcome], TryOutcome]
         tries.append(outcome)
         merged = merge_try(best, outcome)
         best = merged.best
-        if merged.stop or final or run.left() <= pause:
+        if merged.stop or final or run.cut() or run.left() <= pause:
             break
         run.clock.sleep(pause)
         pause *= 2
@@ -257,10 +316,11 @@ def _failed_try(error: BaseException) -> TryOutcome:
 
 
 def _archive_quiesced(run: _Run, plan: TeardownPlan, attempt: int) -> Complete | None:
-    """Quiesce (when isolated), archive, and continue whatever happens (T11, T14)."""
-    if plan.quiesce:
-        _quiesce(run)
+    """Quiesce (when isolated), archive, and continue whatever happens (T11, T14): a
+    quiesce cut on its way (its deadline, the run context) may have stopped some."""
     try:
+        if plan.quiesce:
+            _quiesce(run)
         return _archive(run, attempt)
     finally:
         if plan.quiesce:
@@ -361,12 +421,13 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
     pause = run.budgets.first_pause
     why = ""
     for _ in range(run.budgets.upload_tries):
-        lost = _lost_since_read(run)
+        lost = run.cut() or _lost_since_read(run)
         if lost:
             return False, lost
         try:
             run.uploads += 1
             run.store.put(run.run_id, facts.path, sha256=facts.sha256, deadline=run.call_deadline())
+            run.stored = True
             return True, ""
         except BankWriteFailed as error:
             why = f"upload failed: {error.message}"

@@ -1,8 +1,10 @@
 """Every call has a deadline (T8, T14, X5): a stalled transport fails in time, by name.
 
 The stall checker shipped in ``scratchbank.testing.contracts`` runs against the local
-sandbox, Docker, Podman, the Kubernetes double and S3 (through a loopback TCP proxy
-that stops forwarding mid-transfer); the times it measured are printed (pytest -s).
+sandbox, Docker, Podman, the Kubernetes double, S3 (through a loopback TCP proxy
+that stops forwarding mid-transfer) and the timeline: PostgreSQL through a proxy
+that stops forwarding and under a table lock held elsewhere, SQLite under a write
+lock held elsewhere; the times it measured are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -10,23 +12,32 @@ from __future__ import annotations
 import asyncio
 import io
 import socket
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import boto3
 import pytest
 from rigs import rig
 
+from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.scripted import ARCHIVE
 from scratchbank.application.retry import Budget, Deadline, Pauses, retry_within
 from scratchbank.application.teardown import Budgets, bank_at_teardown_async
-from scratchbank.domain.errors import BankReadFailed, BankWriteFailed, ExecFailed
+from scratchbank.domain.errors import (
+    BankReadFailed,
+    BankWriteFailed,
+    ExecFailed,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.testing.builders import started
 from scratchbank.testing.clocks import ManualClock
@@ -229,3 +240,137 @@ def test_a_deadline_gives_each_call_what_is_left_of_its_budget() -> None:
     assert budget.call_deadline(cap=2.0).left() <= 2.0
     clock.advance(10.0)
     assert budget.call_deadline().left() >= 0.9  # never a call with no time at all
+
+
+# ---- the timeline: appends and reads end by their deadline (PostgreSQL, SQLite) ---------
+
+
+class SwitchProxy:
+    """A loopback TCP proxy that forwards everything until ``stall()``, then swallows what
+    it receives (the sockets stay open: a network that stops forwarding, not a reset)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.stalled = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self.stalled.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            self.open += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if not self.stalled.is_set():
+                    dst.sendall(data)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self.server.close()
+        for s in self.open:
+            s.close()
+
+
+TIMELINE_SECONDS = 2.0
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> str:
+    import psycopg
+
+    name = "stall_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.mark.postgres
+def test_T8_R15_a_postgres_that_stops_answering_fails_reads_and_appends_in_time(pg_database: str) -> None:
+    """Through a proxy that stops forwarding: the server's timeouts never reach us, the
+    client cut does: a read is TimelineUnreadable, an append TimelineWriteFailed."""
+    parsed = urlparse(pg_database)
+    proxy = SwitchProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    url = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{proxy.port}").geturl()
+    timeline = EventStoreTimeline(url, call_seconds=TIMELINE_SECONDS)
+    try:
+        timeline.append("run-1", [started()])
+        proxy.stall()
+        read = check_stall(
+            lambda d: timeline.read("run-1"), seconds=TIMELINE_SECONDS, expect=(TimelineUnreadable,)
+        )
+        append = check_stall(
+            lambda d: timeline.append("run-1", [started()], expected=1),
+            seconds=TIMELINE_SECONDS,
+            expect=(TimelineWriteFailed,),
+        )
+    finally:
+        proxy.close()
+    TIMES["postgres"] = {**TIMES.get("postgres", {}), "read stalls": read, "append stalls": append}
+    print(f"\nstall times {TIMES}")
+
+
+@pytest.mark.postgres
+def test_T8_a_postgres_table_lock_held_elsewhere_fails_appends_and_reads_in_time(pg_database: str) -> None:
+    """Another connection holds the events table: lock_timeout / statement_timeout end the
+    call on the server, by name."""
+    import psycopg
+
+    timeline = EventStoreTimeline(pg_database, call_seconds=TIMELINE_SECONDS)
+    timeline.append("run-1", [started()])
+    with psycopg.connect(pg_database) as holder:
+        (table,) = [
+            r[0]
+            for r in holder.execute(
+                "select tablename from pg_tables where schemaname = 'public' and tablename not like '%snapshot%'"
+            )
+        ]
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # held until the block ends
+        append = check_stall(
+            lambda d: timeline.append("run-1", [started()], expected=1),
+            seconds=TIMELINE_SECONDS,
+            expect=(TimelineWriteFailed,),
+        )
+        read = check_stall(
+            lambda d: timeline.read("run-1"), seconds=TIMELINE_SECONDS, expect=(TimelineUnreadable,)
+        )
+        with pytest.raises(TimelineWriteFailed, match=r"lock timeout|statement timeout"):
+            timeline.append("run-1", [started()], expected=1)  # the server ended it, not our cut
+        holder.rollback()
+    assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing half-written
+    TIMES["postgres"] = {**TIMES.get("postgres", {}), "lock held, append": append, "lock held, read": read}
+    print(f"\nstall times {TIMES}")
+
+
+def test_T8_a_sqlite_write_lock_held_elsewhere_fails_appends_in_time(tmp_path: Path) -> None:
+    """Another process's write transaction holds the file: the busy timeout ends the append."""
+    path = tmp_path / "t.db"
+    timeline = EventStoreTimeline(f"sqlite:///{path}", call_seconds=TIMELINE_SECONDS)
+    timeline.append("run-1", [started()])
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        append = check_stall(
+            lambda d: timeline.append("run-1", [started()], expected=1),
+            seconds=TIMELINE_SECONDS,
+            expect=(TimelineWriteFailed,),
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]
+    TIMES["sqlite"] = {"lock held, append": append}  # reads (WAL) never wait on a writer
+    print(f"\nstall times {TIMES}")

@@ -7,13 +7,30 @@ The figures the tests hold the code to are the ADR's (RULES.md L3, L4): 56 minut
 from __future__ import annotations
 
 import itertools
+import json
+import threading
 import time
+import uuid
+from pathlib import Path
 
 import attrs
+from nats_server import NatsServer
+from nats_server import namespace as nats_namespace
+from runner_rigs import make_rig
 
 from scratchbank.adapters.inprocess import InProcessLease
+from scratchbank.adapters.local_sandbox import LocalSandbox
+from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
+from scratchbank.adapters.sandbox_provider import OWNER, LocalSandboxProvider
+from scratchbank.adapters.scripted import ARCHIVE
+from scratchbank.adapters.watchdog import Watchdog
 from scratchbank.application.clock import SystemClock
 from scratchbank.application.lease_keeper import LeaseKeeper
+from scratchbank.application.ports import Sandbox
+from scratchbank.application.retry import Cancel, Deadline
+from scratchbank.application.runner import Handled, Handling, Runner, queue_resume
+from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.lease import (
     HoldBudgets,
     HoldClock,
@@ -27,6 +44,8 @@ from scratchbank.domain.lease import (
     teardown_ceiling,
     unwind_ceiling,
 )
+from scratchbank.domain.records import LeaseTaken, NodeFinished, RunStarted, ScratchBanked
+from scratchbank.testing.builders import banked, started
 
 B, T = HoldBudgets(), LeaseTiming()
 MIN = 60.0
@@ -141,3 +160,197 @@ def test_L5_a_refresh_that_fails_cancels_the_run() -> None:
     finally:
         keeper.stop()
     assert "LEASE_LOST" in keeper.note
+
+
+# ---- L5: the bank in flight stops; what does not ride the run context still lands ----
+
+
+class StuckArchive(LocalSandbox):
+    """A real local sandbox whose tar blocks until cut (a hung filesystem); it says when
+    the archive is running and counts the continues (T14)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        super().__init__(root)
+        self.continues = 0
+
+    def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
+        if source == ARCHIVE:  # the marker is written once the exec (and its watchdog) runs
+            source = f"touch {self.root}/archiving; exec sleep 1000"
+        return super().run(source, args, **kw)
+
+    def wait_archiving(self, bound: float = 30.0) -> bool:
+        end = time.monotonic() + bound
+        while not (self.root / "archiving").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        return (self.root / "archiving").exists()
+
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        super().continue_processes(deadline=deadline)
+        self.continues += 1
+
+
+def _states(box: LocalSandbox) -> list[str]:
+    """The state letter of every process in the sandbox (after the last ") ")."""
+    out = box.run("cat /proc/[0-9]*/stat 2>/dev/null", []).stdout.decode(errors="replace")
+    return [line.rsplit(") ", 1)[1].split()[0] for line in out.splitlines() if ") " in line]
+
+
+def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_continues_processes() -> None:
+    """The run context is cut while tar runs: the exec is cut at once (the banking budget is an
+    hour), nothing is stored or recorded, the sandbox is left, and its processes run again."""
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    box = StuckArchive()
+    cancel = Cancel()
+    reports: list[TeardownReport] = []
+    try:
+        box.run('mkdir -p "$1" && echo x > "$1/f"', [box.facts.scratch])
+        box.spawn("sleep 1000")  # the workload the quiesce stops
+        teardown = threading.Thread(
+            target=lambda: reports.append(
+                bank_at_teardown(
+                    "run-1",
+                    timeline=timeline,
+                    store=store,
+                    sandbox=box,
+                    run_finished=False,
+                    budgets=Budgets(banking_seconds=3600.0),
+                    cancel=cancel,
+                )
+            ),
+            daemon=True,
+        )
+        teardown.start()
+        assert box.wait_archiving(), "the archive never started"
+        cancel.cut("the refresh failed (LEASE_LOST): the run context is cancelled (L5)")
+        teardown.join(30)  # a bound for the test, not a timing assertion: an uncut tar sleeps 1000 s
+        assert not teardown.is_alive(), "the cancel did not cut the archive"
+        (report,) = reports
+        assert report.cut.startswith("the refresh failed") and report.sandbox_left
+        assert not report.recorded and report.record is None
+        assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing recorded
+        assert "run-1" not in store.banks  # nothing stored
+        assert report.quiesce is not None and report.quiesce.quiesced
+        assert box.continues == 1 and "T" not in _states(box)  # T14: continued all the same
+    finally:
+        box.destroy()
+
+
+class CutAfterPut(InMemoryBankStore):
+    """The lease is lost the moment the upload lands: the bank reached the store."""
+
+    def __init__(self, cancel: Cancel) -> None:
+        super().__init__()
+        self.cancel = cancel
+
+    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+        super().put(run_id, archive, sha256=sha256, deadline=deadline)
+        self.cancel.cut("past the post-engine ceiling: the lease was let go (L5)")
+
+
+def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() -> None:
+    """The record does not ride the run context: a stored bank is recorded (the fence alone
+    refuses it once a newer holder wrote), and the sandbox is not left."""
+    timeline, cancel = InMemoryTimeline(), Cancel()
+    store = CutAfterPut(cancel)
+    timeline.append("run-1", [started()])
+    box = FakeSandbox(files={"f": b"x"})
+    report = bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=box, run_finished=False, cancel=cancel
+    )
+    assert report.cut and report.recorded and not report.sandbox_left
+    last = timeline.read("run-1")[-1]
+    assert isinstance(last, ScratchBanked) and last.banked and "run-1" in store.banks
+
+
+def test_L5_a_teardown_already_cut_touches_neither_the_sandbox_nor_the_store() -> None:
+    """The lease was let go before the teardown began: nothing runs, nothing is written."""
+    timeline, store, cancel = InMemoryTimeline(), InMemoryBankStore(), Cancel()
+    timeline.append("run-1", [started(), banked()])
+    cancel.cut("past the teardown ceiling: the lease was let go (L5)")
+    box = FakeSandbox(files={"f": b"x"})
+    report = bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=box, run_finished=True, cancel=cancel
+    )
+    assert report.sandbox_left and report.tries == ()
+    assert (box.quiesces, box.archives, box.continued) == (0, 0, 0)
+    assert [r.WIRE for r in timeline.read("run-1")] == ["run_started", "sandbox_scratch_banked"]
+
+
+def test_L5_a_cancel_cuts_a_deadline_and_its_watchdog_at_once() -> None:
+    """A deadline riding the run context has passed once cut; a watchdog armed on it fires."""
+    cancel = Cancel()
+    deadline = Deadline.after(3600.0, cancel)
+    fired = threading.Event()
+    with Watchdog(deadline, fired.set) as dog:
+        assert not deadline.passed() and deadline.left() > 3000
+        cancel.cut("lease lost")
+        assert fired.is_set() and dog.fired
+    assert deadline.passed() and deadline.left() == 0.0
+    late = threading.Event()
+    with Watchdog(Deadline.after(3600.0, cancel), late.set):
+        assert late.is_set()  # armed after the cut: fires at once
+
+
+class StuckProvider(LocalSandboxProvider):
+    """Runner A's sandboxes: their tar blocks until cut."""
+
+    def start(self, run_id: str) -> Sandbox:
+        root = self.base / f"{run_id}-{uuid.uuid4().hex[:8]}"
+        sandbox = StuckArchive(root)
+        init = sandbox._init.pid if sandbox._init is not None else None
+        (root / OWNER).write_text(json.dumps({"run": run_id, "init": init}))
+        self.started.append(sandbox)
+        return sandbox
+
+
+def test_L5_a_runner_past_its_ceiling_lets_go_and_a_second_runner_takes_over(tmp_path: Path) -> None:
+    """On a real NATS KV lease (lapse 60 s): runner A parks the run, its bank hangs past the
+    post-engine ceiling; A lets the lease go and leaves the sandbox. Runner B takes the lease
+    at once, banks what A left, and carries the run on with that scratch restored."""
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    conn = NatsConnection(server.url)
+    stuck = StuckProvider(tmp_path / "sandboxes")
+    try:
+        tl = InMemoryTimeline()
+        lease = NatsKvLease(conn, lapse=60.0, namespace=nats_namespace())
+        rig = make_rig(tmp_path, tl, lease=lease)
+        tl.append("run-1", [RunStarted()])
+        timing = LeaseTiming(interval=0.1, lapse=60.0)
+        tiny = HoldBudgets(60, 0, 0, 0, 0, 0, 0.3)
+        a = attrs.evolve(rig, provider=stuck).runner("runner-a", timing)
+        a.settings = attrs.evolve(a.settings, hold=tiny, teardown=Budgets(banking_seconds=3600.0))
+        queue_resume(tl, rig.queue, "run-1", "a1")
+        first = run_bounded(a)
+        assert first.handled is Handled.LET_GO, first.detail
+        assert first.teardown is not None and "post-engine ceiling" in first.teardown.cut
+        assert not [r for r in tl.read("run-1") if isinstance(r, ScratchBanked)]  # A recorded nothing
+        (left,) = stuck.started
+        assert (left.root / "scratch" / "clone" / "README.md").exists()  # left, not torn down
+        queue_resume(tl, rig.queue, "run-1", "a2")
+        second = rig.runner("runner-b", timing).run_once(5)
+        assert second is not None and second.handled is Handled.RAN, second.detail
+        records = tl.read("run-1")
+        taken = [r for r in records if isinstance(r, LeaseTaken)]
+        assert [t.holder for t in taken] == ["runner-a", "runner-b"] and taken[1].token > taken[0].token
+        banks = [r for r in records if isinstance(r, ScratchBanked)]
+        assert banks[0].banked  # B's takeover banked what A left
+        measured = [r for r in records if isinstance(r, NodeFinished) and r.node == "measure"]
+        assert measured and measured[0].succeeded  # it read the clone A's sandbox held
+    finally:
+        for box in stuck.started:
+            box.destroy()
+        conn.close()
+        server.stop()
+
+
+def run_bounded(runner: Runner) -> Handling:
+    """One delivery on a thread, joined with a generous bound (a hang fails, not a timing)."""
+    out: list[Handling | None] = []
+    worker = threading.Thread(target=lambda: out.append(runner.run_once(5)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the runner did not let go: its bank was never cut"
+    assert out and out[0] is not None
+    return out[0]
