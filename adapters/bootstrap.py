@@ -6,6 +6,9 @@ The CLI, the HTTP API and an embedding engine all get their ``ScratchService`` h
     service = open_home("/var/lib/my-engine/scratchbank")   # an engine: created if new
 
 A read never creates a timeline (``create=False``); an engine's home is created.
+With a queue URL (``SCRATCHBANK_QUEUE``) the service publishes resumes on NATS for a
+detached runner, which ``run_runner`` starts from the same settings (through
+``runner_process``: one wiring of the runner, not two).
 """
 
 from __future__ import annotations
@@ -13,16 +16,75 @@ from __future__ import annotations
 from pathlib import Path
 
 from scratchbank.application.clock import Clock, SystemClock
+from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.service import ScratchService
 
-from .config import Settings, home_settings, open_bank_store, open_timeline, snapshots_of
+from .config import (
+    Settings,
+    bank_folder,
+    home_settings,
+    open_bank_store,
+    open_timeline,
+    redact,
+    snapshots_of,
+)
+
+#: Stream, consumer and lease bucket names shared by the surfaces and the runners.
+QUEUE_NAMESPACE = "sb"
 
 
 def bootstrap(settings: Settings, *, create: bool = False, clock: Clock | None = None) -> ScratchService:
-    """Open the timeline and bank store the settings name, and hand back the service."""
+    """Open the timeline, bank store and queue the settings name, and hand back the service."""
     store = open_bank_store(settings.bank_url)
     timeline = open_timeline(settings.timeline_url, create=create)
-    return ScratchService(timeline, store, snapshots_of(timeline), clock or SystemClock())
+    queue = open_queue(settings.queue_url) if settings.queue_url else None
+    return ScratchService(timeline, store, snapshots_of(timeline), clock or SystemClock(), queue=queue)
+
+
+def open_queue(url: str, namespace: str = QUEUE_NAMESPACE) -> DeliveryQueue:
+    """The JetStream delivery queue at ``url`` (QueueUnavailable, its URL redacted, if unreachable)."""
+    from scratchbank.domain.errors import QueueUnavailable
+
+    from .nats_queue import NatsConnection, NatsDeliveryQueue
+
+    try:
+        conn = NatsConnection(url, name="scratchbank-surface")
+        return NatsDeliveryQueue(conn, namespace=namespace)
+    except QueueUnavailable as error:
+        raise QueueUnavailable(redact(error.message)) from None
+
+
+def runner_argv(
+    settings: Settings,
+    *,
+    workflow: Path,
+    sandboxes: Path,
+    holder: str = "runner",
+    log: Path | None = None,
+    namespace: str = QUEUE_NAMESPACE,
+) -> list[str]:
+    """The arguments of ``runner_process`` for the queue, timeline and banks of ``settings``."""
+    from scratchbank.domain.errors import ConfigInvalid
+
+    if not settings.queue_url:
+        raise ConfigInvalid("a runner needs a queue: SCRATCHBANK_QUEUE or --queue nats://HOST:PORT")
+    argv = ["--nats", settings.queue_url, "--namespace", namespace, "--timeline", settings.timeline_url]
+    argv += ["--banks", str(bank_folder(settings.bank_url)), "--sandboxes", str(sandboxes)]
+    argv += ["--workflow", str(workflow), "--holder", holder]
+    return argv + (["--log", str(log)] if log else [])
+
+
+def run_runner(settings: Settings, *, workflow: Path, sandboxes: Path, holder: str, log: Path | None) -> int:
+    """Run a detached runner on the configured queue until SIGTERM (``scratchbank runner``)."""
+    from . import runner_process
+
+    if not workflow.is_file():
+        from scratchbank.domain.errors import ConfigInvalid
+
+        raise ConfigInvalid(f"no workflow file {workflow} (a JSON list of {{name, kind, command}})")
+    sandboxes.mkdir(parents=True, exist_ok=True)
+    argv = runner_argv(settings, workflow=workflow, sandboxes=sandboxes, holder=holder, log=log)
+    return runner_process.main(argv)
 
 
 def open_home(path: str | Path, *, clock: Clock | None = None) -> ScratchService:
@@ -34,6 +96,7 @@ def open_home(path: str | Path, *, clock: Clock | None = None) -> ScratchService
 
 def close(service: ScratchService) -> None:
     """Release what the adapters hold open (the timeline's connections)."""
-    closer = getattr(service.timeline, "close", None)
-    if callable(closer):
-        closer()
+    for held in (service.timeline, getattr(service.queue, "conn", None)):
+        closer = getattr(held, "close", None)
+        if callable(closer):
+            closer()

@@ -40,6 +40,8 @@ from .present import (
     outcome_data,
     outcome_text,
     plan_data,
+    queued_data,
+    queued_text,
     state_data,
     state_text,
     status_data,
@@ -88,6 +90,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", default=None, help="the home (else SCRATCHBANK_HOME, else found upward)")
     parser.add_argument("--timeline", default=None, help="timeline URL (sqlite:///... or postgresql://...)")
     parser.add_argument("--bank", default=None, help="bank store URL (file:///... or s3://bucket/prefix)")
+    parser.add_argument("--queue", default=None, help="publish resumes for a runner (nats://HOST:PORT)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,7 +109,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="the whole story on the embedded default (local, SQLite, files)")
     _serve_parser(sub.add_parser("serve", help="serve the HTTP API (OpenAPI at /openapi.json)"))
     _explain_parser(sub.add_parser("explain", help="fold a JSONL timeline and explain the decisions"))
+    _runner_parser(sub.add_parser("runner", help="carry queued resumes on (needs --queue)"))
     return parser
+
+
+def _runner_parser(runner: argparse.ArgumentParser) -> None:
+    _where(runner)
+    runner.add_argument("--workflow", required=True, help="the reference engine's workflow (JSON)")
+    runner.add_argument("--sandboxes", default=None, help="where its local sandboxes go (HOME/sandboxes)")
+    runner.add_argument("--holder", default="runner", help="this runner's name on the lease")
+    runner.add_argument("--log-file", default=None, help="one JSON line per delivery (else stdout)")
 
 
 def _resume_parser(resume: argparse.ArgumentParser) -> None:
@@ -182,10 +194,14 @@ def _print_explanation(args: argparse.Namespace, out: Explanation, timeline: Tim
 def _service(args: argparse.Namespace) -> ScratchService:
     from .bootstrap import bootstrap
 
-    settings = config.settings_from(home=args.home, timeline=args.timeline, bank=args.bank)
+    return bootstrap(_settings(args))
+
+
+def _settings(args: argparse.Namespace) -> config.Settings:
+    settings = config.settings_from(home=args.home, timeline=args.timeline, bank=args.bank, queue=args.queue)
     log.info("%s", settings.describe())
     print(f"# {settings.describe()}", file=sys.stderr)  # stderr: a --json stdout stays JSON
-    return bootstrap(settings)
+    return settings
 
 
 def status(args: argparse.Namespace) -> int:
@@ -198,6 +214,8 @@ def resume_command(args: argparse.Namespace) -> int:
     from .terminal import StageProgress
 
     service = _service(args)
+    if service.queue is not None:
+        return _queue_resume(args, service)
     scratch = args.scratch or config.DEFAULT_SCRATCH
     target = Target(config.open_sandbox(args.sandbox, scratch)) if args.sandbox else Target()
     progress = StageProgress(sys.stderr) if args.progress else None
@@ -208,6 +226,30 @@ def resume_command(args: argparse.Namespace) -> int:
             progress.close()
     _print(args, outcome_data(out), outcome_text(out))
     return EXIT_OK if out.proceeds else EXIT_REFUSED
+
+
+def _queue_resume(args: argparse.Namespace, service: ScratchService) -> int:
+    """With a queue: judge as a surface, publish; the runner starts the sandbox (R9-R12)."""
+    if args.sandbox or args.progress:
+        raise errors.ConfigInvalid("with a queue the runner starts the sandbox: drop --sandbox / --progress")
+    out = service.queue_resume(args.run, _request(args))
+    _print(args, queued_data(out), queued_text(out))
+    return EXIT_REFUSED if out.refused else EXIT_OK
+
+
+def runner_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bootstrap import run_runner
+
+    settings = _settings(args)
+    base = args.sandboxes or (settings.home.path / "sandboxes" if settings.home else None)
+    if base is None:
+        raise errors.ConfigInvalid("no home to put sandboxes in: give --sandboxes DIR")
+    log_path = Path(args.log_file) if args.log_file else None
+    return run_runner(
+        settings, workflow=Path(args.workflow), sandboxes=Path(base), holder=args.holder, log=log_path
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -231,8 +273,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .demo import run_demo
 
         return run_demo()
-    commands = {"explain": explain, "status": status, "resume": resume_command, "serve": serve_command}
+    commands = {
+        "explain": explain,
+        "status": status,
+        "resume": resume_command,
+        "serve": serve_command,
+        "runner": runner_command,
+    }
     return commands[args.command](args)
+
+
+def _quiet_clients(*, debug: bool) -> None:
+    """The NATS client logs each failed connect with its traceback: the named error says
+    it once instead (QUEUE_UNAVAILABLE); the client's lines only with --log-level debug."""
+    if not debug:
+        client = logging.getLogger("nats")
+        client.handlers[:] = [logging.NullHandler()]
+        client.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -242,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .terminal import configure_logging
 
         configure_logging(sys.stderr, fmt=args.log_format, level=args.log_level)
+        _quiet_clients(debug=args.log_level == "debug")
         return _dispatch(args)
     except errors.ScratchbankError as error:
         return _report(error, args)

@@ -8,6 +8,9 @@
 - bank store: ``file:///path`` (default ``HOME/banks``) or ``s3://bucket/prefix``
   (``$SCRATCHBANK_BANK``, ``--bank``; endpoint and credentials from the usual boto3
   settings, e.g. AWS_ENDPOINT_URL)
+- queue: ``nats://HOST:PORT`` (``$SCRATCHBANK_QUEUE``, ``--queue``): resumes are judged by
+  the surface and published for a runner (``scratchbank runner``); unset, a resume runs in
+  this process as before
 - sandbox: ``docker:CONTAINER``, ``podman:CONTAINER`` (socket from SCRATCHBANK_PODMAN_URL
   or CONTAINER_HOST), ``k8s:NAMESPACE/POD`` (kubeconfig or in-cluster), ``local:DIR``
   (a directory on this machine; its scratch is ``DIR/scratch``)
@@ -53,10 +56,12 @@ class Settings:
     bank_url: str
     home: Home | None = None
     scratch: str = DEFAULT_SCRATCH
+    queue_url: str | None = None
 
     def describe(self) -> str:
         where = f"home {self.home.path} ({self.home.how})" if self.home else "no home (explicit URLs)"
-        return f"{where}; timeline {redact(self.timeline_url)}; banks {redact(self.bank_url)}"
+        queue = f"; queue {redact(self.queue_url)}" if self.queue_url else ""
+        return f"{where}; timeline {redact(self.timeline_url)}; banks {redact(self.bank_url)}{queue}"
 
 
 def redact(text: str) -> str:
@@ -90,6 +95,7 @@ def settings_from(
     home: str | None = None,
     timeline: str | None = None,
     bank: str | None = None,
+    queue: str | None = None,
     cwd: Path | None = None,
 ) -> Settings:
     """Flags over environment; the home is looked for only when a URL is left to default."""
@@ -101,7 +107,31 @@ def settings_from(
         found = find_home(home, env, cwd or Path.cwd())
     timeline = timeline or f"sqlite://{found.path if found else ''}/timeline.db"
     bank = bank or f"file://{found.path if found else ''}/banks"
-    return Settings(timeline, bank, found, env.get("SCRATCHBANK_SCRATCH") or DEFAULT_SCRATCH)
+    scratch = env.get("SCRATCHBANK_SCRATCH") or DEFAULT_SCRATCH
+    queue = check_queue_url(queue or env.get("SCRATCHBANK_QUEUE") or None)
+    return Settings(timeline, bank, found, scratch, queue)
+
+
+def check_queue_url(url: str | None) -> str | None:
+    """A ``nats://HOST:PORT`` queue URL as given, None for none, or ConfigInvalid."""
+    if url is None:
+        return None
+    parsed = urlparse(url)
+    try:
+        port_ok = parsed.port is None or parsed.port > 0
+    except ValueError:  # a port that is not a number, or out of range
+        port_ok = False
+    if parsed.scheme not in ("nats", "tls") or not parsed.hostname or not port_ok:
+        raise ConfigInvalid(f"unsupported queue URL {redact(url)[:200]!r} (nats://HOST:PORT)")
+    return url
+
+
+def bank_folder(url: str) -> Path:
+    """The folder of a ``file://`` bank store URL (a runner process banks on disk), or ConfigInvalid."""
+    parsed = urlparse(url)
+    if parsed.scheme != "file" or not parsed.path or parsed.netloc not in ("", "localhost"):
+        raise ConfigInvalid(f"a runner banks on disk for now: {redact(url)!r} is not a file:/// bank URL")
+    return Path(unquote(parsed.path))
 
 
 def home_settings(path: Path) -> Settings:

@@ -2,7 +2,9 @@
 
 - ``GET /runs/{run}/status``: what a resume would do (the one decision), whether the bank
   is in the store as recorded, and its age.
-- ``POST /runs/{run}/resume`` (bearer token required): resume in this process. A
+- ``POST /runs/{run}/resume`` (bearer token required): resume in this process; with a
+  queue (``SCRATCHBANK_QUEUE``) judge as a surface and publish: 202 ``{queued, attempt}``
+  for a detached runner, the engine's verdict when a runner runs in this process. A
   refusal answers 400 with ``error_code: scratch_not_portable`` (or ``resume_invalid``),
   the hint from the one remedy function, ``also_needs_force`` and ``keep_force`` (C9).
 
@@ -49,7 +51,7 @@ from starlette.exceptions import HTTPException
 
 from scratchbank.application.ports import Sandbox
 from scratchbank.application.resume import ResumeOutcome
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.service import Queued, ScratchService, Target
 from scratchbank.domain import errors
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.remedy import remedy
@@ -57,7 +59,7 @@ from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdic
 from scratchbank.domain.runs import check_run_id
 
 from . import config
-from .present import outcome_data, status_data
+from .present import outcome_data, queued_data, status_data
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -188,6 +190,15 @@ class StatusBody(BaseModel):
     age_seconds: float | None
     resume: dict[str, Any]
     needs_target: bool
+    refusal: dict[str, Any] | None = None
+
+
+class QueuedBody(BaseModel):
+    run: str
+    queued: bool
+    attempt: str | None
+    heard: bool
+    decision: dict[str, Any]
 
 
 class OutcomeBody(BaseModel):
@@ -245,6 +256,12 @@ def _outcome_response(out: ResumeOutcome) -> JSONResponse:
     return JSONResponse(outcome_data(out), status_code=200 if out.proceeds else 409)
 
 
+def _queued_response(out: Queued) -> JSONResponse:
+    if out.refused:
+        return JSONResponse(refusal_body(out.decision), status_code=400 if out.decision.code else 503)
+    return JSONResponse(queued_data(out), status_code=200 if out.heard else 202)
+
+
 def _sandbox(api: ApiSettings, spec: str | None) -> Sandbox | None:
     if spec is None:
         return None
@@ -295,12 +312,19 @@ def create_app(service: ScratchService, api: ApiSettings) -> ASGIApp:
     @app.post(
         "/runs/{run_id}/resume",
         response_model=OutcomeBody,
-        responses=_errors(400, 401, 403, 404, 409, 413, 421, 422, 503),
+        responses={
+            **_errors(400, 401, 403, 404, 409, 413, 421, 422, 503),
+            202: {"model": QueuedBody, "description": "queued for a detached runner (R12)"},
+        },
         dependencies=[Depends(_bearer(api))],
     )
     def resume_run(run_id: str, body: ResumeBody) -> Any:
         consents = Consents(force=body.force, accept_scratch_loss=body.accept_scratch_loss)
         request = ResumeRequest(consents=consents, source_changed=body.source_changed)
+        if service.queue is not None:
+            if body.sandbox is not None:
+                raise errors.InvalidRequest("sandbox: with a queue the runner starts the sandbox")
+            return _queued_response(service.queue_resume(check_run_id(run_id), request))
         target = Target(_sandbox(api, body.sandbox))
         return _outcome_response(service.resume(check_run_id(run_id), request, target))
 

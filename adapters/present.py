@@ -6,9 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from scratchbank.application.resume import ResumeOutcome
-from scratchbank.application.service import StatusReport, StoreCheck
+from scratchbank.application.service import Queued, StatusReport, StoreCheck
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, ScratchState
+from scratchbank.domain.records import ResumeRefused
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision
 from scratchbank.domain.teardown import TeardownPlan
@@ -181,7 +182,37 @@ def status_data(report: StatusReport) -> dict[str, Any]:
         "age_seconds": report.age_seconds,
         "resume": decision_data(a.decision),
         "needs_target": a.needs_target,
+        "refusal": refusal_data(report.refusal),
     }
+
+
+def refusal_data(refusal: ResumeRefused | None) -> dict[str, Any] | None:
+    """A runner's refusal from the run's log (R12), with the hint it wrote from remedy() (C10)."""
+    if refusal is None:
+        return None
+    return {"code": refusal.code, "rule": refusal.rule, "hint": refusal.hint, "attempt": refusal.attempt}
+
+
+def queued_data(out: Queued) -> dict[str, Any]:
+    """A queued resume: the attempt published (None when refused), and whose decision this is."""
+    return {
+        "run": out.run_id,
+        "queued": out.attempt is not None,
+        "attempt": out.attempt,
+        "heard": out.heard,
+        "decision": decision_data(out.decision),
+    }
+
+
+def queued_text(out: Queued) -> list[str]:
+    lines = decision_text(out.decision)
+    if out.attempt is None:
+        return [*lines, "refused by the surface: nothing queued"]
+    if out.refused:
+        return [*lines, f"attempt {out.attempt}: refused by the runner (its verdict, heard here)"]
+    if out.heard:
+        return [*lines, f"attempt {out.attempt}: claimed by the runner; the run goes on"]
+    return [*lines, f"queued: attempt {out.attempt} (a runner carries it on; `status` shows a refusal)"]
 
 
 def status_text(report: StatusReport) -> list[str]:
@@ -194,6 +225,10 @@ def status_text(report: StatusReport) -> list[str]:
         lines.append(f"  in the store: {check.verdict}{size}{detail}")
         lines.append(f"  bank age: {_age_text(report.age_seconds)}")
     lines += decision_text(a.decision)
+    if report.refusal is not None:
+        r = report.refusal
+        lines.append(f"  the runner refused attempt {r.attempt}: {r.code} ({r.rule})")
+        lines.append(f"  hint: {r.hint}")
     if a.needs_target:
         lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
     return lines

@@ -6,15 +6,24 @@
 would do is what ``resume`` does. A run the timeline has never seen is RUN_NOT_FOUND and
 a restore with nowhere to go is NO_RESTORE_TARGET (A15), both before anything is written.
 
-The CLI and the HTTP API resume in this process (R11: the operator hears the engine's
-verdict as the surface's own), so the service decides as the engine does (``where``
-ENGINE) for ``status`` and ``resume`` alike; ``explain --surface`` still shows R10's
-deferral for a surface that only queues a resume for a remote engine.
+Without a queue the CLI and the HTTP API resume in this process (R11: the operator hears
+the engine's verdict as the surface's own), so the service decides as the engine does
+(``where`` ENGINE) for ``status`` and ``resume`` alike.
+
+With a queue (``queue``: the runner's DeliveryQueue), ``queue_resume`` judges as a
+surface (R9, R10: it refuses from a record the latest execution wrote, defers to the
+engine while that execution may still be banking), and only past its own refusals
+writes ``attempt_queued`` (at the position it judged) and publishes a delivery
+carrying this call's consents (C2, C3, C5). With ``verdicts`` (a runner in this very
+process) it then waits for the engine's verdict, so a refusal is heard as its own
+(R11); without, the runner is detached and writes any refusal to the run's log (R12),
+where ``status`` shows it with its hint (C10).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +32,7 @@ import attrs
 
 from scratchbank.domain.errors import BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
-from scratchbank.domain.records import Record
+from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 
@@ -32,6 +41,8 @@ from . import teardown as teardown_use_case
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
+from .runner import Verdicts
+from .runner_ports import DeliveryQueue, ResumeDelivery
 
 log = logging.getLogger("scratchbank")
 
@@ -77,6 +88,38 @@ class StatusReport:
     assessment: Assessment
     store: StoreCheck
     age_seconds: float | None
+    refusal: ResumeRefused | None = None  # a runner's refusal of the latest queued attempt (R12)
+
+
+@attrs.frozen
+class Queued:
+    """What a queued resume came to: the surface's own refusal (nothing written, nothing
+    published), or the attempt it queued and published; ``heard`` when ``decision`` is the
+    engine's verdict, waited for from a runner in this process (R11)."""
+
+    run_id: str
+    decision: ResumeDecision
+    attempt: str | None = None
+    heard: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return self.decision.refused
+
+
+def latest_refusal(records: Sequence[Record]) -> ResumeRefused | None:
+    """The runner's refusal written after the run was last queued, if any (pure)."""
+    for record in reversed(records):
+        if isinstance(record, ResumeRefused):
+            return record
+        if isinstance(record, AttemptQueued):
+            return None
+    return None
+
+
+def new_attempt() -> str:
+    """A fresh attempt id for a resume this surface queues (C5)."""
+    return f"op-{uuid.uuid4().hex[:16]}"
 
 
 @attrs.frozen
@@ -127,6 +170,9 @@ class ScratchService:
     snapshots: SnapshotStore | None = None
     clock: Clock = attrs.field(factory=SystemClock)
     where: Where = Where.ENGINE
+    queue: DeliveryQueue | None = None
+    verdicts: Verdicts | None = None  # set when a runner runs in this process (R11)
+    verdict_wait: float = 300.0
 
     def assess(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> Assessment:
         """The one decision (raises RunNotFound, TimelineUnreadable; writes nothing)."""
@@ -140,7 +186,9 @@ class ScratchService:
     def status(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> StatusReport:
         """What a resume with ``request`` would do, and is the bank there as recorded."""
         assessment = self.assess(run_id, request)
-        return StatusReport(assessment, self._stored(assessment), age_of(assessment.state, self.clock.now()))
+        age = age_of(assessment.state, self.clock.now())
+        refusal = latest_refusal(self.timeline.read(run_id)) if self.queue is not None else None
+        return StatusReport(assessment, self._stored(assessment), age, refusal)
 
     def _stored(self, assessment: Assessment) -> StoreCheck:
         if assessment.state.bank is None:
@@ -177,6 +225,45 @@ class ScratchService:
         verdict = f"{outcome.decision.verdict.value} ({outcome.decision.rule})"
         log.info("run %s: %s, %s", run_id, verdict, "goes on" if outcome.proceeds else "does not go on")
         return outcome
+
+    def queue_resume(
+        self, run_id: str, request: ResumeRequest = ResumeRequest(), *, attempt: str | None = None
+    ) -> Queued:
+        """Judge as a surface, then queue the run and publish its delivery (module docstring).
+
+        Raises RunNotFound (nothing written), TimelineConflict when the run moved between
+        the judgement and the queueing (nothing queued), QueueUnavailable.
+        """
+        if self.queue is None:
+            raise TypeError("queue_resume needs a queue (SCRATCHBANK_QUEUE)")
+        state = resume_use_case.current_state(self.timeline, run_id, snapshots=self.snapshots)
+        if state.records == 0:
+            raise RunNotFound(f"the timeline has no run {run_id!r}")
+        decision = decide_resume(state, attrs.evolve(request, where=Where.SURFACE))
+        log.info("run %s: the surface judges %s (%s)", run_id, decision.verdict.value, decision.rule)
+        if decision.refused:
+            return Queued(run_id, decision)
+        delivery = self._publish(run_id, request, attempt or new_attempt(), at=state.records)
+        if self.verdicts is None:
+            return Queued(run_id, decision, delivery.attempt)
+        heard = self.verdicts.wait(delivery, self.verdict_wait)
+        return Queued(run_id, heard or decision, delivery.attempt, heard is not None)
+
+    def _publish(self, run_id: str, request: ResumeRequest, attempt: str, *, at: int) -> ResumeDelivery:
+        """``attempt_queued`` at the position judged (C6: a publication queues), then the delivery."""
+        assert self.queue is not None
+        consents = request.consents
+        queued = AttemptQueued(
+            at=self.clock.now(),  # the orphan sweeper ages the queue from it (L4)
+            attempt=attempt,
+            force=consents.force,
+            accept_scratch_loss=consents.accept_scratch_loss,
+        )
+        self.timeline.append(run_id, [queued], expected=at)
+        delivery = ResumeDelivery(run_id, attempt, consents)
+        self.queue.publish(delivery)
+        log.info("run %s: attempt %s queued and published", run_id, attempt)
+        return delivery
 
     def bank_at_teardown(
         self,
