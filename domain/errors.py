@@ -431,4 +431,4 @@ class QueueUnavailable(ScratchbankError):
     """
 
     code = "QUEUE_UNAVAILABLE"
-    remedy = "check the NATS server (SCRATCHBANK_NATS_URL); deliveries wait in the stream"
+    remedy = "check the NATS server the queue URL names (SCRATCHBANK_QUEUE, --queue); deliveries wait"
