@@ -62,17 +62,22 @@ def test_T8_X5_a_stalled_exec_or_stream_fails_in_time_on_every_transport(engine:
 
 
 class StallingProxy:
-    """A loopback TCP proxy to the S3 server that forwards ``budget`` bytes each way per
-    connection, then stops forwarding (the sockets stay open: a stall, not a reset)."""
+    """A loopback TCP proxy that forwards ``budget`` bytes each way per connection (all of
+    them when None) until ``stall()``, then swallows what it receives: the sockets stay
+    open, a network that stops forwarding, not a reset."""
 
-    def __init__(self, upstream: str, *, budget: int) -> None:
-        host, port = upstream.removeprefix("http://").split(":")
-        self.upstream = (host, int(port))
+    def __init__(self, host: str, port: int, *, budget: int | None = None) -> None:
+        self.upstream = (host, port)
         self.budget = budget
+        self.stalled = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.port = self.server.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self.open: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self.stalled.set()
 
     def _accept(self) -> None:
         while True:
@@ -89,10 +94,10 @@ class StallingProxy:
         left = self.budget
         try:
             while data := src.recv(1 << 16):
-                if left <= 0:
+                if self.stalled.is_set() or (left is not None and left <= 0):
                     continue  # swallowed: the stall
-                dst.sendall(data[:left])
-                left -= len(data)
+                dst.sendall(data if left is None else data[:left])
+                left = None if left is None else left - len(data)
         except OSError:
             return
 
@@ -120,7 +125,8 @@ def s3_bucket(s3_endpoint: str) -> tuple[str, str]:
 def through_proxy(s3_bucket: tuple[str, str]) -> Iterator[tuple[S3BankStore, S3BankStore]]:
     """(a store straight to S3, the same store through a proxy that stalls mid-transfer)."""
     endpoint, bucket = s3_bucket
-    proxy = StallingProxy(endpoint, budget=256 << 10)
+    host, port = endpoint.removeprefix("http://").split(":")
+    proxy = StallingProxy(host, int(port), budget=256 << 10)
     keys = {"aws_access_key_id": "k", "aws_secret_access_key": "s", "region_name": "us-east-1"}
     direct = S3BankStore(bucket, client=boto3.client("s3", endpoint_url=endpoint, **keys))
     stalled = S3BankStore(bucket, endpoint_url=proxy.url)
@@ -270,46 +276,6 @@ def test_a_deadline_gives_each_call_what_is_left_of_its_budget() -> None:
 # ---- the timeline: appends and reads end by their deadline (PostgreSQL, SQLite) ---------
 
 
-class SwitchProxy:
-    """A loopback TCP proxy that forwards everything until ``stall()``, then swallows what
-    it receives (the sockets stay open: a network that stops forwarding, not a reset)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.upstream = (host, port)
-        self.stalled = threading.Event()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stall(self) -> None:
-        self.stalled.set()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.upstream)
-            self.open += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(1 << 16):
-                if not self.stalled.is_set():
-                    dst.sendall(data)
-        except OSError:
-            return
-
-    def close(self) -> None:
-        self.server.close()
-        for s in self.open:
-            s.close()
-
-
 TIMELINE_SECONDS = 2.0
 
 
@@ -328,7 +294,7 @@ def test_T8_R15_a_postgres_that_stops_answering_fails_reads_and_appends_in_time(
     """Through a proxy that stops forwarding: the server's timeouts never reach us, the
     client cut does: a read is TimelineUnreadable, an append TimelineWriteFailed."""
     parsed = urlparse(pg_database)
-    proxy = SwitchProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    proxy = StallingProxy(parsed.hostname or "127.0.0.1", parsed.port or 5432)
     url = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{proxy.port}").geturl()
     timeline = EventStoreTimeline(url, call_seconds=TIMELINE_SECONDS)
     try:
@@ -344,6 +310,7 @@ def test_T8_R15_a_postgres_that_stops_answering_fails_reads_and_appends_in_time(
         )
     finally:
         proxy.close()
+        timeline.close()  # never left to a garbage collection in another test's thread
     TIMES["postgres"] = {**TIMES.get("postgres", {}), "read stalls": read, "append stalls": append}
     print(f"\nstall times {TIMES}")
 
@@ -376,6 +343,7 @@ def test_T8_a_postgres_table_lock_held_elsewhere_fails_appends_and_reads_in_time
             timeline.append("run-1", [started()], expected=1)  # the server ended it, not our cut
         holder.rollback()
     assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing half-written
+    timeline.close()
     TIMES["postgres"] = {**TIMES.get("postgres", {}), "lock held, append": append, "lock held, read": read}
     print(f"\nstall times {TIMES}")
 
