@@ -60,11 +60,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     log = base / "runner.log"
     env = {"SCRATCHBANK_HOME": str(home), "SCRATCHBANK_QUEUE": server.url}
 
+    err = open(base / "runner.err", "wb")  # a file, never an unread pipe the runner could fill
     runner = subprocess.Popen(
         [str(EXE), "runner", "--workflow", str(workflow), "--log-file", str(log), "--holder", "runner-q"],
         env=os.environ | env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=err,
     )
     try:
         _wait_for(log, lambda e: e.get("event") == "ready")
@@ -72,6 +73,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     finally:
         runner.terminate()
         runner.wait(30)
+        err.close()
         server.stop()
 
 
