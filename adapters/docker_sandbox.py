@@ -26,7 +26,7 @@ from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
-from .watchdog import Watchdog
+from .watchdog import Feeder, Watchdog
 
 CHUNK = 1 << 20
 
@@ -204,15 +204,14 @@ def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> Non
         raise StreamBroken(f"stdin stream broke: {writer.error!r}")
 
 
-class _Writer(threading.Thread):
+class _Writer(Feeder):
     """Sends stdin in 1 MiB chunks. A source that fails cuts the exec (the reader must not
     wait for bytes that will never come); a peer that stopped reading early is not an error
     of ours (the script decides by its exit status)."""
 
     def __init__(self, raw: socket.socket, src: BinaryIO, dog: Watchdog) -> None:
-        super().__init__(daemon=True)
-        self.raw, self.src, self.dog = raw, src, dog
-        self.error: BaseException | None = None
+        super().__init__(src, dog)
+        self.raw = raw
         self._ended = threading.Event()
 
     @property
@@ -239,11 +238,3 @@ class _Writer(threading.Thread):
         except BaseException as error:  # raised by the caller as StreamBroken
             if not self._ended.is_set():  # after the exec ended, unsent stdin is nobody's
                 self.error = error
-
-    def _read(self) -> bytes:
-        try:
-            return self.src.read(CHUNK)
-        except BaseException as error:
-            self.error = error
-            self.dog.cut_now()
-            raise

@@ -32,7 +32,7 @@ from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
-from .watchdog import Watchdog
+from .watchdog import Feeder, Watchdog
 
 FRAME = 1 << 20
 
@@ -221,17 +221,16 @@ def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> Non
         raise StreamBroken(f"stdin stream broke: {writer.error!r}")
 
 
-class _Writer(threading.Thread):
+class _Writer(Feeder):
     """Sends stdin on channel 0 in frames of at most 1 MiB, then closes it (v5 only).
 
     A source that fails cuts the websocket, so the receive loop ends at once instead of
     waiting for a status the script will never send (it still waits for its bytes)."""
 
     def __init__(self, ws: Any, src: BinaryIO, can_close: bool, dog: Watchdog) -> None:
-        super().__init__(daemon=True)
-        self.ws, self.src, self.can_close, self.dog = ws, src, can_close, dog
+        super().__init__(src, dog)
+        self.ws, self.can_close = ws, can_close
         self._halt = threading.Event()
-        self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
@@ -241,15 +240,6 @@ class _Writer(threading.Thread):
                 self.ws.send_binary(b"\xff\x00")
         except BaseException:  # a send error is the reader's to see
             return
-
-    def _read(self) -> bytes:
-        """A chunk of the source; its failure is kept (raised by the caller) and cuts the exec."""
-        try:
-            return self.src.read(FRAME)
-        except BaseException as error:
-            self.error = error
-            self.dog.cut_now()
-            raise
 
     def stop(self, wait: float) -> None:
         self._halt.set()

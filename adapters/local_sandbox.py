@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox
-from .watchdog import Watchdog
+from .watchdog import Feeder, Watchdog
 
 CHUNK = 1 << 20
 
@@ -39,14 +38,13 @@ def _real_file(f: object) -> bool:
     return True
 
 
-class _Pump(threading.Thread):
+class _Pump(Feeder):
     """Copies one stream to another. A failing source (not the peer closing early) is kept
     in ``error`` and cuts the command, so that nobody waits for bytes that will not come."""
 
     def __init__(self, src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool, dog: Watchdog) -> None:
-        super().__init__(daemon=True)
-        self.src, self.dst, self.close_dst, self.dog = src, dst, close_dst, dog
-        self.error: BaseException | None = None
+        super().__init__(src, dog)
+        self.dst, self.close_dst = dst, close_dst
 
     def run(self) -> None:
         try:
@@ -61,14 +59,6 @@ class _Pump(threading.Thread):
             if self.close_dst:
                 with contextlib.suppress(OSError):
                     self.dst.close()  # type: ignore[union-attr]
-
-    def _read(self) -> bytes:
-        try:
-            return self.src.read(CHUNK)
-        except BaseException as error:
-            self.error = error
-            self.dog.cut_now()
-            raise
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

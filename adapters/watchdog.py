@@ -14,6 +14,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from types import TracebackType
+from typing import IO
 
 from scratchbank.application.retry import Deadline
 
@@ -59,3 +60,24 @@ class Watchdog:
             self._done = True
         self._timer.cancel()
         self._unhook()
+
+
+class Feeder(threading.Thread):
+    """A thread that feeds an exec from a source. A source that fails keeps its error
+    (raised by the caller as StreamBroken) and cuts the exec at once: the reader must
+    not wait for bytes that will never come. One place for every transport."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, src: IO[bytes], dog: Watchdog) -> None:
+        super().__init__(daemon=True)
+        self.src, self.dog = src, dog
+        self.error: BaseException | None = None
+
+    def _read(self) -> bytes:
+        try:
+            return self.src.read(self.CHUNK)
+        except BaseException as error:
+            self.error = error
+            self.dog.cut_now()
+            raise
