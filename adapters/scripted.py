@@ -23,7 +23,14 @@ from typing import BinaryIO
 
 import attrs
 
-from scratchbank.application.ports import ArchiveReport, ByteSink, QuiesceReport, SandboxFacts, StagedRestore
+from scratchbank.application.ports import (
+    ArchiveReport,
+    ByteSink,
+    QuiescedArchive,
+    QuiesceReport,
+    SandboxFacts,
+    StagedRestore,
+)
 from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, ScratchbankError, StreamBroken
 
@@ -34,6 +41,8 @@ def script(name: str) -> str:
 
 QUIESCE, ARCHIVE, RESTORE = script("quiesce.sh"), script("archive.sh"), script("restore.sh")
 LIST = RESTORE  # ``restore.sh list SCRATCH``: the tree in the stage's NUL-safe format
+#: quiesce, archive and continue in one exec (T11-T16): bank.sh over the other two's functions
+BANK = "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + "\n" + ARCHIVE + "\n" + script("bank.sh")
 
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
@@ -112,6 +121,77 @@ def _mode_kind(mode_hex: str) -> str:
     return {0o100000: "file", 0o040000: "dir", 0o120000: "symlink", 0o010000: "fifo"}.get(fmt, "other")
 
 
+def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> QuiesceReport:
+    """quiesce.sh's exit code and report lines as a QuiesceReport (T12, T13)."""
+    said = ("refused: ", "unquiesced: ")
+    reasons = tuple(line.split(": ", 1)[1] for line in lines if line.startswith(said))
+    stopped = next((int(line.split()[1]) for line in lines if line.startswith("stopped ")), 0)
+    if exit_code == 0:
+        return QuiesceReport(True, False, (), stopped)
+    if exit_code == QUIESCE_REFUSED:
+        return QuiesceReport(False, True, reasons or ("refused",))
+    if exit_code == QUIESCE_PARTIAL:
+        return QuiesceReport(False, False, reasons, stopped)
+    detail = err or "\n".join(lines)
+    return QuiesceReport(False, False, (f"quiesce exited {exit_code}: {detail!r}",))
+
+
+def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:
+    """archive.sh's exit code and tar's warnings as an ArchiveReport, or ArchiveFailed."""
+    if exit_code == EMPTY:
+        return ArchiveReport(empty=True)
+    err = stderr.decode("utf-8", "replace").strip()
+    if exit_code == CANNOT_LIST:
+        raise ArchiveFailed(f"cannot list the scratch: {err}")
+    raced, neutral, other = read_tar_stderr(stderr)
+    if exit_code == 0 or (exit_code == 1 and raced and not other):
+        return ArchiveReport(False, tuple(raced), tuple(neutral + other))
+    raise ArchiveFailed(f"tar exited {exit_code}: {err[-2000:]}")
+
+
+_STATUS = b"scratchbank-bank: "
+
+
+def bank_status(stderr: bytes) -> tuple[str, bytes]:
+    """bank.sh's status (its last stderr line, written once tar has ended: no member name
+    can stand in for it) and the stderr before it, tar's. ("", stderr) when it has none."""
+    body, _, last = stderr.rstrip(b"\n").rpartition(b"\n")
+    if not last.startswith(_STATUS):
+        return "", stderr
+    return last[len(_STATUS) :].decode("ascii", "replace"), body
+
+
+class QuiesceHead:
+    """bank.sh's stdout: the quiesce report, up to its "scratchbank-quiesced CODE" line,
+    read into ``report``; every byte after it (the tar stream) passed on to ``dest``."""
+
+    LIMIT = 1 << 20
+    _END = re.compile(rb"(?:^|\n)scratchbank-quiesced (\d+)\n")
+
+    def __init__(self, dest: ByteSink) -> None:
+        self._dest = dest
+        self._head = bytearray()
+        self.report: QuiesceReport | None = None
+
+    def write(self, data: bytes, /) -> int:
+        if self.report is not None:
+            self._dest.write(data)
+            return len(data)
+        self._head += data
+        end = self._END.search(self._head)
+        if end is None:
+            if len(self._head) > self.LIMIT:
+                raise StreamBroken("the bank script's quiesce report never ended")
+            return len(data)
+        lines = self._head[: end.start()].decode("utf-8", "replace").splitlines()
+        self.report = quiesce_report(int(end.group(1)), lines)
+        rest = bytes(self._head[end.end() :])
+        self._head.clear()
+        if rest:
+            self._dest.write(rest)
+        return len(data)
+
+
 class ScriptedSandbox(abc.ABC):
     """The Sandbox port over ``run``; an engine adapter implements ``run`` and ``facts``."""
 
@@ -146,19 +226,7 @@ class ScriptedSandbox(abc.ABC):
     ) -> QuiesceReport:
         args = ["stop", str(budget_seconds), str(wait_seconds)]
         done = self.run(QUIESCE, args, user=self.admin_user, deadline=deadline)
-        lines = done.stdout.decode("utf-8", "replace").splitlines()
-        reasons = tuple(
-            line.split(": ", 1)[1] for line in lines if line.startswith(("refused: ", "unquiesced: "))
-        )
-        stopped = next((int(line.split()[1]) for line in lines if line.startswith("stopped ")), 0)
-        if done.exit_code == 0:
-            return QuiesceReport(True, False, (), stopped)
-        if done.exit_code == QUIESCE_REFUSED:
-            return QuiesceReport(False, True, reasons or ("refused",))
-        if done.exit_code == QUIESCE_PARTIAL:
-            return QuiesceReport(False, False, reasons, stopped)
-        why = f"quiesce exited {done.exit_code}: {done.err or done.stdout!r}"
-        return QuiesceReport(False, False, (why,))
+        return quiesce_report(done.exit_code, done.stdout.decode("utf-8", "replace").splitlines(), done.err)
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         self.run(QUIESCE, ["cont"], user=self.admin_user, deadline=deadline)
@@ -168,14 +236,38 @@ class ScriptedSandbox(abc.ABC):
     ) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
         done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
-        if done.exit_code == EMPTY:
-            return ArchiveReport(empty=True)
-        if done.exit_code == CANNOT_LIST:
-            raise ArchiveFailed(f"cannot list the scratch: {done.err}")
-        raced, neutral, other = read_tar_stderr(done.stderr)
-        if done.exit_code == 0 or (done.exit_code == 1 and raced and not other):
-            return ArchiveReport(False, tuple(raced), tuple(neutral + other))
-        raise ArchiveFailed(f"tar exited {done.exit_code}: {done.err[-2000:]}")
+        return archive_report(done.exit_code, done.stderr)
+
+    def quiesce_and_archive(
+        self,
+        dest: ByteSink,
+        *,
+        budget_seconds: int,
+        wait_seconds: int,
+        compress: bool,
+        deadline: Deadline | None = None,
+    ) -> QuiescedArchive:
+        """One exec (bank.sh): quiesce, archive (verifying unless every process stopped),
+        and continue when the pass did not race. The quiesce report leads stdout, so an
+        exec cut mid-archive still says what it stopped; the script's last stderr line
+        says whether it continued (anything else, the host continues: T14)."""
+        head = QuiesceHead(dest)
+        args = [self.facts.scratch, "z" if compress else "raw", str(budget_seconds), str(wait_seconds)]
+        try:
+            done = self.run(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
+        except ScratchbankError as error:
+            if head.report is None:
+                raise
+            return QuiescedArchive(head.report, None, False, error)
+        if head.report is None:
+            why = f"the bank script sent no quiesce report (exit {done.exit_code}): {done.err[-500:]}"
+            raise StreamBroken(why)
+        status, stderr = bank_status(done.stderr)
+        continued = status in ("continued", "nothing stopped")
+        try:
+            return QuiescedArchive(head.report, archive_report(done.exit_code, stderr), continued)
+        except ArchiveFailed as error:
+            return QuiescedArchive(head.report, None, continued, error)
 
     def stage_restore(
         self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import attrs
 
+from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.records import Record
 
 from .retry import Deadline
@@ -117,6 +118,24 @@ class ArchiveReport:
     notices: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class QuiescedArchive:
+    """One quiesced pass (T11-T14): what the quiesce did, what tar saw, and whether
+    anything is left stopped for the caller to continue.
+
+    ``archive`` is None when tar gave no archive: ``failure`` says why (ArchiveFailed,
+    or the transport's error once the quiesce had reported); the quiesce stands either way.
+    ``continued``: nothing is left stopped (the sandbox continued the processes itself
+    after a pass that did not race, or the quiesce refused before any signal); False
+    leaves ``continue_processes`` to the caller (T14).
+    """
+
+    quiesce: QuiesceReport
+    archive: ArchiveReport | None
+    continued: bool
+    failure: ScratchbankError | None = None
+
+
 class ByteSink(Protocol):
     """Where a stream of bytes goes (a file, or a sink that inspects it on the way)."""
 
@@ -193,3 +212,28 @@ class Sandbox(Protocol):
     def discard_restore(self, staged: StagedRestore) -> None: ...
 
     def list_scratch(self) -> list[str]: ...
+
+
+@runtime_checkable
+class QuiescingSandbox(Protocol):
+    """A Sandbox that quiesces, archives and continues in one call (one exec for the
+    scripted sandboxes). Optional: ``teardown.quiesce_and_archive`` builds the same call
+    from ``quiesce`` and ``archive`` for a sandbox without it.
+
+    Contract (``SandboxContract``): quiesce as ``quiesce`` does, archive into ``dest``
+    verifying unless every process stopped, and continue the processes itself only
+    after a pass that did not race (``QuiescedArchive.continued``); a race or a failure
+    leaves them stopped for the caller, which may tar again first (T16) and continues
+    them (T14). A failing archive is a report (``failure``), never a lost quiesce; only
+    an exec that broke before the quiesce reported raises.
+    """
+
+    def quiesce_and_archive(
+        self,
+        dest: ByteSink,
+        *,
+        budget_seconds: int,
+        wait_seconds: int,
+        compress: bool,
+        deadline: Deadline | None = None,
+    ) -> QuiescedArchive: ...

@@ -59,7 +59,16 @@ from scratchbank.domain.teardown import (
 
 from .clock import Clock, SystemClock
 from .host_archive import ArchiveFacts, HostArchive
-from .ports import BankStore, QuiesceReport, Sandbox, Timeline
+from .ports import (
+    ArchiveReport,
+    BankStore,
+    ByteSink,
+    QuiescedArchive,
+    QuiesceReport,
+    QuiescingSandbox,
+    Sandbox,
+    Timeline,
+)
 from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution, read_since
 from .retry import Budget, Cancel, Deadline, Pauses, retry_within
 
@@ -126,6 +135,8 @@ class _Run:
     complete: Complete | None = None
     cancel: Cancel | None = None
     stored: bool = False  # did any store write (an upload) land before a cut?
+    #: has this try left processes stopped for the host to continue (T14)?
+    left_stopped: bool = False
 
     def cut(self) -> str:
         """Why the run context was cancelled (L5), or "" while it was not."""
@@ -316,15 +327,48 @@ def _failed_try(error: BaseException) -> TryOutcome:
 
 
 def _archive_quiesced(run: _Run, plan: TeardownPlan, attempt: int) -> Complete | None:
-    """Quiesce (when isolated), archive, and continue whatever happens (T11, T14): a
-    quiesce cut on its way (its deadline, the run context) may have stopped some."""
+    """Quiesce (when isolated) and archive, and continue whatever happens (T11, T14).
+
+    The first pass quiesces too (``quiesce_and_archive``: one exec where the sandbox
+    offers it), and the sandbox continues the processes itself after a pass that did
+    not race. Anything else leaves them to the host: a race (more passes run first,
+    T16), a failure, or a call cut on its way (its deadline, the run context) that may
+    have stopped some.
+    """
+    run.left_stopped = plan.quiesce
     try:
-        if plan.quiesce:
-            _quiesce(run)
-        return _archive(run, attempt)
+        return _archive(run, attempt, quiesce=plan.quiesce)
     finally:
-        if plan.quiesce:
+        if run.left_stopped:
             _continue(run)
+
+
+def quiesce_and_archive(
+    sandbox: Sandbox,
+    dest: ByteSink,
+    *,
+    budget_seconds: int,
+    wait_seconds: int,
+    compress: bool,
+    deadline: Deadline | None = None,
+) -> QuiescedArchive:
+    """One quiesced pass (T11-T14): the sandbox's own call where it offers one
+    (``QuiescingSandbox``), else ``quiesce`` then ``archive`` (verifying unless every
+    process stopped), which leaves continuing to the caller."""
+    if isinstance(sandbox, QuiescingSandbox):
+        return sandbox.quiesce_and_archive(
+            dest,
+            budget_seconds=budget_seconds,
+            wait_seconds=wait_seconds,
+            compress=compress,
+            deadline=deadline,
+        )
+    report = sandbox.quiesce(budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline)
+    try:
+        archived = sandbox.archive(dest, compress=compress, verify=not report.quiesced, deadline=deadline)
+    except _TRY_FAILURES as error:
+        return QuiescedArchive(report, None, report.refused, error)
+    return QuiescedArchive(report, archived, report.refused)
 
 
 def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOutcome, bool]:
@@ -349,15 +393,6 @@ def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOu
     return TryOutcome(Seen.FILES, archive, stored=stored, reason=why or reason), False
 
 
-def _quiesce(run: _Run) -> None:
-    budget = max(1, int(run.left()) + int(run.budgets.continue_seconds))
-    report = run.sandbox.quiesce(
-        budget_seconds=budget, wait_seconds=run.budgets.quiesce_wait_seconds, deadline=run.call_deadline()
-    )
-    run.report = report
-    run.quiesce = Quiesce(report.quiesced, "; ".join(report.reasons))
-
-
 def _continue(run: _Run) -> None:
     """T14: continue on a budget of its own, never holding the sandbox's shutdown."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -371,18 +406,19 @@ def _continue(run: _Run) -> None:
         pool.shutdown(wait=False)
 
 
-def _archive(run: _Run, attempt: int) -> Complete | None:
-    """Archive to a host file; run tar again while it races and budget allows (T16).
+def _archive(run: _Run, attempt: int, *, quiesce: bool) -> Complete | None:
+    """Archive to a host file, quiescing on the first pass when asked; run tar again
+    while it races and budget allows (T16).
 
     Every complete pass is kept on the run (``_Run.keep``): a pass that fails later, for
     any reason, leaves it to ``_one_try`` to bank that one.
     """
-    verify = not (run.quiesce and run.quiesce.quiesced)
     last: Complete | None = None
     passes = 0
     while True:
         started = run.clock.monotonic()
-        taken = _one_pass(run, run.work / f"try{attempt}-pass{passes}.tgz", verify)
+        path = run.work / f"try{attempt}-pass{passes}.tgz"
+        taken = _quiesced_pass(run, path) if quiesce and passes == 0 else _one_pass(run, path)
         passes += 1
         run.tar_passes += 1
         if taken is None:
@@ -397,14 +433,49 @@ def _archive(run: _Run, attempt: int) -> Complete | None:
             return last
 
 
-def _one_pass(run: _Run, path: Path, verify: bool) -> Complete | None:
-    """One tar pass into a host file: (facts, raced), or None for an empty scratch."""
-    sink = HostArchive(
+def _sink(run: _Run, path: Path) -> HostArchive:
+    return HostArchive(
         path,
         gzipped_input=run.budgets.compress_in_sandbox,
         gzip_level=run.budgets.gzip_level,
         cap=run.budgets.cap_bytes,
     )
+
+
+def _taken(sink: HostArchive, report: ArchiveReport) -> Complete | None:
+    """A pass's archive: (facts, raced), or None for an empty scratch."""
+    facts = sink.finish()
+    return None if report.empty else (facts, report.raced)
+
+
+def _quiesced_pass(run: _Run, path: Path) -> Complete | None:
+    """The first pass: quiesce and archive; the quiesce is recorded whatever tar did."""
+    sink = _sink(run, path)
+    try:
+        done = quiesce_and_archive(
+            run.sandbox,
+            sink,
+            budget_seconds=max(1, int(run.left()) + int(run.budgets.continue_seconds)),
+            wait_seconds=run.budgets.quiesce_wait_seconds,
+            compress=run.budgets.compress_in_sandbox,
+            deadline=run.call_deadline(),
+        )
+        run.report = done.quiesce
+        run.quiesce = Quiesce(done.quiesce.quiesced, "; ".join(done.quiesce.reasons))
+        run.left_stopped = not done.continued
+        if done.archive is None:
+            assert done.failure is not None
+            raise done.failure
+    except BaseException:
+        sink.close()
+        raise
+    return _taken(sink, done.archive)
+
+
+def _one_pass(run: _Run, path: Path) -> Complete | None:
+    """One plain tar pass, verifying unless every process is stopped (T16, N4)."""
+    verify = not (run.quiesce and run.quiesce.quiesced and run.left_stopped)
+    sink = _sink(run, path)
     try:
         report = run.sandbox.archive(
             sink, compress=run.budgets.compress_in_sandbox, verify=verify, deadline=run.call_deadline()
@@ -412,8 +483,7 @@ def _one_pass(run: _Run, path: Path, verify: bool) -> Complete | None:
     except BaseException:
         sink.close()
         raise
-    facts = sink.finish()
-    return None if report.empty else (facts, report.raced)
+    return _taken(sink, report)
 
 
 def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:

@@ -9,62 +9,41 @@
 # Only builtins signal (kill's exit status means nothing; /bin/kill -STOP -1 stops its
 # own shell). Refusals come before any signal. Output lines: "refused: ...",
 # "unquiesced: ...", "stopped N", "watchdog PID".
+#
+# With SCRATCHBANK_LIBRARY set it only defines quiesce_stop (the report in $q_out) and
+# quiesce_cont, for bank.sh: they must run in the shell that tar is started from later,
+# never in a subshell (kill -STOP -1 spares only its sender).
 set -u
 INITIAL_PIDNS='pid:[4026531836]'
 WD_FILE="${TMPDIR:-/tmp}/.scratchbank-watchdog"
 QUIET_PID1="sleep pause tini dumb-init catatonit docker-init podman-pause init systemd"
+# The watchdog: continue everything if nobody says cont within the budget (T14). In a
+# session of its own where setsid exists, so that a transport that cuts the exec's
+# process group (the local sandbox) does not end it with the exec.
+WATCHDOG='trap "" HUP INT
+n=0
+while [ "$n" -lt "$1" ] && [ -e "$2" ]; do sleep 1; n=$((n + 1)); done
+kill -CONT -1 2>/dev/null
+rm -f "$2" 2>/dev/null'
 self=$$
+q_out=""
 
-say() { printf '%s\n' "$*"; }
+say() { q_out="$q_out$*
+"; }
 
-if [ "${1:-}" = cont ]; then
+quiesce_cont() {
     kill -CONT -1 2>/dev/null
     rm -f "$WD_FILE" 2>/dev/null
-    say continued
-    exit 0
-fi
-budget=${2:-30}
-wait_for=${3:-5}
-
-# -- guards, before any signal (T12) ---------------------------------------------------
-ns=$(readlink /proc/self/ns/pid 2>/dev/null) || ns=""
-[ -n "$ns" ] || { say "refused: cannot read the PID namespace"; exit 3; }
-[ "$ns" = "$INITIAL_PIDNS" ] && { say "refused: this is the host's initial PID namespace"; exit 3; }
-statpid=""
-read -r statpid _rest 2>/dev/null </proc/self/stat
-[ "$statpid" = "$self" ] || { say "refused: /proc is not this sandbox's own (pid $statpid vs $self)"; exit 3; }
-my_uid=""
-nspid_fields=0
-while read -r key a b c d; do
-    case $key in
-        Uid:) my_uid=$a ;;
-        NSpid:) set -f; set -- $a ${b:-} ${c:-} ${d:-}; set +f; nspid_fields=$# ;;
-    esac
-done 2>/dev/null </proc/self/status
-[ "$nspid_fields" -gt 1 ] && { say "refused: /proc belongs to a parent PID namespace"; exit 3; }
+}
 
 reasons=""
-note() { case "$reasons" in *"$1"*) ;; *) reasons="$reasons
-unquiesced: $1" ;; esac; }
-
-while read -r _id _p _mm _root mnt _opts rest; do
-    [ "$mnt" = /proc ] || continue
-    case " $rest " in
-        *hidepid=1*|*hidepid=2*|*hidepid=4*|*hidepid=invisible*|*hidepid=noaccess*|*hidepid=ptraceable*)
-            note "/proc is mounted hidepid: other users' processes cannot be checked" ;;
+note() {
+    case "$reasons" in
+        *"$1"*) ;;
+        *) reasons="$reasons
+$1"; say "unquiesced: $1" ;;
     esac
-done 2>/dev/null </proc/self/mountinfo
-
-# -- PID 1 is never stopped by kill -1: know what it is ---------------------------------
-if [ "$self" != 1 ]; then
-    l1=""
-    read -r l1 2>/dev/null </proc/1/stat
-    comm=${l1#*\(}; comm=${comm%\)*}
-    case " $QUIET_PID1 " in
-        *" $comm "*) ;;
-        *) note "pid 1 ($comm) cannot be stopped from inside and may write" ;;
-    esac
-fi
+}
 
 # -- stop, then check every process and thread ------------------------------------------
 # A parent waiting on a vfork'd child shows D until that child execs or exits: when the
@@ -121,50 +100,106 @@ scan() {
     done
 }
 
-stopped_any=0
-start=$(date +%s)
-round=0
-while :; do
-    kill -STOP -1 2>/dev/null
-    stopped_any=1
-    scan
-    [ -z "$running" ] && [ -z "$unreadable" ] && break
-    round=$((round + 1))
-    now=$(date +%s)
-    [ "$round" -ge 5 ] && [ $((now - start)) -ge "$wait_for" ] && break
-    sleep 0.2 2>/dev/null || sleep 1
-done
+# -- guards, before any signal (T12): 3 (refused) when the sandbox must not be signalled
+may_signal() {
+    ns=$(readlink /proc/self/ns/pid 2>/dev/null) || ns=""
+    [ -n "$ns" ] || { say "refused: cannot read the PID namespace"; return 3; }
+    [ "$ns" = "$INITIAL_PIDNS" ] && { say "refused: this is the host's initial PID namespace"; return 3; }
+    statpid=""
+    read -r statpid _rest 2>/dev/null </proc/self/stat
+    [ "$statpid" = "$self" ] || { say "refused: /proc is not this sandbox's own (pid $statpid vs $self)"; return 3; }
+    my_uid=""
+    nspid_fields=0
+    while read -r key a b c d; do
+        case $key in
+            Uid:) my_uid=$a ;;
+            NSpid:) set -f; set -- $a ${b:-} ${c:-} ${d:-}; set +f; nspid_fields=$# ;;
+        esac
+    done 2>/dev/null </proc/self/status
+    [ "$nspid_fields" -gt 1 ] && { say "refused: /proc belongs to a parent PID namespace"; return 3; }
+    return 0
+}
 
-for entry in $running; do
-    pid=${entry%%[:/]*}
-    uid=""
-    while read -r key a _; do [ "$key" = Uid: ] && uid=$a; done 2>/dev/null </proc/$pid/status
-    state=${entry##*:}
-    if [ -n "$uid" ] && [ "$uid" != "$my_uid" ] && [ "$my_uid" != 0 ]; then
-        note "process $pid of another user ($uid) could not be stopped"
-    elif [ "$state" = D ]; then
-        note "task $entry stayed in uninterruptible sleep (D) past ${wait_for}s"
-    else
-        note "process $entry still running after every stop"
+# -- what a quiesce cannot stop or check (T13), before any signal ------------------------
+unstoppable() {
+    while read -r _id _p _mm _root mnt _opts rest; do
+        [ "$mnt" = /proc ] || continue
+        case " $rest " in
+            *hidepid=1*|*hidepid=2*|*hidepid=4*|*hidepid=invisible*|*hidepid=noaccess*|*hidepid=ptraceable*)
+                note "/proc is mounted hidepid: other users' processes cannot be checked" ;;
+        esac
+    done 2>/dev/null </proc/self/mountinfo
+
+    # PID 1 is never stopped by kill -1: know what it is
+    if [ "$self" != 1 ]; then
+        l1=""
+        read -r l1 2>/dev/null </proc/1/stat
+        comm=${l1#*\(}; comm=${comm%\)*}
+        case " $QUIET_PID1 " in
+            *" $comm "*) ;;
+            *) note "pid 1 ($comm) cannot be stopped from inside and may write" ;;
+        esac
     fi
-done
-for pid in $unreadable; do note "status of process $pid cannot be read"; done
+}
 
-# -- the watchdog: continue everything if nobody says cont within the budget (T14) ------
-if [ "$stopped_any" = 1 ]; then
-    : >"$WD_FILE" 2>/dev/null
-    (
-        trap '' HUP INT
-        n=0
-        while [ "$n" -lt "$budget" ] && [ -e "$WD_FILE" ]; do sleep 1; n=$((n + 1)); done
-        kill -CONT -1 2>/dev/null
-        rm -f "$WD_FILE" 2>/dev/null
-    ) </dev/null >/dev/null 2>&1 &
-    say "watchdog $!"
+# quiesce_stop BUDGET WAIT: 0 all stopped, 4 partial, 3 refused; the report in $q_out.
+quiesce_stop() {
+    budget=$1
+    wait_for=$2
+    q_out=""
+    reasons=""
+    may_signal || return 3
+    unstoppable
+    stopped_any=0
+    start=$(date +%s)
+    round=0
+    while :; do
+        kill -STOP -1 2>/dev/null
+        stopped_any=1
+        scan
+        [ -z "$running" ] && [ -z "$unreadable" ] && break
+        round=$((round + 1))
+        now=$(date +%s)
+        [ "$round" -ge 5 ] && [ $((now - start)) -ge "$wait_for" ] && break
+        sleep 0.2 2>/dev/null || sleep 1
+    done
+
+    for entry in $running; do
+        pid=${entry%%[:/]*}
+        uid=""
+        while read -r key a _; do [ "$key" = Uid: ] && uid=$a; done 2>/dev/null </proc/$pid/status
+        state=${entry##*:}
+        if [ -n "$uid" ] && [ "$uid" != "$my_uid" ] && [ "$my_uid" != 0 ]; then
+            note "process $pid of another user ($uid) could not be stopped"
+        elif [ "$state" = D ]; then
+            note "task $entry stayed in uninterruptible sleep (D) past ${wait_for}s"
+        else
+            note "process $entry still running after every stop"
+        fi
+    done
+    for pid in $unreadable; do note "status of process $pid cannot be read"; done
+
+    # -- the watchdog (T14) ---------------------------------------------------------------
+    if [ "$stopped_any" = 1 ]; then
+        : >"$WD_FILE" 2>/dev/null
+        detach=""
+        command -v setsid >/dev/null 2>&1 && detach=setsid
+        $detach sh -c "$WATCHDOG" watchdog "$budget" "$WD_FILE" </dev/null >/dev/null 2>&1 &
+        say "watchdog $!"
+    fi
+    say "stopped $checked"
+    [ -n "$reasons" ] && return 4
+    return 0
+}
+
+if [ -z "${SCRATCHBANK_LIBRARY:-}" ]; then
+    if [ "${1:-}" = cont ]; then
+        quiesce_cont
+        echo continued
+        exit 0
+    fi
+    quiesce_stop "${2:-30}" "${3:-5}"
+    rc=$?
+    printf '%s' "$q_out"
+    exit "$rc"
 fi
-say "stopped $checked"
-if [ -n "$reasons" ]; then
-    printf '%s\n' "$reasons" | sed '/^$/d'
-    exit 4
-fi
-exit 0

@@ -1,0 +1,31 @@
+# scratchbank bank (T11-T16 in one exec): quiesce, archive, continue. Run after
+# quiesce.sh and archive.sh, loaded with SCRATCHBANK_LIBRARY set (scripted.py: BANK).
+#
+#   bank.sh SCRATCH COMPRESS BUDGET_SECONDS WAIT_SECONDS
+#
+# stdout: quiesce.sh's report lines, ended by "scratchbank-quiesced CODE" (its exit
+#   code), written before tar starts so that a cut exec still tells what was stopped;
+#   then tar's stream, as archive.sh writes it (verifying unless every process stopped).
+# stderr: tar's warnings and the raced lines, then, last, the line
+#   "scratchbank-bank: continued"     (the pass did not race: everything runs again),
+#   "scratchbank-bank: left stopped"  (a race or a failure: the host continues them,
+#                                      after more passes; else the watchdog does), or
+#   "scratchbank-bank: nothing stopped" (the quiesce refused before any signal).
+# exit: archive.sh's.
+quiesce_stop "$3" "$4"
+q=$?
+printf '%sscratchbank-quiesced %s\n' "$q_out" "$q"
+verify=1
+[ "$q" = 0 ] && verify=0
+archive_scratch "$1" "$2" "$verify"
+rc=$?
+if [ "$q" = 3 ]; then
+    status="nothing stopped"
+elif { [ "$rc" = 0 ] || [ "$rc" = 10 ]; } && [ "$a_raced" = 0 ]; then
+    quiesce_cont
+    status=continued
+else
+    status="left stopped"
+fi
+printf 'scratchbank-bank: %s\n' "$status" >&2
+exit "$rc"
