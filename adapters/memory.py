@@ -100,7 +100,8 @@ class FakeSandbox:
     """A Sandbox whose scratch is a dict of files; faults are queued per operation.
 
     ``faults["archive"] = [ExecFailed("blip"), None]`` makes the first archive fail and
-    the second succeed; ``races = [("./log",), ()]`` makes the first pass race.
+    the second succeed; ``races = [("./log",), ()]`` makes the first pass race;
+    ``quiesce_report`` is what every quiesce reports (a refusal stops nothing).
     """
 
     def __init__(
@@ -115,6 +116,7 @@ class FakeSandbox:
         self.faults: dict[str, list[BaseException | None]] = {}
         self.races: list[tuple[str, ...]] = []
         self.stopped = False
+        self.quiesce_report = QuiesceReport(True, False, (), 1)
         self.quiesces = 0
         self.continued = 0
         self.archives = 0
@@ -137,8 +139,8 @@ class FakeSandbox:
     ) -> QuiesceReport:
         self._step("quiesce")
         self.quiesces += 1
-        self.stopped = True
-        return QuiesceReport(True, False, (), 1)
+        self.stopped = self.stopped or not self.quiesce_report.refused
+        return self.quiesce_report
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         self._step("continue")  # a gone sandbox cannot be continued either, as the real ones

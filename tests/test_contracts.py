@@ -15,14 +15,15 @@ from pathlib import Path
 
 import docker
 import pytest
-from rigs import rig
+from rigs import Rig, rig
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.application.ports import Sandbox
+from scratchbank.application.ports import QuiesceReport, Sandbox
+from scratchbank.domain.errors import ArchiveFailed
 from scratchbank.testing.contracts import SandboxContract, check_bank_store, check_timeline
 
 
@@ -39,16 +40,56 @@ class TestFakeSandboxContract(SandboxContract):
         assert isinstance(sandbox, FakeSandbox)
         sandbox.gone = True
 
+    def stopped(self, sandbox: Sandbox) -> bool:
+        assert isinstance(sandbox, FakeSandbox)
+        return sandbox.stopped
+
+    def unquiescable(self, sandbox: Sandbox) -> None:
+        assert isinstance(sandbox, FakeSandbox)
+        sandbox.quiesce_report = QuiesceReport(False, False, ("process 7 of another user",), 1)
+
+    def refusing(self, sandbox: Sandbox) -> None:
+        assert isinstance(sandbox, FakeSandbox)
+        sandbox.quiesce_report = QuiesceReport(False, True, ("this is the host's initial PID namespace",))
+
+    def break_scratch(self, sandbox: Sandbox) -> None:
+        assert isinstance(sandbox, FakeSandbox)
+        sandbox.faults["archive"] = [ArchiveFailed("cannot list the scratch")]
+
 
 class RigContract(SandboxContract):
     """The contract on a real engine's sandbox (one fresh sandbox per clause)."""
 
     engine = ""
+    rig: Rig
 
     @contextlib.contextmanager
     def sandbox(self) -> Iterator[Sandbox]:
         with rig(self.engine) as r:
+            self.rig = r
             yield r.sandbox
+
+    def start_workload(self, sandbox: Sandbox) -> None:
+        self.rig.spawn("sleep 1000")
+        self.rig.sh("while ! grep -qs '^sleep$' /proc/[0-9]*/comm; do sleep 0.05; done")
+
+    def stopped(self, sandbox: Sandbox) -> bool:
+        """Is any process but the one reading stopped (state T, after the last ") ")?"""
+        out = self.rig.sh("cat /proc/[0-9]*/stat 2>/dev/null", check=False)
+        return any(line.rsplit(") ", 1)[1].split()[0] == "T" for line in out.splitlines() if ") " in line)
+
+    def unquiescable(self, sandbox: Sandbox) -> None:
+        """A root workload the quiesce, run as nobody, can neither stop nor continue; the
+        namespaced rigs (their commands run as root) hide other users' processes instead."""
+        self.start_workload(sandbox)
+        if self.engine in ("local", "k8s-double"):
+            self.rig.sh("mount -o remount,hidepid=2 /proc")
+        else:
+            self.rig.sandbox.admin_user = "65534"
+
+    def break_scratch(self, sandbox: Sandbox) -> None:
+        """A scratch that is a file: tar cannot enter it (archive.sh's 12)."""
+        self.rig.sh(f"rm -rf {self.rig.scratch} && echo x > {self.rig.scratch}")
 
     def write(self, sandbox: Sandbox, files: dict[str, bytes]) -> None:
         for name, data in files.items():

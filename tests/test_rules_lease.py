@@ -23,7 +23,7 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
 from scratchbank.adapters.sandbox_provider import OWNER, LocalSandboxProvider
-from scratchbank.adapters.scripted import ARCHIVE
+from scratchbank.adapters.scripted import BANK
 from scratchbank.adapters.watchdog import Watchdog
 from scratchbank.application.clock import SystemClock
 from scratchbank.application.lease_keeper import LeaseKeeper
@@ -174,8 +174,10 @@ class StuckArchive(LocalSandbox):
         self.continues = 0
 
     def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
-        if source == ARCHIVE:  # the marker is written once the exec (and its watchdog) runs
-            source = f"touch {self.root}/archiving; exec sleep 1000"
+        if source == BANK:  # quiesced for real; the marker is written where tar would start
+            tar = 'archive_scratch "$1" "$2" "$verify"'
+            source = source.replace(tar, f"touch {self.root}/archiving; exec sleep 1000\n{tar}")
+            assert source != BANK
         return super().run(source, args, **kw)
 
     def wait_archiving(self, bound: float = 30.0) -> bool:

@@ -23,9 +23,11 @@ from typing import Any, ClassVar
 import pytest
 
 from scratchbank.application.host_archive import HostArchive
-from scratchbank.application.ports import BankStore, Sandbox, Timeline
+from scratchbank.application.ports import BankStore, QuiescedArchive, QuiescingSandbox, Sandbox, Timeline
 from scratchbank.application.retry import Deadline
+from scratchbank.application.teardown import quiesce_and_archive
 from scratchbank.domain.errors import (
+    ArchiveFailed,
     BankGone,
     BankReadFailed,
     BankWriteFailed,
@@ -224,11 +226,15 @@ def check_bank_store(make: Callable[[Path], BankStore], tmp: Path) -> list[str]:
 
 
 class SandboxContract:
-    """What every Sandbox does, from banking's side (T2, T14, T15, T19).
+    """What every Sandbox does, from banking's side (T2, T11-T15, T19).
 
     Subclasses define ``sandbox`` (a context manager yielding a fresh sandbox with an
     empty scratch) and ``write`` (put files in its scratch; a name with ``/`` creates
-    its directories); ``kill`` (make the sandbox gone) is optional.
+    its directories). Optional, each skipping what needs it: ``kill`` (make the
+    sandbox gone), ``start_workload`` and ``stopped`` (a process the quiesce stops, and
+    whether any process is stopped), ``unquiescable`` (leave a process the quiesce can
+    neither stop nor check), ``refusing`` (make the quiesce refuse), ``break_scratch``
+    (make tar fail on the scratch).
     """
 
     def sandbox(self) -> contextlib.AbstractContextManager[Sandbox]:  # pragma: no cover - abstract
@@ -239,6 +245,27 @@ class SandboxContract:
 
     def kill(self, sandbox: Sandbox) -> None:
         pytest.skip("this sandbox cannot be made gone in a test")
+
+    def start_workload(self, sandbox: Sandbox) -> None:
+        """Start a process the quiesce can stop (default: none)."""
+
+    def stopped(self, sandbox: Sandbox) -> bool | None:
+        """Is any process of the sandbox stopped? None: this contract cannot tell."""
+        return None
+
+    def unquiescable(self, sandbox: Sandbox) -> None:
+        pytest.skip("this sandbox cannot be left partly quiesced in a test")
+
+    def refusing(self, sandbox: Sandbox) -> None:
+        pytest.skip("this sandbox's quiesce cannot be made to refuse in a test")
+
+    def break_scratch(self, sandbox: Sandbox) -> None:
+        pytest.skip("this sandbox's tar cannot be made to fail in a test")
+
+    def _bank_pass(self, box: Sandbox, sink: io.BytesIO | None = None) -> QuiescedArchive:
+        return quiesce_and_archive(
+            box, sink if sink is not None else io.BytesIO(), budget_seconds=30, wait_seconds=2, compress=False
+        )
 
     FILES: ClassVar[dict[str, bytes]] = {
         "verify.sh": b"#!/bin/sh\nexit 0\n",
@@ -283,12 +310,80 @@ class SandboxContract:
             box.continue_processes()
             box.continue_processes()
 
+    def test_T11_T14_quiesce_and_archive_then_nothing_stays_stopped(self) -> None:  # noqa: N802 - named for its rule
+        """One quiesced pass archives every file; a sandbox with its own call continues the
+        processes itself after a clean pass, else they stay stopped for the caller."""
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            self.start_workload(box)
+            sink = io.BytesIO()
+            done = self._bank_pass(box, sink)
+            assert done.failure is None
+            assert done.archive is not None
+            assert not done.archive.empty
+            assert _files(sink.getvalue()) == self.FILES
+            report = done.quiesce
+            assert report.quiesced or report.refused or report.reasons
+            if report.quiesced and done.archive.raced == ():
+                assert done.continued is isinstance(box, QuiescingSandbox)
+            if not done.continued:
+                assert self.stopped(box) is not False or not report.quiesced
+                box.continue_processes()
+            assert self.stopped(box) is not True
+
+    def test_T13_quiesce_and_archive_reports_a_partial_quiesce_and_archives(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            self.unquiescable(box)
+            done = self._bank_pass(box)
+            assert not done.quiesce.quiesced
+            assert not done.quiesce.refused
+            assert done.quiesce.reasons
+            assert done.archive is not None
+            assert not done.archive.empty
+            if not done.continued:
+                box.continue_processes()
+            assert self.stopped(box) is not True
+
+    def test_T12_quiesce_and_archive_reports_a_refusal_and_leaves_nothing_stopped(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            self.refusing(box)
+            done = self._bank_pass(box)
+            assert done.quiesce.refused
+            assert not done.quiesce.quiesced
+            assert done.quiesce.reasons
+            assert done.archive is not None
+            assert not done.archive.empty
+            assert done.continued
+            assert self.stopped(box) is not True
+
+    def test_T14_a_failing_archive_reports_the_quiesce_and_leaves_continue_to_the_caller(self) -> None:  # noqa: N802 - named for its rule
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            self.start_workload(box)
+            self.break_scratch(box)
+            done = self._bank_pass(box)
+            assert done.archive is None
+            assert isinstance(done.failure, ArchiveFailed)
+            assert done.quiesce.quiesced, done.quiesce
+            assert not done.continued
+            assert self.stopped(box) is not False
+            box.continue_processes()
+            assert self.stopped(box) is not True
+
     def test_T19_a_gone_sandbox_raises_sandbox_gone(self) -> None:  # noqa: N802 - named for its rule
         with self.sandbox() as box:
             self.write(box, {"f": b"x"})
             self.kill(box)
             with pytest.raises(SandboxGone):
                 box.archive(io.BytesIO(), compress=False, verify=False)
+
+
+def _files(tar_bytes: bytes) -> dict[str, bytes]:
+    """The regular files of a plain tar stream, by name without "./"."""
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
 
 
 # ---- Stalls: a stalled call fails in time ------------------------------------------
