@@ -1,0 +1,139 @@
+"""Teardown banking on real sandboxes: the quiesced bank is one exec (quiesce, archive and
+continue in bank.sh), and its processes run again whatever happens to it (T11, T14).
+
+Each test counts the sandbox's execs (``run`` calls) and reads the state of every
+process in the sandbox: "T" is stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from rigs import Rig, rig
+
+from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+from scratchbank.adapters.scripted import BANK, QUIESCE, ScriptedSandbox
+from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
+from scratchbank.domain.errors import StreamBroken
+from scratchbank.testing.builders import started
+
+ONE_EXEC = ["local", "docker-busybox", "podman-busybox", "k8s-double"]
+
+
+@contextmanager
+def counted(name: str) -> Iterator[tuple[Rig, list[str]]]:
+    """A rig whose sandbox notes the script of every exec it makes, and a workload the
+    quiesce stops (a sleeping process)."""
+    with rig(name) as r:
+        execs: list[str] = []
+        real = r.sandbox.run
+
+        def run(source: str, args: Any, **kw: Any) -> Any:
+            execs.append(source)
+            return real(source, args, **kw)
+
+        r.sh(f"mkdir -p {r.scratch}/src && echo 'int main(){{}}' > {r.scratch}/src/main.c")
+        r.spawn("sleep 1000")
+        r.sh("while ! grep -qs '^sleep$' /proc/[0-9]*/comm; do sleep 0.05; done")
+        r.sandbox.run = run  # type: ignore[method-assign]
+        yield r, execs
+
+
+def stopped(r: Rig) -> list[str]:
+    """The sandbox's stopped processes, "pid (comm)" each."""
+    out = r.sh("cat /proc/[0-9]*/stat 2>/dev/null", check=False)
+    return [line.rsplit(") ", 1)[0] + ")" for line in out.splitlines() if ") T " in line]
+
+
+def bank(sandbox: ScriptedSandbox, **budgets: Any) -> tuple[TeardownReport, InMemoryBankStore]:
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    report = bank_at_teardown(
+        "run-1",
+        timeline=timeline,
+        store=store,
+        sandbox=sandbox,
+        run_finished=False,
+        budgets=Budgets(**budgets),
+    )
+    return report, store
+
+
+def names(execs: list[str]) -> list[str]:
+    return [{BANK: "bank", QUIESCE: "quiesce"}.get(source, source[:40]) for source in execs]
+
+
+@pytest.mark.parametrize("engine", ONE_EXEC)
+def test_T11_T14_a_quiesced_clean_bank_is_one_exec_and_leaves_processes_running(engine: str) -> None:
+    """Quiesce, archive and continue in one exec; nothing is left stopped."""
+    with counted(engine) as (r, execs):
+        report, store = bank(r.sandbox)
+        assert names(execs) == ["bank"]
+        assert report.record is not None
+        assert report.record.banked
+        assert not report.record.unquiesced
+        assert report.quiesce is not None
+        assert report.quiesce.quiesced
+        assert report.quiesce.stopped >= 1
+        assert "run-1" in store.banks
+        assert stopped(r) == []
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox"])
+def test_T14_an_archive_failure_after_a_quiesce_still_gets_processes_continued(engine: str) -> None:
+    """tar cannot enter the scratch after the quiesce stopped everything: the failure is
+    recorded with the quiesce, and the host continues the processes (the script leaves
+    them to it)."""
+    with counted(engine) as (r, execs):
+        r.sh(f"rm -rf {r.scratch} && echo x > {r.scratch}")
+        execs.clear()  # the local rig's commands are execs too
+        report, store = bank(r.sandbox, bank_tries=1)
+        assert names(execs) == ["bank", "quiesce"]  # the one exec, then the host's continue
+        assert report.quiesce is not None
+        assert report.quiesce.quiesced
+        assert report.record is not None
+        assert report.record.files_unbanked
+        assert "cannot" in report.record.reason
+        assert store.banks == {}
+        assert stopped(r) == []
+
+
+class BreaksAfter:
+    """A host sink that fails once the tar stream has begun: the exec is cut mid-archive."""
+
+    def __init__(self) -> None:
+        self.got = 0
+
+    def write(self, data: bytes, /) -> int:
+        self.got += len(data)
+        raise StreamBroken("the host's sink failed")
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox"])
+def test_T14_the_watchdog_continues_when_the_one_exec_is_cut_mid_archive(engine: str) -> None:
+    """Nobody says "cont" after a bank exec cut mid-archive: the watchdog the exec left
+    behind continues the processes once its budget runs out."""
+    with counted(engine) as (r, _execs):
+        r.sh(f"head -c 30000000 /dev/urandom > {r.scratch}/big")
+        sink = BreaksAfter()
+        done = r.sandbox.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
+        assert sink.got > 0
+        assert done.quiesce.quiesced  # its report came before the stream
+        assert isinstance(done.failure, StreamBroken)
+        assert not done.continued
+        assert stopped(r) != []  # nobody continued them: the watchdog's budget is 5 s
+        assert wait_for(lambda: stopped(r) == [], bound=60.0), stopped(r)
+
+
+def wait_for(check: Any, *, bound: float) -> bool:
+    """Poll ``check`` until it holds or ``bound`` seconds have passed (a bound, not a timing)."""
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.2)
+    return bool(check())
