@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.ports import StoredBank
+from scratchbank.application.ports import QuiescedArchive, QuiesceReport, StoredBank
 from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
@@ -488,3 +488,89 @@ def test_T16_a_try_that_races_to_its_last_pass_banks_an_earlier_clean_archive() 
     rec = last_record(timeline)
     assert box.archives == 4 and rec.banked and rec.raced == ()
     assert rec.manifest_entries == 3  # try 1's archive: FILES + log0
+
+
+# ---- One call: quiesce, archive and continue (the scripted sandboxes' one exec) --------
+
+
+class OneCallSandbox(FakeSandbox):
+    """A fake with its own ``quiesce_and_archive``, as bank.sh behaves: it continues the
+    processes itself after a pass that did not race; ``calls`` logs what the host asked."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__(files)
+        self.calls: list[str] = []
+        self.verified: list[bool] = []
+
+    def quiesce_and_archive(self, dest, *, budget_seconds, wait_seconds, compress, deadline=None):  # type: ignore[no-untyped-def]
+        self.calls.append("bank")
+        report = FakeSandbox.quiesce(self, budget_seconds=budget_seconds, wait_seconds=wait_seconds)
+        try:
+            archived = FakeSandbox.archive(self, dest, compress=compress, verify=not report.quiesced)
+        except ArchiveFailed as error:
+            return QuiescedArchive(report, None, report.refused, error)
+        if report.refused or archived.raced:
+            return QuiescedArchive(report, archived, report.refused)
+        self.stopped = False
+        return QuiescedArchive(report, archived, True)
+
+    def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
+        self.calls.append("archive")
+        self.verified.append(verify)
+        return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
+
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        self.calls.append("continue")
+        super().continue_processes(deadline=deadline)
+
+
+def test_T11_T14_a_clean_quiesced_bank_is_one_call_the_sandbox_continues_itself() -> None:
+    box = OneCallSandbox(dict(FILES))
+    report, timeline, _ = teardown(box)
+    rec = last_record(timeline)
+    assert box.calls == ["bank"]
+    assert rec.banked
+    assert not rec.unquiesced
+    assert report.quiesce is not None
+    assert report.quiesce.quiesced
+    assert not box.stopped
+
+
+def test_T16_T14_a_quiesced_pass_that_raced_is_tarred_again_while_stopped_then_continued() -> None:
+    """The first pass raced: the processes stay stopped for the next (unverified, since
+    everything is stopped) plain pass; the host continues them once the passes end."""
+    box = OneCallSandbox(dict(FILES))
+    box.races = [("./log",), ()]
+    report, timeline, _ = teardown(box)
+    assert box.calls == ["bank", "archive", "continue"]
+    assert box.verified == [False]
+    assert report.tar_passes == 2
+    assert last_record(timeline).raced == ()
+    assert not box.stopped
+
+
+def test_T14_a_failed_archive_after_the_quiesce_is_recorded_quiesced_and_continued_by_the_host() -> None:
+    box = OneCallSandbox(dict(FILES))
+    box.faults["archive"] = [ArchiveFailed("tar: ./x: Cannot open: Permission denied")]
+    report, timeline, _ = teardown(box, bank_tries=1)
+    assert box.calls == ["bank", "continue"]
+    assert report.quiesce is not None
+    assert report.quiesce.quiesced
+    rec = last_record(timeline)
+    assert rec.files_unbanked
+    assert not rec.unquiesced
+    assert not box.stopped
+
+
+@pytest.mark.parametrize("make", [FakeSandbox, OneCallSandbox], ids=["three calls", "one call"])
+def test_T12_a_refused_quiesce_stopped_nothing_and_nothing_is_continued(make: type[FakeSandbox]) -> None:
+    """Refused before any signal (exit 3): nothing is continued either (RULES facts)."""
+    box = make(dict(FILES))
+    box.quiesce_report = QuiesceReport(False, True, ("this is the host's initial PID namespace",))
+    _, timeline, _ = teardown(box)
+    rec = last_record(timeline)
+    assert rec.banked
+    assert rec.unquiesced
+    assert "initial PID namespace" in rec.quiesce_reason
+    assert box.continued == 0
+    assert not box.stopped
