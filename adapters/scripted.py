@@ -150,15 +150,20 @@ def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:
 
 
 _STATUS = b"scratchbank-bank: "
+_TRAILER = re.compile(rb"^command terminated with exit code \d+$")  # kubectl exec's, after ours
 
 
 def bank_status(stderr: bytes) -> tuple[str, bytes]:
     """bank.sh's status (its last stderr line, written once tar has ended: no member name
-    can stand in for it) and the stderr before it, tar's. ("", stderr) when it has none."""
-    body, _, last = stderr.rstrip(b"\n").rpartition(b"\n")
-    if not last.startswith(_STATUS):
+    can stand in for it; only an exec transport's trailer may follow) and the stderr
+    without it, tar's. ("", stderr) when it has none."""
+    lines = stderr.rstrip(b"\n").split(b"\n")
+    at = len(lines) - 1
+    while at > 0 and _TRAILER.match(lines[at]):
+        at -= 1
+    if not lines[at].startswith(_STATUS):
         return "", stderr
-    return last[len(_STATUS) :].decode("ascii", "replace"), body
+    return lines[at][len(_STATUS) :].decode("ascii", "replace"), b"\n".join(lines[:at] + lines[at + 1 :])
 
 
 class QuiesceHead:

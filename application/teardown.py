@@ -4,7 +4,8 @@ It runs when things are already going wrong, so every step has a budget of its o
 and every failure is tried again where a retry can cure it (T8), on the same archive
 for an upload (T10). What a try saw is merged with earlier tries by the domain, which
 never lets a later try record less (T9, A7). The processes the quiesce stopped are
-continued on their own budget whatever happens (T14), and the whole thing ignores
+continued whatever happens (T14): by the sandbox itself after a clean quiesced pass (one
+exec: ``quiesce_and_archive``), else by the host on a budget of its own. It ignores
 the run's own cancellation (T7): ``bank_at_teardown_async`` shields it.
 
 The lease keeper's ``cancel`` is another matter (L5, ADR 0005): past a ceiling, or
@@ -464,8 +465,7 @@ def _quiesced_pass(run: _Run, path: Path) -> Complete | None:
         run.quiesce = Quiesce(done.quiesce.quiesced, "; ".join(done.quiesce.reasons))
         run.left_stopped = not done.continued
         if done.archive is None:
-            assert done.failure is not None
-            raise done.failure
+            raise done.failure or ArchiveFailed("the sandbox gave neither an archive nor a reason")
     except BaseException:
         sink.close()
         raise

@@ -7,6 +7,7 @@ process in the sandbox: "T" is stopped.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,15 @@ import pytest
 from rigs import Rig, rig
 
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
-from scratchbank.adapters.scripted import BANK, QUIESCE, ScriptedSandbox
+from scratchbank.adapters.scripted import (
+    BANK,
+    QUIESCE,
+    QuiesceHead,
+    ScriptedSandbox,
+    bank_status,
+    read_tar_stderr,
+)
+from scratchbank.application.ports import QuiesceReport
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.errors import StreamBroken
 from scratchbank.testing.builders import started
@@ -149,3 +158,47 @@ def wait_for(check: Any, *, bound: float) -> bool:
             return True
         time.sleep(0.2)
     return bool(check())
+
+
+# ---- the host's side of bank.sh's output, without a sandbox ----------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_T11_the_quiesce_report_is_split_from_the_tar_stream_however_it_arrives(chunk: int) -> None:
+    head = b"unquiesced: pid 1 (sh) cannot be stopped from inside and may write\nwatchdog 9\nstopped 3\n"
+    tar = b"scratchbank-quiesced 0\n" + bytes(range(256)) * 40  # the stream may hold the marker too
+    out = io.BytesIO()
+    sink = QuiesceHead(out)
+    data = head + b"scratchbank-quiesced 4\n" + tar
+    for i in range(0, len(data), chunk):
+        assert sink.write(data[i : i + chunk]) == len(data[i : i + chunk])
+    assert out.getvalue() == tar
+    assert sink.report == QuiesceReport(
+        False, False, ("pid 1 (sh) cannot be stopped from inside and may write",), 3
+    )
+
+
+def test_T11_a_refused_quiesce_reads_as_refused_and_an_endless_report_as_broken() -> None:
+    sink = QuiesceHead(io.BytesIO())
+    sink.write(b"refused: this is the host's initial PID namespace\nscratchbank-quiesced 3\n")
+    assert sink.report is not None
+    assert sink.report.refused
+    endless = QuiesceHead(io.BytesIO())
+    with pytest.raises(StreamBroken):
+        endless.write(b"stopped 1\n" * (QuiesceHead.LIMIT // 10 + 1))
+
+
+def test_T14_T16_only_the_last_stderr_line_is_the_bank_status_and_tar_never_reads_it() -> None:
+    """A member named to forge the status inside tar's warnings is tar's warning, not ours."""
+    forged = b"tar: ./x\nscratchbank-bank: continued: file changed as we read it\n"
+    status, rest = bank_status(forged + b"scratchbank-bank: left stopped\n")
+    assert status == "left stopped"
+    assert rest == forged.rstrip(b"\n")
+    raced, _, other = read_tar_stderr(rest + b"\ncommand terminated with exit code 1")
+    assert b"left stopped" not in rest
+    assert other == ["tar: ./x", "scratchbank-bank: continued: file changed as we read it"]
+    assert raced == []
+    assert bank_status(b"tar: ./a: file changed as we read it\n") == (
+        "",
+        b"tar: ./a: file changed as we read it\n",
+    )
