@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol
 
 import attrs
 
@@ -214,7 +214,6 @@ class Sandbox(Protocol):
     def list_scratch(self) -> list[str]: ...
 
 
-@runtime_checkable
 class QuiescingSandbox(Protocol):
     """A Sandbox that quiesces, archives and continues in one call (one exec for the
     scripted sandboxes). Optional: ``teardown.quiesce_and_archive`` builds the same call

@@ -66,7 +66,6 @@ from .ports import (
     ByteSink,
     QuiescedArchive,
     QuiesceReport,
-    QuiescingSandbox,
     Sandbox,
     Timeline,
 )
@@ -355,15 +354,20 @@ def quiesce_and_archive(
 ) -> QuiescedArchive:
     """One quiesced pass (T11-T14): the sandbox's own call where it offers one
     (``QuiescingSandbox``), else ``quiesce`` then ``archive`` (verifying unless every
-    process stopped), which leaves continuing to the caller."""
-    if isinstance(sandbox, QuiescingSandbox):
-        return sandbox.quiesce_and_archive(
+    process stopped), which leaves continuing to the caller.
+
+    Asked by attribute, not ``isinstance``: a proxy that forwards through ``__getattr__``
+    (a timing wrapper) offers it too."""
+    own = getattr(sandbox, "quiesce_and_archive", None)
+    if callable(own):
+        done: QuiescedArchive = own(
             dest,
             budget_seconds=budget_seconds,
             wait_seconds=wait_seconds,
             compress=compress,
             deadline=deadline,
         )
+        return done
     report = sandbox.quiesce(budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline)
     try:
         archived = sandbox.archive(dest, compress=compress, verify=not report.quiesced, deadline=deadline)
