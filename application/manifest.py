@@ -1,7 +1,7 @@
 """The members of a bank as the reader accepted them, spilled to disk, and its manifest.
 
-A bank may hold up to the member cap (200k by default, a million for some users), and
-the host must not grow with that count (issue 10 item 5). So every accepted member
+A bank may hold up to the member cap (2M by default: a million tiny files is a scratch a
+demanding user has), and the host must not grow with that count (issue 10 item 5). So every accepted member
 goes into a private temporary SQLite database (``sqlite3.connect("")``: an on-disk
 file SQLite deletes on close, whose page cache is capped here at 4 MiB). It answers
 what the reader needs while streaming (is this path a duplicate, what kind is each
@@ -22,6 +22,13 @@ only that key, never its path: a bank of deep unique paths has ~depth implicit
 parents per member, and storing each one's whole path (table and index) cost
 ~800 KB of temp disk per 5 KB member (T6). Nothing reads an implicit parent's path
 back: the lookups, the duplicate check and the listing comparison all go by key.
+
+Temp disk does grow with the count (~150 B per short member row, ~70 B per implicit
+parent, and the index of its manifest line), so the log has a temp-disk budget (issue 14,
+ADR 0002): once its database passes ``budget`` bytes, ``add`` raises OverBudget, named
+by the reader as a refusal before the temp disk fills. The listing of a restored tree
+lands in the same database after the bank was read; it may take the budget again
+(twice the budget in all), as a legitimate listing is smaller than the members' rows.
 
 A conflict (a duplicate, a non-directory where an implicit parent stands) is found
 before ``add`` returns, never later: the reader hands a member on only once its
@@ -119,6 +126,19 @@ class PathTaken(Exception):
         self.path, self.existing = path, existing
 
 
+#: The default temp-disk budget of a member log: a legitimate bank of a million files
+#: with long paths (~200 bytes each) takes ~700 MB; 2 GiB leaves room for twice that.
+DEFAULT_BUDGET = 2 << 30
+
+
+class OverBudget(Exception):
+    """The member log's database passed its temp-disk budget."""
+
+    def __init__(self, budget: int, used: int) -> None:
+        super().__init__(f"{used} bytes of temp disk, past a budget of {budget}")
+        self.budget, self.used = budget, used
+
+
 _UPSERT = (
     "INSERT INTO members (seq, key, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, path = excluded.path, type = excluded.type, "
@@ -140,10 +160,12 @@ class MemberLog:
 
     BATCH = 2048
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
         self._db.execute("PRAGMA cache_size = -4096")
         self._db.execute("PRAGMA temp_store = FILE")
+        self.budget = budget
+        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
         self._pending: dict[bytes, _Row] = {}
@@ -193,6 +215,16 @@ class MemberLog:
         self._db.executemany(_UPSERT, rows)
         if self._db.total_changes - before != len(rows):
             self._conflict(rows)
+        self._check_budget(self.budget)
+
+    def disk_bytes(self) -> int:
+        """The size of the log's database (what it takes on the temp disk)."""
+        return int(self._db.execute("PRAGMA page_count").fetchone()[0]) * self._page_size
+
+    def _check_budget(self, budget: int) -> None:
+        used = self.disk_bytes()
+        if used > budget:
+            raise OverBudget(self.budget, used)
 
     def _conflict(self, rows: list[_Row]) -> None:
         for row in rows:
@@ -272,15 +304,18 @@ class MemberLog:
     def add_listed(self, path: str, kind: str, size: int) -> None:
         self._listed.append((self.key(path), kind, size, line_of(path, kind, size)))
         if len(self._listed) >= self.BATCH:
-            self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
-            self._listed.clear()
+            self._land_listed()
+
+    def _land_listed(self) -> None:
+        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+        self._listed.clear()
+        self._check_budget(2 * self.budget)
 
     def compare(self) -> Comparison:
         """Lines the manifest has and the listing lacks; listed lines the manifest lacks,
         except the directories a bank left implicit (parents with no entry of their own)."""
         self.flush()
-        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
-        self._listed.clear()
+        self._land_listed()
         missing = self._db.execute(
             "SELECT COUNT(*) FROM members m WHERE m.line != '' "
             "AND NOT EXISTS (SELECT 1 FROM listing l WHERE l.line = m.line)"

@@ -33,7 +33,20 @@ import attrs
 
 from scratchbank.domain.errors import HostileArchive, UnreadableArchive
 
-from .manifest import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Manifest, Member, MemberLog, PathTaken
+from .manifest import (
+    DEFAULT_BUDGET,
+    DIR,
+    FIFO,
+    FILE,
+    HARDLINK,
+    IMPLICIT,
+    SYMLINK,
+    Manifest,
+    Member,
+    MemberLog,
+    OverBudget,
+    PathTaken,
+)
 from .symlink_tree import first_escaping_link
 from .tar_header import BLOCK, RawHeader, cstring, pax_mtime, pax_records, read_header, refuse, text
 
@@ -61,10 +74,15 @@ _DIR_CACHE = 4096
 
 @attrs.frozen
 class Limits:
-    """Caps checked while streaming (a bomb is refused before it is expanded)."""
+    """Caps checked while streaming (a bomb is refused before it is expanded).
+
+    ``members`` is what a user may bank (a million tiny files fits twice over); the host's
+    guard is ``member_log_bytes``, the temp disk the member log may take (manifest.py): a
+    bank whose members (and implicit parents) would pass it is refused by name."""
 
     uncompressed_bytes: int = 4 << 30
-    members: int = 200_000
+    members: int = 2_000_000
+    member_log_bytes: int = DEFAULT_BUDGET
     depth: int = 128
     name_bytes: int = 4096
     component_bytes: int = 255
@@ -94,6 +112,14 @@ def _named(state: list[HostileArchive]) -> Iterator[None]:
         raise
     except PathTaken as taken:
         state.append(_taken(taken))
+        raise state[0] from None
+    except OverBudget as over:
+        state.append(
+            refuse(
+                f"the member log is over its temp-disk budget ({over.budget} bytes, "
+                f"Limits.member_log_bytes): too many members or implicit parents"
+            )
+        )
         raise state[0] from None
     except Exception as error:
         state.append(UnreadableArchive(f"bank refused on the host: the parser failed ({error!r:.200})"))
@@ -143,7 +169,7 @@ class TarReader:
         self.limits = limits
         self.on_member = on_member
         self.on_data = on_data
-        self.log = MemberLog()
+        self.log = MemberLog(limits.member_log_bytes)
         self.total = 0
         self._buf = bytearray()
         self._pos = 0

@@ -52,7 +52,7 @@ def bank(tree: Path, work: Path) -> dict[str, object]:
         store=store,
         sandbox=box,
         run_finished=False,
-        budgets=Budgets(cap_bytes=BIG_CAP, bank_tries=1),  # a refusal (past Limits.members) once
+        budgets=Budgets(cap_bytes=BIG_CAP, bank_tries=1),  # a refusal (over a budget) once
     )
     took = time.perf_counter() - t0
     after = vm_hwm_kib()
