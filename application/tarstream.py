@@ -170,7 +170,7 @@ class TarReader:
         self.on_data = on_data
         self.log = MemberLog(limits.member_log_bytes)
         self.total = 0
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0
         self._remaining = 0  # data bytes left of the current member (or extended header)
         self._padding = 0
@@ -198,21 +198,21 @@ class TarReader:
 
     # -- moving forward ----------------------------------------------------------------
     def _feed(self, data: bytes) -> None:
-        # Consume by moving an offset, compacting once per feed.
-        self._buf += data
-        try:
-            while self._step():
-                pass
-        finally:
-            del self._buf[: self._pos]
-            self._pos = 0
+        # Consume by moving an offset over the bytes fed (no copy: a member's data is
+        # sliced from them once); only a partial header block is carried to the next feed.
+        self._buf = self._buf[self._pos :] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+        while self._step():
+            pass
+        self._buf = self._buf[self._pos :]
+        self._pos = 0
 
     def _step(self) -> bool:
         if self._remaining or self._padding:
             return self._take_data()
         if len(self._buf) - self._pos < BLOCK:
             return False
-        block = bytes(self._buf[self._pos : self._pos + BLOCK])
+        block = self._buf[self._pos : self._pos + BLOCK]
         self._pos += BLOCK
         self._header(block)
         return True
@@ -221,14 +221,14 @@ class TarReader:
         available = len(self._buf) - self._pos
         n = min(self._remaining, available)
         if n:
-            chunk = bytes(self._buf[self._pos : self._pos + n])
+            start = self._pos
             self._pos += n
             available -= n
             self._remaining -= n
             if self._special is not None:
-                self._special[1].extend(chunk)
-            elif self._emit:
-                _call(self.on_data, chunk)
+                self._special[1].extend(memoryview(self._buf)[start : start + n])
+            elif self._emit and self.on_data is not None:  # data nobody reads is not even sliced
+                _call(self.on_data, self._buf[start : start + n])
         if self._remaining:
             return False
         skip = min(self._padding, available)
@@ -333,10 +333,19 @@ class TarReader:
             raise refuse(f"NUL in a {what}")
         if raw.startswith("/"):
             raise refuse(f"absolute {what} {raw!r}")
-        if len(raw.encode("utf-8", "surrogateescape")) > self.limits.name_bytes:
+        ascii_only = raw.isascii()  # then a length in characters is one in bytes
+        if (len(raw) if ascii_only else len(raw.encode("utf-8", "surrogateescape"))) > self.limits.name_bytes:
             raise refuse(f"{what} longer than {self.limits.name_bytes} bytes")
         parts = [p for p in raw.split("/") if p not in ("", ".")]
-        for part in parts:
+        if (
+            ascii_only
+            and ".." not in parts
+            and max(map(len, parts), default=0) <= self.limits.component_bytes
+        ):
+            if len(parts) > self.limits.depth:
+                raise refuse(f"{raw!r} is deeper than {self.limits.depth}")
+            return "/".join(parts)
+        for part in parts:  # the refusal names the first bad part, as it always did
             if part == "..":
                 raise refuse(f"'..' in {what} {raw!r}")
             if len(part.encode("utf-8", "surrogateescape")) > self.limits.component_bytes:
@@ -511,11 +520,11 @@ class CanonicalWriter:
     def member(self, m: Member) -> None:
         """Write a member's header; with ``writable_dirs`` a directory is written u+rwx
         (its banked mode is applied after extraction: ``dir_modes``)."""
-        self._pad()
-        if self._writable_dirs and m.type == DIR:
-            self._write(header_of(m, m.mode | 0o700))
-        else:
-            self._write(header_of(m))
+        header = header_of(m, m.mode | 0o700) if self._writable_dirs and m.type == DIR else header_of(m)
+        if self._pending:  # the previous member's padding and this header: one write
+            header = bytes(self._pending) + header
+            self._pending = 0
+        self._write(header)
         self._pending = (-m.size) % BLOCK if m.type == FILE else 0
 
     def data(self, chunk: bytes) -> None:
