@@ -394,6 +394,12 @@ class TarReader:
         self._remember_dir(member)
 
     def _check_parents(self, path: str) -> None:
+        # A directory in the cache had every parent of its own checked when it went in
+        # (and a checked parent stays a directory: anything else at its path is a
+        # duplicate), so a member whose parent is cached needs no walk.
+        parent = path.rpartition("/")[0]
+        if not parent or parent in self._dirs:
+            return
         parts = path.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
@@ -509,7 +515,10 @@ class CanonicalWriter:
         self.tar_bytes += len(data)
         if self._z is not None:
             data = self._z.compress(data)
-        self._emit(data)
+        if data:
+            self._out.write(data)
+            self.bytes += len(data)
+            self._digest.update(data)
 
     def _emit(self, data: bytes) -> None:
         if data:
