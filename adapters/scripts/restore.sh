@@ -25,8 +25,9 @@
 #   a 0555 directory but cannot empty it) and never runs over a mount point: commit
 #   refuses by name, before anything moves, a scratch with a mount point inside it
 #   (/proc/mounts; BusyBox has no rm --one-file-system). A commit reports success once
-#   the new tree is in place: an old tree that then cannot be removed is a note on
-#   stderr, never a failure.
+#   the new tree is in place; the old tree, no longer the scratch, is removed after the
+#   exec ends, in the background (removing a large tree costs what extracting it did: the
+#   resume does not wait for it); one a stopped sandbox left is removed by the next stage.
 set -u
 export LC_ALL=C
 op=$1
@@ -108,6 +109,7 @@ stage() {
     compress=$4
     need=${5:-0}
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
+    remove_leftovers
     fits "$need" "$parent" || exit 21
     # A scratch that is its own filesystem (a volume, a tmpfs, an emptyDir) is filled by
     # commit: the bank must fit there too (its old tree's room is not counted).
@@ -188,8 +190,24 @@ commit() {
         mv "$scratch" "$staged.old" 2>/dev/null || { echo "scratchbank: cannot move $scratch aside" >&2; exit 21; }
     fi
     mv "$staged" "$scratch" || { mv "$staged.old" "$scratch" 2>/dev/null; exit 21; }
-    remove_tree "$staged.old" || echo "scratchbank: note: restored; the old scratch stays at $staged.old" >&2
+    remove_later "$staged.old"
     exit 0
+}
+
+remove_later() { # $1 is no longer the scratch: removed after this exec ends, detached
+    # from its streams (the exec's output ends now; an engine waits for it). Removing a
+    # large tree costs as much as extracting it: the resume does not wait for that. A
+    # tree a removal left behind (the sandbox stopped first) goes at the next stage.
+    [ -e "$1" ] || [ -L "$1" ] || return 0
+    (remove_tree "$1" || echo "scratchbank: note: the old scratch stays at $1" >&2) \
+        </dev/null >/dev/null 2>&1 &
+}
+
+remove_leftovers() { # old scratches earlier commits left beside the scratch
+    for old in "$parent"/.scratchbank-staged.*.old; do
+        [ -e "$old" ] || [ -L "$old" ] || continue
+        remove_later "$old"
+    done
 }
 
 commit_into_mount_point() {
