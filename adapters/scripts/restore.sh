@@ -1,14 +1,17 @@
 #!/bin/sh
 # scratchbank restore (X2), in two phases so that a refusal changes nothing:
 #
-#   restore.sh stage  SCRATCH TOKEN COMPRESS(z|raw) NEED_BYTES
+#   restore.sh stage  SCRATCH TOKEN COMPRESS(z|raw) NEED_BYTES [converse]
 #       Read framed stdin ("data N\n" + N bytes ... "end COUNT SHA256\n"; framed, so
 #       it never waits for an EOF some transports cannot send), extract it into the
 #       fresh directory PARENT/.scratchbank-staged.TOKEN (never into the scratch),
 #       digest what was read, and print "scratchbank-staged COUNT SHA256", then the
-#       staged tree: a line with the byte count of the stats, one "MODEHEX SIZE" line
-#       per entry, then the entries' names NUL-separated in the same order (a name may
-#       hold any byte but NUL and '/', a newline too).
+#       staged tree: a line with the byte counts of the stats and of the names, one
+#       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
+#       order (a name may hold any byte but NUL and '/', a newline too). With
+#       "converse", the same exec then reads the host's verdict from stdin: "commit"
+#       and the directory modes (framed, as commit reads them), or anything else (an
+#       EOF too) to discard: exit 22.
 #   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
 #       ("OCTAL NAME" lines, deepest first, NAME escaped for printf %b, "." the root: the
 #       stream carried every directory u+rwx, so that a non-root tar can fill a 0555
@@ -16,7 +19,7 @@
 #   restore.sh discard SCRATCH TOKEN  remove it
 #   restore.sh list SCRATCH           the scratch's tree, in the stage's format
 #
-#   exit 0 done; 20 the stream broke (short, or not the bytes sent); 21 tar refused
+#   exit 0 done; 22 discarded on the host's verdict; 20 the stream broke (short, or not the bytes sent); 21 tar refused
 #   (the scratch cannot be created, a member cannot be recreated, the disk is full, the
 #   staged tree cannot be listed by the sandbox's user, the scratch holds a mount point);
 #   12 cannot list (the list op only).
@@ -46,8 +49,8 @@ walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     )
 }
 
-print_tree() { # $1 work directory
-    wc -c <"$1/stats" | tr -d ' '
+print_tree() { # $1 work directory: "STATS_BYTES NAMES_BYTES", then both
+    echo "$(wc -c <"$1/stats" | tr -d ' ') $(wc -c <"$1/names" | tr -d ' ')"
     cat "$1/stats" "$1/names"
 }
 
@@ -108,6 +111,7 @@ unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1
 stage() {
     compress=$4
     need=${5:-0}
+    converse=${6:-}
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
     remove_leftovers
     fits "$need" "$parent" || exit 21
@@ -156,6 +160,15 @@ stage() {
     fi
     echo "scratchbank-staged $count $got"
     print_tree "$work"
+    [ "$converse" = converse ] || exit 0
+    # One exec: the host compares the listing with the bank's manifest and answers on
+    # stdin: "commit" (then the directory modes, framed) or anything else to discard.
+    rm -rf "$work"
+    trap - EXIT
+    IFS= read -r verdict || verdict=""
+    if [ "$verdict" = commit ]; then commit; fi
+    remove_tree "$staged"
+    exit 22
 }
 
 apply_modes() { # $1: "OCTAL ESCAPED-NAME" lines, deepest first
