@@ -8,7 +8,7 @@ from typing import BinaryIO
 
 from scratchbank.domain.errors import StreamBroken
 
-from .manifest import Comparison, MemberLog
+from .manifest import Comparison, MemberLog, OverBudget
 
 KINDS = frozenset({"file", "dir", "symlink", "fifo", "other"})
 
@@ -27,7 +27,13 @@ def parse_line(raw: bytes) -> tuple[str, str, int]:
 def load_listing(log: MemberLog, listing: BinaryIO) -> Comparison:
     """Read the listing file from its start into the log; compare it with the manifest."""
     listing.seek(0)
-    for raw in listing:
-        if raw.strip():
-            log.add_listed(*parse_line(raw))
-    return log.compare()
+    try:
+        for raw in listing:
+            if raw.strip():
+                log.add_listed(*parse_line(raw))
+        return log.compare()
+    except OverBudget as over:
+        raise StreamBroken(
+            f"the restored tree's listing takes the member log past its temp-disk budget "
+            f"({over.budget} bytes, twice over with the listing; Limits.member_log_bytes)"
+        ) from None

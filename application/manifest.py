@@ -1,7 +1,7 @@
 """The members of a bank as the reader accepted them, spilled to disk, and its manifest.
 
-A bank may hold up to the member cap (200k by default, a million for some users), and
-the host must not grow with that count (issue 10 item 5). So every accepted member
+A bank may hold up to the member cap (2M by default: a million tiny files is a scratch a
+demanding user has), and the host must not grow with that count (issue 10 item 5). So every accepted member
 goes into a private temporary SQLite database (``sqlite3.connect("")``: an on-disk
 file SQLite deletes on close, whose page cache is capped here at 4 MiB). It answers
 what the reader needs while streaming (is this path a duplicate, what kind is each
@@ -22,6 +22,13 @@ only that key, never its path: a bank of deep unique paths has ~depth implicit
 parents per member, and storing each one's whole path (table and index) cost
 ~800 KB of temp disk per 5 KB member (T6). Nothing reads an implicit parent's path
 back: the lookups, the duplicate check and the listing comparison all go by key.
+
+Temp disk does grow with the count (~150 B per short member row, ~70 B per implicit
+parent, and the index of its manifest line), so the log has a temp-disk budget (issue 14,
+ADR 0002): once its database passes ``budget`` bytes, ``add`` raises OverBudget, named
+by the reader as a refusal before the temp disk fills. The listing of a restored tree
+lands in the same database after the bank was read; it may take the budget again
+(twice the budget in all), as a legitimate listing is smaller than the members' rows.
 
 A conflict (a duplicate, a non-directory where an implicit parent stands) is found
 before ``add`` returns, never later: the reader hands a member on only once its
@@ -45,11 +52,20 @@ _SCHEMA = """
 CREATE TABLE members (seq INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, path BLOB NOT NULL,
     type TEXT NOT NULL, size INTEGER NOT NULL, mode INTEGER NOT NULL, mtime INTEGER NOT NULL,
     link BLOB NOT NULL, line TEXT NOT NULL);
-CREATE INDEX members_line ON members(line);
 CREATE TABLE listing (key BLOB NOT NULL, type TEXT NOT NULL, size INTEGER NOT NULL,
     line TEXT NOT NULL);
-CREATE INDEX listing_line ON listing(line);
 """
+#: The indexes on the manifest lines are built once, when first read (a sort on the temp
+#: disk), not row by row while the bank streams in: nothing looks a line up before then.
+_LINE_INDEXES = {
+    "members": "CREATE INDEX members_line ON members(line)",
+    "listing": "CREATE INDEX listing_line ON listing(line)",
+}
+#: A fixed-size filter of the keys held (two bits per key, taken from the key itself): a
+#: key whose bits are not both set is not in the log, and costs no lookup on disk. 2 MiB
+#: whatever the member count (~10% false positives at 3M rows: a lookup, never a wrong
+#: answer).
+_FILTER_BITS = 1 << 24
 
 
 @attrs.frozen
@@ -119,6 +135,19 @@ class PathTaken(Exception):
         self.path, self.existing = path, existing
 
 
+#: The default temp-disk budget of a member log: a legitimate bank of a million files
+#: with long paths (~200 bytes each) takes ~700 MB; 2 GiB leaves room for twice that.
+DEFAULT_BUDGET = 2 << 30
+
+
+class OverBudget(Exception):
+    """The member log's database passed its temp-disk budget."""
+
+    def __init__(self, budget: int, used: int) -> None:
+        super().__init__(f"{used} bytes of temp disk, past a budget of {budget}")
+        self.budget, self.used = budget, used
+
+
 _UPSERT = (
     "INSERT INTO members (seq, key, path, type, size, mode, mtime, link, line) VALUES (?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT(key) DO UPDATE SET seq = excluded.seq, path = excluded.path, type = excluded.type, "
@@ -140,15 +169,22 @@ class MemberLog:
 
     BATCH = 2048
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
         self._db.execute("PRAGMA cache_size = -4096")
         self._db.execute("PRAGMA temp_store = FILE")
+        self._db.execute("PRAGMA journal_mode = OFF")  # a private, throwaway database: never rolled back
+        self._db.execute("PRAGMA synchronous = OFF")
+        self.budget = budget
+        self._filter = bytearray(_FILTER_BITS // 8)
+        self._indexed: set[str] = set()
+        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
         self._pending: dict[bytes, _Row] = {}
         self._listed: list[tuple[bytes, str, int, str]] = []
         self._salt = secrets.token_bytes(16)
+        self._hasher = hashlib.blake2b(digest_size=16, key=self._salt)  # copied per key
         self._landed = False
         self._seq = 0
         self.count = 0
@@ -169,7 +205,9 @@ class MemberLog:
 
     def key(self, path: str) -> bytes:
         """The row key of a path (keyed BLAKE2b, 16 bytes)."""
-        return hashlib.blake2b(_b(path), digest_size=16, key=self._salt).digest()
+        hasher = self._hasher.copy()
+        hasher.update(_b(path))
+        return hasher.digest()
 
     def _put(self, m: Member, line: str) -> None:
         key = self.key(m.path)
@@ -177,6 +215,8 @@ class MemberLog:
         if held is not None and not (held[0] == IMPLICIT and m.type == DIR):
             raise PathTaken(m.path, held[0])
         self._seq += 1
+        if held is None:
+            self._mark(key)
         path = b"" if m.type == IMPLICIT else _b(m.path)
         self._pending[key] = (self._seq, key, path, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
         if len(self._pending) >= self.BATCH:
@@ -193,12 +233,38 @@ class MemberLog:
         self._db.executemany(_UPSERT, rows)
         if self._db.total_changes - before != len(rows):
             self._conflict(rows)
+        self._check_budget(self.budget)
+
+    def disk_bytes(self) -> int:
+        """The size of the log's database (what it takes on the temp disk)."""
+        return int(self._db.execute("PRAGMA page_count").fetchone()[0]) * self._page_size
+
+    def _check_budget(self, budget: int) -> None:
+        used = self.disk_bytes()
+        if used > budget:
+            raise OverBudget(self.budget, used)
 
     def _conflict(self, rows: list[_Row]) -> None:
         for row in rows:
             found = self._db.execute("SELECT seq, type FROM members WHERE key = ?", (row[1],)).fetchone()
             if found is not None and found[0] != row[0]:
                 raise PathTaken(_s(row[2]), str(found[1]))
+
+    def _mark(self, key: bytes) -> None:
+        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        self._filter[a >> 3] |= 1 << (a & 7)
+        self._filter[b >> 3] |= 1 << (b & 7)
+
+    def _may_hold(self, key: bytes) -> bool:
+        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        return bool(self._filter[a >> 3] & (1 << (a & 7)) and self._filter[b >> 3] & (1 << (b & 7)))
+
+    def _index_lines(self, *tables: str) -> None:
+        for table in tables:
+            if table not in self._indexed:
+                self._db.execute(_LINE_INDEXES[table])
+                self._indexed.add(table)
+                self._check_budget(2 * self.budget)
 
     # -- looking up (pending rows first) --------------------------------------------------
     def _row(self, path: str) -> tuple[str, int, bytes] | None:
@@ -208,7 +274,7 @@ class MemberLog:
         held = self._pending.get(key)
         if held is not None:
             return held[3], held[4], held[7]
-        if not self._landed:
+        if not self._landed or not self._may_hold(key):
             return None
         found = self._db.execute("SELECT type, size, link FROM members WHERE key = ?", (key,)).fetchone()
         return None if found is None else (str(found[0]), int(found[1]), bytes(found[2]))
@@ -255,6 +321,7 @@ class MemberLog:
 
     def lines(self) -> Iterator[str]:
         self.flush()
+        self._index_lines("members")
         for (line,) in self._db.execute("SELECT line FROM members WHERE line != '' ORDER BY line"):
             yield str(line)
 
@@ -272,15 +339,19 @@ class MemberLog:
     def add_listed(self, path: str, kind: str, size: int) -> None:
         self._listed.append((self.key(path), kind, size, line_of(path, kind, size)))
         if len(self._listed) >= self.BATCH:
-            self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
-            self._listed.clear()
+            self._land_listed()
+
+    def _land_listed(self) -> None:
+        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
+        self._listed.clear()
+        self._check_budget(2 * self.budget)
 
     def compare(self) -> Comparison:
         """Lines the manifest has and the listing lacks; listed lines the manifest lacks,
         except the directories a bank left implicit (parents with no entry of their own)."""
         self.flush()
-        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
-        self._listed.clear()
+        self._land_listed()
+        self._index_lines("members", "listing")
         missing = self._db.execute(
             "SELECT COUNT(*) FROM members m WHERE m.line != '' "
             "AND NOT EXISTS (SELECT 1 FROM listing l WHERE l.line = m.line)"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
@@ -33,7 +32,20 @@ import attrs
 
 from scratchbank.domain.errors import HostileArchive, UnreadableArchive
 
-from .manifest import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Manifest, Member, MemberLog, PathTaken
+from .manifest import (
+    DEFAULT_BUDGET,
+    DIR,
+    FIFO,
+    FILE,
+    HARDLINK,
+    IMPLICIT,
+    SYMLINK,
+    Manifest,
+    Member,
+    MemberLog,
+    OverBudget,
+    PathTaken,
+)
 from .symlink_tree import first_escaping_link
 from .tar_header import BLOCK, RawHeader, cstring, pax_mtime, pax_records, read_header, refuse, text
 
@@ -61,10 +73,15 @@ _DIR_CACHE = 4096
 
 @attrs.frozen
 class Limits:
-    """Caps checked while streaming (a bomb is refused before it is expanded)."""
+    """Caps checked while streaming (a bomb is refused before it is expanded).
+
+    ``members`` is what a user may bank (a million tiny files fits twice over); the host's
+    guard is ``member_log_bytes``, the temp disk the member log may take (manifest.py): a
+    bank whose members (and implicit parents) would pass it is refused by name."""
 
     uncompressed_bytes: int = 4 << 30
-    members: int = 200_000
+    members: int = 2_000_000
+    member_log_bytes: int = DEFAULT_BUDGET
     depth: int = 128
     name_bytes: int = 4096
     component_bytes: int = 255
@@ -94,6 +111,14 @@ def _named(state: list[HostileArchive]) -> Iterator[None]:
         raise
     except PathTaken as taken:
         state.append(_taken(taken))
+        raise state[0] from None
+    except OverBudget as over:
+        state.append(
+            refuse(
+                f"the member log is over its temp-disk budget ({over.budget} bytes, "
+                f"Limits.member_log_bytes): too many members or implicit parents"
+            )
+        )
         raise state[0] from None
     except Exception as error:
         state.append(UnreadableArchive(f"bank refused on the host: the parser failed ({error!r:.200})"))
@@ -143,9 +168,9 @@ class TarReader:
         self.limits = limits
         self.on_member = on_member
         self.on_data = on_data
-        self.log = MemberLog()
+        self.log = MemberLog(limits.member_log_bytes)
         self.total = 0
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0
         self._remaining = 0  # data bytes left of the current member (or extended header)
         self._padding = 0
@@ -173,21 +198,21 @@ class TarReader:
 
     # -- moving forward ----------------------------------------------------------------
     def _feed(self, data: bytes) -> None:
-        # Consume by moving an offset, compacting once per feed.
-        self._buf += data
-        try:
-            while self._step():
-                pass
-        finally:
-            del self._buf[: self._pos]
-            self._pos = 0
+        # Consume by moving an offset over the bytes fed (no copy: a member's data is
+        # sliced from them once); only a partial header block is carried to the next feed.
+        self._buf = self._buf[self._pos :] + data if self._pos < len(self._buf) else data
+        self._pos = 0
+        while self._step():
+            pass
+        self._buf = self._buf[self._pos :]
+        self._pos = 0
 
     def _step(self) -> bool:
         if self._remaining or self._padding:
             return self._take_data()
         if len(self._buf) - self._pos < BLOCK:
             return False
-        block = bytes(self._buf[self._pos : self._pos + BLOCK])
+        block = self._buf[self._pos : self._pos + BLOCK]
         self._pos += BLOCK
         self._header(block)
         return True
@@ -196,14 +221,14 @@ class TarReader:
         available = len(self._buf) - self._pos
         n = min(self._remaining, available)
         if n:
-            chunk = bytes(self._buf[self._pos : self._pos + n])
+            start = self._pos
             self._pos += n
             available -= n
             self._remaining -= n
             if self._special is not None:
-                self._special[1].extend(chunk)
-            elif self._emit:
-                _call(self.on_data, chunk)
+                self._special[1].extend(memoryview(self._buf)[start : start + n])
+            elif self._emit and self.on_data is not None:  # data nobody reads is not even sliced
+                _call(self.on_data, self._buf[start : start + n])
         if self._remaining:
             return False
         skip = min(self._padding, available)
@@ -308,10 +333,19 @@ class TarReader:
             raise refuse(f"NUL in a {what}")
         if raw.startswith("/"):
             raise refuse(f"absolute {what} {raw!r}")
-        if len(raw.encode("utf-8", "surrogateescape")) > self.limits.name_bytes:
+        ascii_only = raw.isascii()  # then a length in characters is one in bytes
+        if (len(raw) if ascii_only else len(raw.encode("utf-8", "surrogateescape"))) > self.limits.name_bytes:
             raise refuse(f"{what} longer than {self.limits.name_bytes} bytes")
         parts = [p for p in raw.split("/") if p not in ("", ".")]
-        for part in parts:
+        if (
+            ascii_only
+            and ".." not in parts
+            and max(map(len, parts), default=0) <= self.limits.component_bytes
+        ):
+            if len(parts) > self.limits.depth:
+                raise refuse(f"{raw!r} is deeper than {self.limits.depth}")
+            return "/".join(parts)
+        for part in parts:  # the refusal names the first bad part, as it always did
             if part == "..":
                 raise refuse(f"'..' in {what} {raw!r}")
             if len(part.encode("utf-8", "surrogateescape")) > self.limits.component_bytes:
@@ -360,6 +394,12 @@ class TarReader:
         self._remember_dir(member)
 
     def _check_parents(self, path: str) -> None:
+        # A directory in the cache had every parent of its own checked when it went in
+        # (and a checked parent stays a directory: anything else at its path is a
+        # duplicate), so a member whose parent is cached needs no walk.
+        parent = path.rpartition("/")[0]
+        if not parent or parent in self._dirs:
+            return
         parts = path.split("/")
         for i in range(1, len(parts)):
             parent = "/".join(parts[:i])
@@ -475,7 +515,10 @@ class CanonicalWriter:
         self.tar_bytes += len(data)
         if self._z is not None:
             data = self._z.compress(data)
-        self._emit(data)
+        if data:
+            self._out.write(data)
+            self.bytes += len(data)
+            self._digest.update(data)
 
     def _emit(self, data: bytes) -> None:
         if data:
@@ -486,10 +529,11 @@ class CanonicalWriter:
     def member(self, m: Member) -> None:
         """Write a member's header; with ``writable_dirs`` a directory is written u+rwx
         (its banked mode is applied after extraction: ``dir_modes``)."""
-        self._pad()
-        if self._writable_dirs and m.type == DIR:
-            m = attrs.evolve(m, mode=m.mode | 0o700)
-        self._write(header_of(m))
+        header = header_of(m, m.mode | 0o700) if self._writable_dirs and m.type == DIR else header_of(m)
+        if self._pending:  # the previous member's padding and this header: one write
+            header = bytes(self._pending) + header
+            self._pending = 0
+        self._write(header)
         self._pending = (-m.size) % BLOCK if m.type == FILE else 0
 
     def data(self, chunk: bytes) -> None:
@@ -518,18 +562,76 @@ def dir_modes(log: MemberLog) -> Iterator[tuple[str, int]]:
             yield d.path, d.mode & 0o777
 
 
-_TYPES = {FILE: tarfile.REGTYPE, DIR: tarfile.DIRTYPE, SYMLINK: tarfile.SYMTYPE, HARDLINK: tarfile.LNKTYPE}
+_TYPES = {FILE: b"0", HARDLINK: b"1", SYMLINK: b"2", DIR: b"5"}
+_OCTAL_MAX = 8**11  # what a 12-byte ustar number field holds (11 digits and a NUL)
+_ZERO8 = b"0000000\x00"
+_MAGIC = b"ustar\x0000"  # POSIX ustar, as a PAX archive has it
+_TAIL = bytes(32 + 32 + 8 + 8 + 155 + 12)  # uname, gname, devmajor, devminor, prefix; padding
+_PAX_NAME = b"././@PaxHeader"
+_CONSTANT_SUM = 2 * sum(_ZERO8) + sum(_MAGIC) + 8 * 32  # uid, gid, magic; the checksum's spaces
 
 
-def header_of(m: Member) -> bytes:
-    """The canonical header block(s) of a validated member."""
+def _block(name: bytes, mode: int, size: int, mtime: int, kind: bytes, link: bytes) -> bytes:
+    """One ustar block, laid out field by field as tarfile's PAX writer lays it out."""
+    head = name[:100].ljust(100, b"\x00") + b"%07o\x00" % mode
+    numbers = b"%011o\x00%011o\x00" % (size, mtime)
+    link = link[:100].ljust(100, b"\x00")
+    checksum = sum(head) + sum(numbers) + kind[0] + sum(link) + _CONSTANT_SUM
+    return b"".join((head, _ZERO8, _ZERO8, numbers, b"%06o\x00 " % checksum, kind, link, _MAGIC, _TAIL))
+
+
+def _pax_record(key: bytes, value: bytes) -> bytes:
+    """``<length> key=value\n``, the length counting its own digits."""
+    length = len(key) + len(value) + 3
+    total = length + 1
+    while total != length + len(str(total)):
+        total = length + len(str(total))
+    return b"%d %s=%s\n" % (total, key, value)
+
+
+def _field(value: str, key: str, pax: dict[str, str]) -> bytes:
+    """A name or link for its 100-byte field: ASCII within 100 characters, else PAX."""
+    try:
+        raw = value.encode("ascii")
+    except UnicodeEncodeError:
+        pax[key] = value
+        return value.encode("ascii", "replace")
+    if len(raw) > 100:
+        pax[key] = value
+    return raw
+
+
+def _pax_header(pax: dict[str, str]) -> bytes:
+    """The PAX extended header (``hdrcharset=BINARY`` first when a value is not UTF-8)."""
+    try:
+        values = [(k.encode("ascii"), v.encode("utf-8")) for k, v in pax.items()]
+        records = b""
+    except UnicodeEncodeError:
+        values = [(k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in pax.items()]
+        records = b"21 hdrcharset=BINARY\n"
+    records += b"".join(_pax_record(k, v) for k, v in values)
+    padding = bytes(-len(records) % BLOCK)
+    return _block(_PAX_NAME, 0, len(records), 0, b"x", b"") + records + padding
+
+
+def header_of(m: Member, mode: int | None = None) -> bytes:
+    """The canonical header block(s) of a validated member (``mode`` in place of its own).
+
+    Byte for byte what ``tarfile.TarInfo.tobuf(PAX_FORMAT, "utf-8", "surrogateescape")``
+    writes for it, owners 0 and unnamed (property_tests/test_canonical_header.py): a
+    name or link that is not ASCII or longer than 100 characters goes to a PAX record
+    (its ustar field keeps the first 100 bytes, non-ASCII as ``?``), and so does a size
+    or mtime an 11-digit octal field cannot hold (the field then reads 0)."""
+    kind = _TYPES[m.type]
     name = m.path + "/" if m.type == DIR and m.path else (m.path or "./")
-    info = tarfile.TarInfo(name)
-    info.type = _TYPES[m.type]
-    info.size = m.size if m.type == FILE else 0
-    info.mode = m.mode & 0o777
-    info.mtime = m.mtime
-    info.linkname = m.linkname
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    pax: dict[str, str] = {}
+    raw_name = _field(name, "path", pax)
+    raw_link = _field(m.linkname, "linkpath", pax) if m.linkname else b""
+    size = m.size if m.type == FILE else 0
+    mtime = m.mtime
+    if not 0 <= size < _OCTAL_MAX:
+        pax["size"], size = str(size), 0
+    if not 0 <= mtime < _OCTAL_MAX:
+        pax["mtime"], mtime = str(mtime), 0
+    block = _block(raw_name, (m.mode if mode is None else mode) & 0o777, size, mtime, kind, raw_link)
+    return _pax_header(pax) + block if pax else block
