@@ -25,7 +25,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import attrs
 
@@ -254,8 +254,14 @@ def _into_sandbox(
 
 
 def _in_one_exec(sandbox: Sandbox) -> RestoresInOneExec:
-    """The sandbox itself when it restores in one exec, else its two phases as one call."""
-    return sandbox if isinstance(sandbox, RestoresInOneExec) else _TwoPhases(sandbox)
+    """The sandbox itself when it restores in one exec, else its two phases as one call.
+
+    Asked by attribute, not ``isinstance`` on the Protocol: from Python 3.12 that reads
+    attributes statically, and a forwarding proxy (a decorator, a timing wrapper) would
+    silently lose the one exec."""
+    if getattr(sandbox, "restore_in_one_exec", None) is not None:
+        return cast(RestoresInOneExec, sandbox)
+    return _TwoPhases(sandbox)
 
 
 @attrs.frozen
