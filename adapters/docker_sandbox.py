@@ -126,7 +126,11 @@ class DockerSandbox(ScriptedSandbox):
             try:
                 if writer is not None:
                     writer.start()
-                _read_frames(sock, output)
+                try:
+                    _read_frames(sock, output)
+                except StreamBroken:
+                    if not self._exited_unread(exec_id, writer):
+                        raise
                 if writer is not None:
                     writer.exec_ended()
             finally:
@@ -174,6 +178,19 @@ class DockerSandbox(ScriptedSandbox):
             return True
         return bool(state.get("Running", True))
 
+    def _exited_unread(self, exec_id: str, writer: _Writer | None) -> bool:
+        """Did the stream break because the command exited, refusing, before it read all
+        of stdin? Podman then resets the connection while the host still sends: the exit
+        status is the answer (a refusal), not a broken stream. Exit 0 with unread input
+        stays a broken stream: its output cannot be trusted whole."""
+        if writer is None or writer.sent_all or writer.error is not None:
+            return False
+        try:
+            state = self.client.api.exec_inspect(exec_id)
+        except docker.errors.DockerException:
+            return False
+        return not state.get("Running", True) and state.get("ExitCode") not in (None, 0)
+
     def _exit_code(self, exec_id: str) -> int:
         try:
             code = self.client.api.exec_inspect(exec_id).get("ExitCode")
@@ -213,6 +230,7 @@ class _Writer(Feeder):
         super().__init__(src, dog)
         self.raw = raw
         self._ended = threading.Event()
+        self.sent_all = False  # the source ran dry and every byte was sent
 
     @property
     def abandoned(self) -> bool:
@@ -231,6 +249,7 @@ class _Writer(Feeder):
         try:
             while chunk := self._read():
                 self.raw.sendall(chunk)
+            self.sent_all = True
             with contextlib.suppress(OSError):
                 self.raw.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):

@@ -152,8 +152,8 @@ class KubernetesSandbox(ScriptedSandbox):
                     writer.start()
                 status = _receive(ws, output, dog)
             finally:
-                if writer is not None:
-                    writer.stop(0.2 if dog.fired else max(1.0, deadline.left()))
+                if writer is not None:  # the exec has ended: nobody reads what it has not sent
+                    writer.stop(0.2)
                 with contextlib.suppress(Exception):
                     ws.close(timeout=2)
                 ws.shutdown()

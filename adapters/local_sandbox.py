@@ -47,9 +47,15 @@ class _Pump(Feeder):
         self.dst, self.close_dst = dst, close_dst
 
     def run(self) -> None:
+        # Into a command's stdin, each chunk goes at once: a source that waits between
+        # chunks (a restore's verdict waits for the listing) must not leave the last one
+        # in the pipe's buffer.
+        flush = getattr(self.dst, "flush", None) if self.close_dst else None
         try:
             while chunk := self._read():
                 self.dst.write(chunk)
+                if flush is not None:
+                    flush()
         except (BrokenPipeError, ValueError, OSError):
             pass  # the command closed its end: its exit status says why
         except BaseException as error:  # the sink failed: raised by the caller
@@ -214,8 +220,10 @@ def _drive(
         assert proc.stdout is not None
         captured = proc.stdout.read()
     code = proc.wait()
-    for p in pumps:  # one blocked on a stalled source is not waited for
-        p.join(timeout=0.2 if dog.fired else max(1.0, dog.deadline.left()))
+    for p in pumps:  # one blocked on a stalled source is not waited for, nor stdin's once
+        # the command has ended (nobody reads it: a source waiting on the host, as a
+        # restore's verdict does, would otherwise hold the call until its deadline)
+        p.join(timeout=0.2 if dog.fired or p.close_dst else max(1.0, dog.deadline.left()))
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):

@@ -17,7 +17,8 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import resources
 from typing import BinaryIO
 
@@ -26,6 +27,7 @@ import attrs
 from scratchbank.application.ports import (
     ArchiveReport,
     ByteSink,
+    Decide,
     QuiescedArchive,
     QuiesceReport,
     SandboxFacts,
@@ -47,7 +49,7 @@ BANK = "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + "\n" + ARCHIVE + "\n" + script("ban
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
 EXEC_SECONDS = 600.0
-STREAM_BROKE, TAR_REFUSED = 20, 21
+STREAM_BROKE, TAR_REFUSED, DISCARDED = 20, 21, 22
 QUIESCE_REFUSED, QUIESCE_PARTIAL = 3, 4
 
 _RACED = re.compile(
@@ -318,6 +320,65 @@ class ScriptedSandbox(abc.ABC):
     def discard_restore(self, staged: StagedRestore) -> None:
         self._discard(staged.token)
 
+    def restore_in_one_exec(
+        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+    ) -> str | None:
+        """Stage, list, take the host's verdict and commit or discard: one exec (the
+        script waits on stdin for the verdict ``decide`` gives once the listing is in)."""
+        token = secrets.token_hex(8)
+        framed = FramedStream(src)
+        stdin = _ThenVerdict(framed)
+        args = ["stage", self.facts.scratch, token, "z" if compressed else "raw", str(need_bytes), "converse"]
+        with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as modes:
+            talk = _Conversation(
+                raw, lambda: self._verdict(raw, token, framed, decide, modes, stdin), give_up=stdin.discard
+            )
+            try:
+                done = self.run(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
+            except BaseException:
+                self._discard(token)
+                raise
+            finally:
+                stdin.discard()  # an exec that ended before the verdict: the feeder goes
+        if talk.error is not None:
+            self._discard(token)
+            raise talk.error
+        if done.exit_code == 0 and stdin.committed:
+            notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
+            return "; ".join(notes)[:2000]
+        if done.exit_code == DISCARDED and talk.answered and not stdin.committed:
+            return None
+        self._discard(token)
+        if done.exit_code == TAR_REFUSED:
+            what = "moving the restored tree into place" if stdin.committed else "the sandbox's tar"
+            raise RestoreRefused(f"{what} refused the bank: {done.err[-2000:]}")
+        raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
+
+    def _verdict(
+        self,
+        raw: BinaryIO,
+        token: str,
+        framed: FramedStream,
+        decide: Decide,
+        modes: BinaryIO,
+        stdin: _ThenVerdict,
+    ) -> None:
+        """Once the listing is whole: check what was received, ask the host, answer."""
+        staged = _staged_header(raw, token)
+        if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+            raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
+        with tempfile.TemporaryFile() as listing:
+            write_listing(raw, listing)
+            listing.seek(0)
+            verdict = decide(staged, listing)
+        if verdict is None:
+            stdin.discard()
+            return
+        for path, mode in verdict:
+            modes.write(b"%o %s\n" % (mode, printf_escaped(path)))
+        modes.seek(0)
+        stdin.answer(modes)
+
     def _discard(self, token: str) -> None:
         with contextlib.suppress(ScratchbankError):
             self.run(RESTORE, ["discard", self.facts.scratch, token])
@@ -388,6 +449,101 @@ class FramedStream:
             self._ended = True
 
 
+class _ThenVerdict:
+    """stdin of a conversing restore: the framed stream, then (blocking until the host
+    answers) "commit\n" and the framed directory modes, or "discard\n"."""
+
+    def __init__(self, framed: FramedStream) -> None:
+        self._framed = framed
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._tail: FramedStream | None = None
+        self._head = b""
+        self.committed = False
+
+    def discard(self) -> None:
+        self.answer(None)
+
+    def answer(self, modes: BinaryIO | None) -> None:
+        """The verdict, once (later calls do nothing): modes to commit with, or None."""
+        with self._lock:
+            if self._ready.is_set():
+                return
+            if modes is not None:
+                self._head, self._tail, self.committed = b"commit\n", FramedStream(modes), True
+            else:
+                self._head = b"discard\n"
+            self._ready.set()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._framed.read(n)
+        if data:
+            return data
+        self._ready.wait()
+        if self._head:
+            data, self._head = self._head, b""
+            return data
+        return self._tail.read(n) if self._tail is not None else b""
+
+
+class _Conversation:
+    """stdout of a conversing restore: kept whole in ``raw``; once the staged header and
+    the whole listing are in, ``then`` runs (in the reading thread). What it raises is
+    kept (``error``) and answered with a discard, never raised into the transport."""
+
+    HEAD = 512
+
+    def __init__(self, raw: BinaryIO, then: Callable[[], None], *, give_up: Callable[[], None]) -> None:
+        self._raw, self._then, self._give_up = raw, then, give_up
+        self._head = bytearray()
+        self._need: int | None = None
+        self.got = 0
+        self.answered = False
+        self.error: BaseException | None = None
+
+    def write(self, data: bytes) -> int:
+        self._raw.write(data)
+        self.got += len(data)
+        if not self.answered:
+            if self._need is None and len(self._head) < self.HEAD:
+                self._head += data[: self.HEAD - len(self._head)]
+                self._need = self._needed()
+            if self._need is not None and self.got >= self._need:
+                self._answer()
+        return len(data)
+
+    def _needed(self) -> int | None:
+        """Bytes of output up to the listing's end, once its two head lines are in."""
+        lines = bytes(self._head).split(b"\n", 2)
+        if len(lines) < 3:
+            if len(self._head) >= self.HEAD:
+                self._fail(
+                    StreamBroken(f"unreadable output of the restore script: {bytes(self._head[:80])!r}")
+                )
+            return None
+        try:
+            stats, names = _tree_sizes(lines[1])
+        except StreamBroken as error:
+            self._fail(error)
+            return None
+        return len(lines[0]) + len(lines[1]) + 2 + stats + names
+
+    def _answer(self) -> None:
+        self.answered = True
+        self._raw.flush()
+        at = self._raw.tell()
+        try:
+            self._then()
+        except BaseException as error:  # raised by the caller once the exec has ended
+            self._fail(error)
+        finally:
+            self._raw.seek(at)
+
+    def _fail(self, error: BaseException) -> None:
+        self.error, self.answered = error, True
+        self._give_up()
+
+
 def _staged_header(raw: BinaryIO, token: str) -> StagedRestore:
     raw.seek(0)
     words = raw.readline(200).split()
@@ -396,16 +552,22 @@ def _staged_header(raw: BinaryIO, token: str) -> StagedRestore:
     return StagedRestore(token, int(words[1]), words[2].decode("ascii", "replace"))
 
 
+def _tree_sizes(line: bytes) -> tuple[int, int]:
+    """restore.sh's "STATS_BYTES NAMES_BYTES" line."""
+    words = line.split()
+    if len(words) != 2 or not all(w.isdigit() and len(w) < 16 for w in words):
+        raise StreamBroken(f"unreadable listing from the sandbox: {line[:60]!r}")
+    return int(words[0]), int(words[1])
+
+
 def write_listing(raw: BinaryIO, out: ByteSink) -> None:
-    """restore.sh's listing (stats byte count, "MODEHEX SIZE" lines, NUL-separated
-    names in the same order), read from ``raw``'s current position, written to ``out``
-    as manifest lines, in bounded memory (two cursors over the same file)."""
-    head = raw.readline(40).strip()
-    if not head.isdigit():
-        raise StreamBroken("unreadable listing from the sandbox")
+    """restore.sh's listing (the byte counts of stats and names, "MODEHEX SIZE" lines,
+    NUL-separated names in the same order), read from ``raw``'s current position,
+    written to ``out`` as manifest lines, in bounded memory (two cursors over one file)."""
+    stats_bytes, names_bytes = _tree_sizes(raw.readline(40))
     fd, at = raw.fileno(), raw.tell()
-    stats = _records(fd, at, at + int(head), b"\n")
-    for name in _records(fd, at + int(head), None, b"\x00"):
+    stats = _records(fd, at, at + stats_bytes, b"\n")
+    for name in _records(fd, at + stats_bytes, at + stats_bytes + names_bytes, b"\x00"):
         stat_line = next(stats, None)
         if stat_line is None:
             raise StreamBroken("the sandbox's listing has more names than entries")

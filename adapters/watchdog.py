@@ -73,10 +73,14 @@ class Feeder(threading.Thread):
         super().__init__(daemon=True)
         self.src, self.dog = src, dog
         self.error: BaseException | None = None
+        # What is there, not a full chunk: a command's output is passed on as it comes
+        # (a buffered pipe's read(n) would wait for n bytes or the end, and a command
+        # that waits on the host after writing, as a restore does, would wait forever).
+        self._take = getattr(src, "read1", None) or src.read
 
     def _read(self) -> bytes:
         try:
-            return self.src.read(self.CHUNK)
+            return self._take(self.CHUNK)
         except BaseException as error:
             self.error = error
             self.dog.cut_now()

@@ -6,9 +6,9 @@ Ports are Protocols so that an engine can implement one over what it already has
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import attrs
 
@@ -236,3 +236,26 @@ class QuiescingSandbox(Protocol):
         compress: bool,
         deadline: Deadline | None = None,
     ) -> QuiescedArchive: ...
+
+
+#: The host's verdict on a staged tree (its StagedRestore and its listing, a file of
+#: manifest lines): the directory modes to commit with (deepest first), or None to
+#: discard it. Called once, from whichever thread reads the exec's output.
+Decide = Callable[[StagedRestore, BinaryIO], Iterable[tuple[str, int]] | None]
+
+
+@runtime_checkable
+class RestoresInOneExec(Protocol):
+    """A sandbox that stages, waits for the host's verdict and commits or discards, all
+    in ONE exec (stage_restore + commit_restore / discard_restore without the second
+    exec's cost). Same guarantees as the two calls: until ``decide`` answers with modes,
+    the scratch is byte for byte as it was; a None verdict (or ``decide`` raising, or
+    the exec ending before it answered) leaves nothing staged."""
+
+    def restore_in_one_exec(
+        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+    ) -> str | None:
+        """The commit's note ("" when none) once the tree is in place; None when the
+        host's verdict discarded it. Raises as stage_restore and commit_restore do, and
+        re-raises what ``decide`` raised (after discarding)."""
+        ...

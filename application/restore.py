@@ -23,9 +23,9 @@ import contextlib
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import attrs
 
@@ -52,7 +52,7 @@ from .bank_check import BankCheck, Progress
 from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
-from .ports import BankStore, Sandbox, StagedRestore
+from .ports import BankStore, Decide, RestoresInOneExec, Sandbox, StagedRestore
 from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
@@ -123,10 +123,16 @@ def attempt_of(error: BaseException) -> RestoreAttempt:
 
 # -- into a sandbox: one pipeline ---------------------------------------------------------------
 class _PipeOut:
-    """The write end of the pipe into the sandbox; remembers that the reader went away."""
+    """The write end of the pipe into the sandbox; remembers that the reader went away.
+
+    Buffered: the canonical writer hands over a 512-byte header per member, and one
+    write each woke the reading thread for nothing (measured: 0.2 s of 1.3 s of host CPU
+    on the 3,649-member source tree)."""
+
+    BUFFER = 1 << 18
 
     def __init__(self, fd: int) -> None:
-        self._file = os.fdopen(fd, "wb", buffering=0)
+        self._file = os.fdopen(fd, "wb", buffering=self.BUFFER)
         self.broken = False
         self.bytes = 0
 
@@ -140,8 +146,10 @@ class _PipeOut:
         return len(data)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._file.close()
+        try:
+            self._file.close()  # flushes what is buffered
+        except OSError:
+            self.broken = True
 
 
 @attrs.define
@@ -208,49 +216,81 @@ def _into_sandbox(
     progress: Progress | None,
     gzip_level: int | None,
 ) -> RestoreAttempt:
-    with (
-        tempfile.TemporaryFile() as listing,
-        _pipeline(run_id, bank, store, cap, progress, gzip_level) as (
-            src,
-            result,
-            check,
-            out,
-            thread,
-        ),
-    ):
-        staged: StagedRestore | None = None
-        sandbox_error: ScratchbankError | None = None
+    with _pipeline(run_id, bank, store, cap, progress, gzip_level) as (src, result, check, out, thread):
+        refused: list[RestoreAttempt] = []
+
+        def decide(staged: StagedRestore, listing: BinaryIO) -> Iterable[tuple[str, int]] | None:
+            """The host's verdict on the staged tree: the stream whole, then the listing."""
+            thread.join()  # the stream has ended: the producer has too
+            verdict = _verdict(result, out, None, staged)
+            if verdict is None:
+                comparison = load_listing(check.log, listing)
+                if comparison.same:
+                    return dir_modes(check.log)
+                why = (
+                    f"partial restore: {comparison.missing} expected entries missing or different, "
+                    f"{comparison.unexpected} unexpected"
+                )
+                verdict = RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
+            refused.append(verdict)
+            return None
+
+        need = bank.record.manifest_bytes or 0
         try:
-            staged = sandbox.stage_restore(
-                src,
-                compressed=gzip_level is not None,
-                listing=listing,
-                need_bytes=bank.record.manifest_bytes or 0,
+            note = _in_one_exec(sandbox).restore_in_one_exec(
+                src, compressed=gzip_level is not None, need_bytes=need, decide=decide
             )
         except (RestoreRefused, StreamBroken, ExecFailed, SandboxGone) as error:
-            sandbox_error = error
-        src.close()
-        thread.join()
-        verdict = _verdict(result, out, sandbox_error, staged)
-        if verdict is not None or staged is None:
-            _discard(sandbox, staged)
-            return verdict or RestoreAttempt(RestoreResult.STREAM_BROKEN, detail="nothing was staged")
-        comparison = load_listing(check.log, listing)
-        if not comparison.same:
-            _discard(sandbox, staged)
-            why = (
-                f"partial restore: {comparison.missing} expected entries missing or different, "
-                f"{comparison.unexpected} unexpected"
-            )
-            return RestoreAttempt(RestoreResult.REFUSED_IN_SANDBOX, detail=why)
-        try:
-            note = sandbox.commit_restore(staged, dir_modes=dir_modes(check.log))
-        except ScratchbankError:
-            _discard(sandbox, staged)  # a refused commit moved nothing: the staged tree goes
-            raise
+            if refused:
+                return refused[0]
+            src.close()
+            thread.join()
+            return _verdict(result, out, error, None) or attempt_of(error)
+        if note is None:
+            return refused[0] if refused else RestoreAttempt(RestoreResult.STREAM_BROKEN, detail="discarded")
         if progress is not None:
             progress("restored", bank.record.bytes, bank.record.bytes)
-        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes, detail=note or "")
+        return RestoreAttempt(RestoreResult.RESTORED, bank.record.bytes, detail=note)
+
+
+def _in_one_exec(sandbox: Sandbox) -> RestoresInOneExec:
+    """The sandbox itself when it restores in one exec, else its two phases as one call.
+
+    Asked by attribute, not ``isinstance`` on the Protocol: from Python 3.12 that reads
+    attributes statically, and a forwarding proxy (a decorator, a timing wrapper) would
+    silently lose the one exec."""
+    if getattr(sandbox, "restore_in_one_exec", None) is not None:
+        return cast(RestoresInOneExec, sandbox)
+    return _TwoPhases(sandbox)
+
+
+@attrs.frozen
+class _TwoPhases:
+    """``restore_in_one_exec`` over stage_restore, then commit_restore or discard_restore."""
+
+    sandbox: Sandbox
+
+    def restore_in_one_exec(
+        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+    ) -> str | None:
+        with tempfile.TemporaryFile() as listing:
+            staged = self.sandbox.stage_restore(
+                src, compressed=compressed, listing=listing, need_bytes=need_bytes
+            )
+            try:
+                listing.seek(0)
+                modes = decide(staged, listing)
+            except BaseException:
+                _discard(self.sandbox, staged)
+                raise
+        if modes is None:
+            _discard(self.sandbox, staged)
+            return None
+        try:
+            return self.sandbox.commit_restore(staged, dir_modes=modes) or ""
+        except ScratchbankError:
+            _discard(self.sandbox, staged)  # a refused commit moved nothing: the staged tree goes
+            raise
 
 
 def _verdict(

@@ -43,6 +43,18 @@ class Rig:
     def userland(self) -> str:
         return "gnu" if self.name.endswith("gnu") else "busybox"
 
+    def beside(self, seconds: int = 60) -> str:
+        """How many ``.scratchbank-staged*`` entries sit beside the scratch, once the old
+        trees a commit removes in the background are gone (waited for up to ``seconds``;
+        one still there after that counts)."""
+        parent = f"$(dirname {self.scratch})"
+        self.sh(
+            f"i=0; while ls -a {parent} | grep -q 'scratchbank-staged.*[.]old$' && [ $i -lt {seconds * 10} ]; "
+            "do sleep 0.1; i=$((i + 1)); done",
+            check=False,
+        )
+        return self.sh(f"ls -a {parent} | grep -c scratchbank-staged || true", check=False).strip()
+
 
 def engine_url(kind: str) -> str:
     var = {"docker": "SCRATCHBANK_DOCKER_URL", "podman": "SCRATCHBANK_PODMAN_URL"}[kind]

@@ -185,7 +185,7 @@ def test_X2_a_mode_0_directory_in_a_non_root_sandbox_is_never_a_broken_stream(fl
         assert park is None or park.code == SCRATCH_NOT_PORTABLE, out.restore.record.reason
         if park is not None:
             assert fingerprint(r) == before
-        assert r.sh(f"ls -a $(dirname {SCRATCH}) | grep -c scratchbank-staged || true").strip() == "0"
+        assert r.beside() == "0"
 
 
 # -- X6/X2: restoring over a tree with a read-only directory, as a non-root host --------------
@@ -321,7 +321,7 @@ def test_X4_a_commit_reported_refused_has_not_replaced_the_scratch(flavour: str)
         assert out.restore is not None
         if out.restore.park is not None:
             assert fingerprint(r) == before, out.restore.record.reason
-        leftovers = r.sh(f"ls -a $(dirname {SCRATCH}) | grep -c scratchbank-staged || true").strip()
+        leftovers = r.beside()
         assert leftovers == "0"
 
 

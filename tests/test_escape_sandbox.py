@@ -43,8 +43,7 @@ def fingerprint(r: Rig) -> str:
         "find . -type f -exec sha256sum {} + | sort && find . -type l -exec readlink {} + | sort",
         check=False,
     )
-    staged = r.sh(f"ls -a $(dirname {s}) | grep -c scratchbank-staged || true", check=False)
-    return listing + "staged:" + staged.strip()
+    return listing + "staged:" + r.beside()
 
 
 def restore(data: bytes, sandbox: Sandbox) -> ResumeOutcome:
@@ -133,6 +132,21 @@ def test_X2_names_with_a_newline_and_any_byte_restore_and_list(box: Rig) -> None
     assert out.proceeds, out
     listed = box.sandbox.list_scratch()
     assert sorted(json.loads(line)[0] for line in listed) == sorted(names)
+
+
+def test_X2_the_old_scratch_goes_after_the_commit_and_leftovers_at_the_next_stage(box: Rig) -> None:
+    """The commit swaps the new tree in and removes the old one after the exec (the
+    resume does not wait for it); an old tree a stopped sandbox left beside the scratch
+    (``.scratchbank-staged.*.old``, read-only inside as a module cache is) is removed by
+    the next restore's stage. Nothing of either stays, and the scratch is the bank's."""
+    s = box.scratch
+    box.sh(SEED.format(s=s))
+    left = f"$(dirname {s})/.scratchbank-staged.dead.old"
+    box.sh(f"mkdir -p {left}/ro && echo old > {left}/ro/f && chmod 555 {left}/ro")
+    out = restore(gz(files("a/new", "top") + end()), box.sandbox)
+    assert out.proceeds, out
+    assert box.beside() == "0"
+    assert box.sh(f"cat {s}/a/new") == "abc" and box.sh(f"ls {s}") == "a\ntop\n"
 
 
 def test_X2_implicit_parent_directories_are_accepted(box: Rig) -> None:

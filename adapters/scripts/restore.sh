@@ -1,14 +1,17 @@
 #!/bin/sh
 # scratchbank restore (X2), in two phases so that a refusal changes nothing:
 #
-#   restore.sh stage  SCRATCH TOKEN COMPRESS(z|raw) NEED_BYTES
+#   restore.sh stage  SCRATCH TOKEN COMPRESS(z|raw) NEED_BYTES [converse]
 #       Read framed stdin ("data N\n" + N bytes ... "end COUNT SHA256\n"; framed, so
 #       it never waits for an EOF some transports cannot send), extract it into the
 #       fresh directory PARENT/.scratchbank-staged.TOKEN (never into the scratch),
 #       digest what was read, and print "scratchbank-staged COUNT SHA256", then the
-#       staged tree: a line with the byte count of the stats, one "MODEHEX SIZE" line
-#       per entry, then the entries' names NUL-separated in the same order (a name may
-#       hold any byte but NUL and '/', a newline too).
+#       staged tree: a line with the byte counts of the stats and of the names, one
+#       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
+#       order (a name may hold any byte but NUL and '/', a newline too). With
+#       "converse", the same exec then reads the host's verdict from stdin: "commit"
+#       and the directory modes (framed, as commit reads them), or anything else (an
+#       EOF too) to discard: exit 22.
 #   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
 #       ("OCTAL NAME" lines, deepest first, NAME escaped for printf %b, "." the root: the
 #       stream carried every directory u+rwx, so that a non-root tar can fill a 0555
@@ -16,7 +19,7 @@
 #   restore.sh discard SCRATCH TOKEN  remove it
 #   restore.sh list SCRATCH           the scratch's tree, in the stage's format
 #
-#   exit 0 done; 20 the stream broke (short, or not the bytes sent); 21 tar refused
+#   exit 0 done; 22 discarded on the host's verdict; 20 the stream broke (short, or not the bytes sent); 21 tar refused
 #   (the scratch cannot be created, a member cannot be recreated, the disk is full, the
 #   staged tree cannot be listed by the sandbox's user, the scratch holds a mount point);
 #   12 cannot list (the list op only).
@@ -25,8 +28,9 @@
 #   a 0555 directory but cannot empty it) and never runs over a mount point: commit
 #   refuses by name, before anything moves, a scratch with a mount point inside it
 #   (/proc/mounts; BusyBox has no rm --one-file-system). A commit reports success once
-#   the new tree is in place: an old tree that then cannot be removed is a note on
-#   stderr, never a failure.
+#   the new tree is in place; the old tree, no longer the scratch, is removed after the
+#   exec ends, in the background (removing a large tree costs what extracting it did: the
+#   resume does not wait for it); one a stopped sandbox left is removed by the next stage.
 set -u
 export LC_ALL=C
 op=$1
@@ -45,8 +49,8 @@ walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     )
 }
 
-print_tree() { # $1 work directory
-    wc -c <"$1/stats" | tr -d ' '
+print_tree() { # $1 work directory: "STATS_BYTES NAMES_BYTES", then both
+    echo "$(wc -c <"$1/stats" | tr -d ' ') $(wc -c <"$1/names" | tr -d ' ')"
     cat "$1/stats" "$1/names"
 }
 
@@ -107,7 +111,9 @@ unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1
 stage() {
     compress=$4
     need=${5:-0}
+    converse=${6:-}
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
+    remove_leftovers
     fits "$need" "$parent" || exit 21
     # A scratch that is its own filesystem (a volume, a tmpfs, an emptyDir) is filled by
     # commit: the bank must fit there too (its old tree's room is not counted).
@@ -154,6 +160,15 @@ stage() {
     fi
     echo "scratchbank-staged $count $got"
     print_tree "$work"
+    [ "$converse" = converse ] || exit 0
+    # One exec: the host compares the listing with the bank's manifest and answers on
+    # stdin: "commit" (then the directory modes, framed) or anything else to discard.
+    rm -rf "$work"
+    trap - EXIT
+    IFS= read -r verdict || verdict=""
+    if [ "$verdict" = commit ]; then commit; fi
+    remove_tree "$staged"
+    exit 22
 }
 
 apply_modes() { # $1: "OCTAL ESCAPED-NAME" lines, deepest first
@@ -188,8 +203,24 @@ commit() {
         mv "$scratch" "$staged.old" 2>/dev/null || { echo "scratchbank: cannot move $scratch aside" >&2; exit 21; }
     fi
     mv "$staged" "$scratch" || { mv "$staged.old" "$scratch" 2>/dev/null; exit 21; }
-    remove_tree "$staged.old" || echo "scratchbank: note: restored; the old scratch stays at $staged.old" >&2
+    remove_later "$staged.old"
     exit 0
+}
+
+remove_later() { # $1 is no longer the scratch: removed after this exec ends, detached
+    # from its streams (the exec's output ends now; an engine waits for it). Removing a
+    # large tree costs as much as extracting it: the resume does not wait for that. A
+    # tree a removal left behind (the sandbox stopped first) goes at the next stage.
+    [ -e "$1" ] || [ -L "$1" ] || return 0
+    (remove_tree "$1" || echo "scratchbank: note: the old scratch stays at $1" >&2) \
+        </dev/null >/dev/null 2>&1 &
+}
+
+remove_leftovers() { # old scratches earlier commits left beside the scratch
+    for old in "$parent"/.scratchbank-staged.*.old; do
+        [ -e "$old" ] || [ -L "$old" ] || continue
+        remove_later "$old"
+    done
 }
 
 commit_into_mount_point() {
