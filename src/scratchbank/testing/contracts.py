@@ -23,7 +23,14 @@ from typing import Any, ClassVar
 import pytest
 
 from scratchbank.application.host_archive import HostArchive
-from scratchbank.application.ports import BankStore, QuiescedArchive, Sandbox, Timeline
+from scratchbank.application.ports import (
+    BankStore,
+    QuiescedArchive,
+    RestoresInOneExec,
+    Sandbox,
+    StagedRestore,
+    Timeline,
+)
 from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import quiesce_and_archive
 from scratchbank.domain.errors import (
@@ -226,7 +233,8 @@ def check_bank_store(make: Callable[[Path], BankStore], tmp: Path) -> list[str]:
 
 
 class SandboxContract:
-    """What every Sandbox does, from banking's side (T2, T11-T15, T19).
+    """What every Sandbox does, from banking's side (T2, T11-T15, T19) and restoring's
+    (X1: a banked scratch comes back as it was; X4: a discarded restore changes nothing).
 
     Subclasses define ``sandbox`` (a context manager yielding a fresh sandbox with an
     empty scratch) and ``write`` (put files in its scratch; a name with ``/`` creates
@@ -378,6 +386,59 @@ class SandboxContract:
             self.kill(box)
             with pytest.raises(SandboxGone):
                 box.archive(io.BytesIO(), compress=False, verify=False)
+
+    def test_X1_a_banked_scratch_restores_as_it_was(self) -> None:  # noqa: N802 - named for its rule
+        """Banked by the teardown use case, restored by the resume use case, through this
+        adapter alone: the scratch lists as it did when it was banked (X1, T2)."""
+        from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+        from scratchbank.application.resume import resume
+        from scratchbank.application.teardown import bank_at_teardown
+        from scratchbank.domain import ResumeRequest
+
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            before = box.list_scratch()
+            timeline, store = InMemoryTimeline(), InMemoryBankStore()
+            timeline.append("run-c", [started()])
+            report = bank_at_teardown(
+                "run-c", timeline=timeline, store=store, sandbox=box, run_finished=False
+            )
+            assert report.record is not None, report
+            assert report.record.banked, report
+            self.write(box, {"after-the-bank": b"x"})
+            out = resume("run-c", ResumeRequest(), timeline=timeline, store=store, sandbox=box)
+            assert out.proceeds, out
+            assert box.list_scratch() == before
+
+    def test_X4_a_discarded_restore_leaves_the_scratch_as_it_was(self) -> None:  # noqa: N802 - named for its rule
+        """A host verdict of discard (restore_in_one_exec's ``decide`` answering None, or
+        the two phases' discard_restore) leaves the scratch listing as it was and nothing
+        staged (a second discard is harmless)."""
+        with self.sandbox() as box:
+            self.write(box, dict(self.FILES))
+            before = box.list_scratch()
+            bank = io.BytesIO()
+            with tarfile.open(fileobj=bank, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                info = tarfile.TarInfo("other")
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"new"))
+            if isinstance(box, RestoresInOneExec):
+                seen: list[StagedRestore] = []
+                verdict = box.restore_in_one_exec(
+                    io.BytesIO(bank.getvalue()),
+                    compressed=False,
+                    need_bytes=3,
+                    decide=lambda s, _: seen.append(s),
+                )
+                assert verdict is None
+                assert len(seen) == 1
+            else:
+                staged = box.stage_restore(
+                    io.BytesIO(bank.getvalue()), compressed=False, listing=io.BytesIO()
+                )
+                box.discard_restore(staged)
+                box.discard_restore(staged)
+            assert box.list_scratch() == before
 
 
 def _files(tar_bytes: bytes) -> dict[str, bytes]:
