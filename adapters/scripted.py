@@ -304,9 +304,7 @@ class ScriptedSandbox(abc.ABC):
         """Apply the directory modes, move the staged tree into place; a note on what
         stayed behind (or "")."""
         with tempfile.TemporaryFile() as modes:
-            for path, mode in dir_modes:
-                modes.write(b"%o %s\n" % (mode, printf_escaped(path)))
-            modes.seek(0)
+            write_modes(dir_modes, modes)
             done = self.run(
                 RESTORE,
                 ["commit", self.facts.scratch, staged.token],
@@ -314,8 +312,7 @@ class ScriptedSandbox(abc.ABC):
             )
         if done.exit_code != 0:
             raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
-        notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
-        return "; ".join(notes)[:2000]
+        return commit_notes(done)
 
     def discard_restore(self, staged: StagedRestore) -> None:
         self._discard(staged.token)
@@ -344,8 +341,7 @@ class ScriptedSandbox(abc.ABC):
             self._discard(token)
             raise talk.error
         if done.exit_code == 0 and stdin.committed:
-            notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
-            return "; ".join(notes)[:2000]
+            return commit_notes(done)
         if done.exit_code == DISCARDED and talk.answered and not stdin.committed:
             return None
         self._discard(token)
@@ -374,9 +370,7 @@ class ScriptedSandbox(abc.ABC):
         if verdict is None:
             stdin.discard()
             return
-        for path, mode in verdict:
-            modes.write(b"%o %s\n" % (mode, printf_escaped(path)))
-        modes.seek(0)
+        write_modes(verdict, modes)
         stdin.answer(modes)
 
     def _discard(self, token: str) -> None:
@@ -406,6 +400,20 @@ def printf_escaped(path: str) -> bytes:
         return b"."
     raw = path.encode("utf-8", "surrogateescape")
     return b"".join(bytes([c]) if c in _PLAIN else b"\\0%03o" % c for c in raw)
+
+
+def write_modes(dir_modes: Iterable[tuple[str, int]], out: BinaryIO) -> None:
+    """The directory modes as restore.sh's commit reads them ("OCTAL ESCAPED-NAME"
+    lines, deepest first), then back to the file's start."""
+    for path, mode in dir_modes:
+        out.write(b"%o %s\n" % (mode, printf_escaped(path)))
+    out.seek(0)
+
+
+def commit_notes(done: ExecResult) -> str:
+    """What a commit left behind, from its stderr's note lines ("" when nothing)."""
+    notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
+    return "; ".join(notes)[:2000]
 
 
 class FramedStream:
