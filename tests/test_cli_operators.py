@@ -11,15 +11,16 @@ import os
 import pty
 import re
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 from operator_rigs import EXE, RUN, cli, parked_run, tree_digest
 
 from scratchbank.adapters.bootstrap import close, open_home
 from scratchbank.adapters.event_store import EventStoreTimeline
+from scratchbank.adapters.present import status_text
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.testing.builders import started
+from scratchbank.testing.clocks import ManualClock
 
 
 def test_A15_following_the_hint_without_a_sandbox_is_refused_by_name_and_loses_nothing(
@@ -120,16 +121,26 @@ def test_status_checks_the_bank_is_in_the_store_as_recorded(tmp_path: Path) -> N
 
 
 def test_status_shows_the_banks_age_when_its_record_says_when(tmp_path: Path) -> None:
-    """Finding 3: the age comes from the record's `at` (the teardown writes it from the clock)."""
-    at = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+    """Finding 3: the age comes from the record's `at` and the service's clock (injected here:
+    nothing in this test reads today's date)."""
+    clock = ManualClock()
+    at = clock.now()
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/timeline.db")
     record = ScratchBanked(banked=True, empty=False, unknown=False, bytes=10, sha256="0" * 64, at=at)
     timeline.append(RUN, [started(), record])
     timeline.close()
+    clock.advance(86400 + 2 * 3600 + 3 * 60 + 4)
+    service = open_home(tmp_path, clock=clock)
+    try:
+        report = service.status(RUN)
+    finally:
+        close(service)
+    assert report.age_seconds == 86400 + 2 * 3600 + 3 * 60 + 4
+    assert "  bank age: 1d02h03m04s" in status_text(report)
+    # the installed command shows the record's own time and an age line (its clock is the real one)
     data = json.loads(cli("status", RUN, "--json", home=tmp_path).stdout)
-    assert data["state"]["bank"]["written"] == at.isoformat()
-    assert data["age_seconds"] > 86400 and data["store"]["verdict"] == "missing"
-    assert "bank age: 1d" in cli("status", RUN, home=tmp_path).stdout
+    assert data["state"]["bank"]["written"] == at.isoformat() and data["store"]["verdict"] == "missing"
+    assert "bank age: " in cli("status", RUN, home=tmp_path).stdout
 
 
 def test_progress_prints_each_stage_once_as_plain_lines(tmp_path: Path) -> None:
