@@ -7,6 +7,7 @@ Ports are Protocols so that an engine can implement one over what it already has
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
@@ -259,3 +260,59 @@ class RestoresInOneExec(Protocol):
         host's verdict discarded it. Raises as stage_restore and commit_restore do, and
         re-raises what ``decide`` raised (after discarding)."""
         ...
+
+
+# ---- The run's lock (A16, ADR 0007) ----------------------------------------------------
+
+
+@attrs.frozen
+class LockGrant:
+    """A held lease on a run's lock: ``token`` grows with every new holder (and with an
+    operator's break), so a grant whose token is no longer the lock's is fenced.
+    ``since`` and ``expires`` are the lock store's own clock (PostgreSQL's ``now()``)."""
+
+    run_id: str
+    holder: str
+    token: int
+    since: datetime
+    expires: datetime
+
+
+@attrs.frozen
+class LockHolder:
+    """What ``status`` shows of a run's lock: who holds it, since when, with which token,
+    and whether the lease is still live by the store's clock (False: lapsed, takeable)."""
+
+    holder: str
+    token: int
+    since: datetime
+    expires: datetime
+    live: bool
+
+
+class RunLock(Protocol):
+    """One live holder per run at a time; a holder that stops refreshing lapses (A16).
+
+    Contract (``scratchbank.testing.contracts.RunLockContract``):
+    - ``acquire`` answers a grant, or None while another holder is live (its lease not
+      expired by the store's clock); it excludes other threads of this process as well
+      as other processes; a lapsed lease is taken over with a greater token.
+    - ``refresh`` extends the lease; LockLost once the grant's token is not the lock's
+      (taken over after a lapse, or broken).
+    - ``release`` is idempotent and never releases another holder's lease.
+    - ``holder`` says who holds the lock (live or lapsed), None when nobody ever did or
+      the last holder released it.
+    - ``break_lock`` (an operator's action) ends whatever lease is there and bumps the
+      token, so the old holder's next refresh is LockLost; it answers what it broke.
+    - Every call ends by the store's deadline: LockUnavailable, never a hang.
+    """
+
+    def acquire(self, run_id: str, holder: str, *, ttl: float) -> LockGrant | None: ...
+
+    def refresh(self, grant: LockGrant, *, ttl: float) -> LockGrant: ...
+
+    def release(self, grant: LockGrant) -> None: ...
+
+    def holder(self, run_id: str) -> LockHolder | None: ...
+
+    def break_lock(self, run_id: str, *, by: str) -> LockHolder | None: ...

@@ -28,6 +28,9 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
     ├── Fenced                    code FENCED                (a stale lease holder's write, refused)
     ├── LeaseLost                 code LEASE_LOST            (L5: the run's lease lapsed or was taken)
+    ├── RunLocked                 code RUN_LOCKED            (A16: another holder is live; retry)
+    ├── LockLost                  code LOCK_LOST             (A16: the grant lapsed, was taken over or broken)
+    ├── LockUnavailable           code LOCK_UNAVAILABLE      (A16: the lock's store cannot be reached)
     ├── QueueUnavailable          code QUEUE_UNAVAILABLE     (the delivery queue cannot be reached)
     └── SurfaceError              (the operator surfaces: CLI, HTTP API, bootstrap)
         ├── ConfigInvalid         code CONFIG_INVALID        (a URL, sandbox, port or home that cannot work)
@@ -55,6 +58,8 @@ class ScratchbankError(Exception):
 
     code: str = "SCRATCHBANK_ERROR"
     remedy: str = "see the message"
+    #: the same call, made again later, may succeed (nothing was decided or written)
+    retryable: bool = False
 
     def __init__(self, message: str, *, remedy: str | None = None) -> None:
         super().__init__(message)
@@ -432,3 +437,48 @@ class QueueUnavailable(ScratchbankError):
 
     code = "QUEUE_UNAVAILABLE"
     remedy = "check the NATS server the queue URL names (SCRATCHBANK_QUEUE, --queue); deliveries wait"
+
+
+class RunLocked(ScratchbankError):
+    """Another holder has the run's lock and is provably live: its lease has not expired (A16).
+
+    Raised when: a resume acquires the run's lock while another execution (or a teardown
+    still banking, or an operator's resume) holds it, after waiting its ``lock_wait``.
+    Not raised for: a lapsed holder (its lease expired: it is taken over) nor for a
+    missing teardown record alone. Retryable: nothing was read or written.
+    """
+
+    code = "RUN_LOCKED"
+    remedy = (
+        "retry after the holder's lease ends (status shows who holds the lock, since when, with "
+        "which token); if the holder is gone for good, an operator breaks it: status RUN --break-lock"
+    )
+    retryable = True
+
+    def __init__(self, message: str, *, holder: str = "", token: int = 0, remedy: str | None = None) -> None:
+        super().__init__(message, remedy=remedy)
+        self.holder, self.token = holder, token
+
+
+class LockLost(ScratchbankError):
+    """A grant of the run's lock is no longer the lock's: it lapsed and was taken over, or
+    an operator broke it (A16: the old holder is fenced).
+
+    Raised when: a refresh or a hand-over finds another token in the lock's row.
+    Not raised for: a release (idempotent).
+    """
+
+    code = "LOCK_LOST"
+    remedy = "nothing to do: a newer holder owns the run; this execution stops writing"
+
+
+class LockUnavailable(ScratchbankError):
+    """The store of the run's lock cannot be reached or answered out of its deadline (A16).
+
+    Raised when: the lock's database (SQLite file, PostgreSQL) fails a call. Not raised
+    for: a lock held by another (RunLocked). Nothing was decided or written.
+    """
+
+    code = "LOCK_UNAVAILABLE"
+    remedy = "check the lock's store (the timeline's database); resume again once it answers"
+    retryable = True

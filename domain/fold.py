@@ -100,6 +100,8 @@ class ScratchState:
     last_teardown: Evidence | None = None
     banking_ended: Evidence | None = None
     latest_execution: Evidence | None = None
+    #: the id the latest execution's start record gave it (A18), None when it gave none
+    latest_execution_id: str | None = None
     adoption: Adoption | None = None
     hold: Evidence | None = None
     queued_attempt: AttemptQueued | None = None
@@ -212,7 +214,7 @@ def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) 
     state = attrs.evolve(state, records=state.records + 1)
     match record:
         case RunStarted() | RunResumed():
-            return attrs.evolve(state, latest_execution=ev, hold=None)
+            return attrs.evolve(state, latest_execution=ev, latest_execution_id=record.execution, hold=None)
         case NodeFinished():
             return _on_finished(state, ev, record, workflow)
         case RunRewound():

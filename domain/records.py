@@ -74,6 +74,11 @@ class RunResumed(Record):
     attempt: str | None = wire(STR, required=False)
     force: bool = wire(BOOL, required=False, default=False)
     accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
+    #: the execution this resume starts (A18); None on records written before it was named
+    execution: str | None = wire(STR, required=False)
+    #: the execution (its id, or ``#N`` its record) whose teardown record was missing when
+    #: this resume decided (A16): a bank it lands later is not this resume's to restore
+    without_teardown: str | None = wire(STR, required=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -132,6 +137,8 @@ class ScratchBanked(Record):
     manifest_entries: int | None = wire(INT, required=False)
     manifest_bytes: int | None = wire(INT, required=False)
     manifest_sha256: str | None = wire(STR, required=False)
+    #: the execution this teardown banked (A18); None on records written before it was named
+    execution: str | None = wire(STR, required=False)
 
     def outcomes(self) -> int:
         """How many of the exclusive outcomes this record claims (valid: 0 or 1)."""

@@ -38,6 +38,7 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "last_teardown": _ev(state.last_teardown),
         "banking_ended": _ev(state.banking_ended),
         "latest_execution": _ev(state.latest_execution),
+        "latest_execution_id": state.latest_execution_id,
         "adoption": None
         if adoption is None
         else [_ev(adoption.evidence), adoption.scratch_container_local, adoption.parent_copy_based],
@@ -85,6 +86,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             last_teardown=_unev(data["last_teardown"]),
             banking_ended=_unev(data["banking_ended"]),
             latest_execution=_unev(data["latest_execution"]),
+            latest_execution_id=data.get("latest_execution_id"),
             adoption=adoption,
             hold=_unev(data["hold"]),
             queued_attempt=queued,

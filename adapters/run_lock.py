@@ -1,0 +1,254 @@
+"""The run's lock (A16, ADR 0007): a lease row per run, in SQLite or PostgreSQL, in memory,
+or the runner's JetStream KV lease handed in.
+
+Every adapter keeps one row per run: ``holder`` ("" once released or broken), ``token``
+(grows with every new holder and every break: a grant whose token is not the row's is
+fenced), ``since`` and ``expires``. A lease is live while ``expires`` is ahead of the
+store's clock: PostgreSQL's ``now()``; SQLite's and memory's injected clock (the host's
+wall clock by default). Nothing holds a connection between calls, so a dead process's
+lease simply lapses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from scratchbank.application.clock import Clock, SystemClock
+from scratchbank.application.ports import LockGrant, LockHolder
+from scratchbank.application.run_lock import MemoryRunLock, Row, RowLock, lost
+from scratchbank.application.runner_ports import Lease, LeaseGrant
+from scratchbank.domain.errors import LeaseLost, LockLost, LockUnavailable, QueueUnavailable
+
+__all__ = ["HandedLock", "MemoryRunLock", "PostgresRunLock", "SqliteRunLock"]
+from scratchbank.domain.runs import check_run_id
+
+#: Every call to a lock store ends within this (its own timeouts, then LockUnavailable).
+CALL_SECONDS = 5.0
+
+_SQLITE_TABLE = """CREATE TABLE IF NOT EXISTS run_locks (
+    run_id TEXT PRIMARY KEY, holder TEXT NOT NULL, token INTEGER NOT NULL,
+    since REAL NOT NULL, expires REAL NOT NULL)"""
+
+
+class SqliteRunLock(RowLock):
+    """The embedded default: a row per run in a SQLite file next to the timeline's.
+
+    Each call is one ``BEGIN IMMEDIATE`` transaction on a connection of its own, so it
+    excludes other threads of this process and other processes alike; the busy timeout
+    is the call's deadline (LockUnavailable past it).
+    """
+
+    def __init__(
+        self, path: Path | str, *, clock: Clock | None = None, call_seconds: float = CALL_SECONDS
+    ) -> None:
+        self.path, self.clock, self.call_seconds = Path(path), clock or SystemClock(), call_seconds
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._txn() as conn:
+            conn.execute(_SQLITE_TABLE)
+
+    @classmethod
+    def next_to(cls, timeline_url: str, *, clock: Clock | None = None) -> SqliteRunLock:
+        """The lock file beside a ``sqlite:///path`` timeline: ``path.locks``."""
+        path = timeline_url.split("sqlite://", 1)[1]
+        return cls(Path(path[1:] if path.startswith("//") else path).with_suffix(".locks"), clock=clock)
+
+    @contextlib.contextmanager
+    def _txn(self) -> Iterator[Any]:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.call_seconds, isolation_level=None)
+        except sqlite3.Error as error:
+            raise LockUnavailable(f"cannot open the lock file {self.path}: {error}") from error
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise LockUnavailable(f"the lock file {self.path}: {error}") from error
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
+    def _get(self, txn: Any, run_id: str) -> Row | None:
+        sql = "SELECT holder, token, since, expires FROM run_locks WHERE run_id = ?"
+        row = txn.execute(sql, (run_id,)).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), float(row[2]), float(row[3]))
+
+    def _put(self, txn: Any, run_id: str, row: Row) -> None:
+        txn.execute("INSERT OR REPLACE INTO run_locks VALUES (?, ?, ?, ?, ?)", (run_id, *row))
+
+
+_PG_TABLE = """CREATE TABLE IF NOT EXISTS scratchbank_run_locks (
+    run_id text PRIMARY KEY, holder text NOT NULL, token bigint NOT NULL,
+    since timestamptz NOT NULL, expires timestamptz NOT NULL)"""
+
+_PG_ACQUIRE = """INSERT INTO scratchbank_run_locks AS l (run_id, holder, token, since, expires)
+VALUES (%(run)s, %(holder)s, 1, now(), now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (run_id) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,
+    since = EXCLUDED.since, expires = EXCLUDED.expires
+WHERE l.holder = '' OR l.expires <= now()
+RETURNING holder, token, since, expires"""
+
+_PG_REFRESH = """UPDATE scratchbank_run_locks SET expires = now() + make_interval(secs => %(ttl)s)
+WHERE run_id = %(run)s AND holder = %(holder)s AND token = %(token)s
+RETURNING holder, token, since, expires"""
+
+_PG_RELEASE = """UPDATE scratchbank_run_locks SET holder = '', expires = now()
+WHERE run_id = %(run)s AND holder = %(holder)s AND token = %(token)s"""
+
+_PG_HOLDER = """SELECT holder, token, since, expires, expires > now() FROM scratchbank_run_locks
+WHERE run_id = %(run)s"""
+
+_PG_BREAK = """WITH old AS (SELECT run_id, holder, token, since, expires, expires > now() AS live
+    FROM scratchbank_run_locks WHERE run_id = %(run)s FOR UPDATE)
+UPDATE scratchbank_run_locks l SET holder = '', token = l.token + 1, since = now(), expires = now()
+FROM old WHERE l.run_id = old.run_id
+RETURNING old.holder, old.token, old.since, old.expires, old.live"""
+
+
+class PostgresRunLock:
+    """A lease row per run on PostgreSQL, judged by the server's ``now()``.
+
+    One short connection per call (no advisory lock, nothing pinned between calls);
+    ``statement_timeout``/``lock_timeout`` and ``connect_timeout`` bound each call.
+    """
+
+    def __init__(self, url: str, *, call_seconds: float = CALL_SECONDS) -> None:
+        self.url, self.call_seconds = url, call_seconds
+        with self._conn() as conn:
+            conn.execute(_PG_TABLE)
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Any]:
+        import psycopg
+
+        ms = int(self.call_seconds * 1000)
+        try:
+            with psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(2, int(self.call_seconds)),
+                options=f"-c statement_timeout={ms} -c lock_timeout={ms}",
+            ) as conn:
+                yield conn
+        except psycopg.Error as error:
+            raise LockUnavailable(f"the lock's database: {error}") from error
+
+    def _one(self, sql: str, **params: Any) -> Any:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchone()
+
+    def acquire(self, run_id: str, holder: str, *, ttl: float) -> LockGrant | None:
+        check_run_id(run_id)
+        if not holder:
+            raise ValueError("a lock holder needs a name")
+        row = self._one(_PG_ACQUIRE, run=run_id, holder=holder, ttl=ttl)
+        return None if row is None else LockGrant(run_id, row[0], int(row[1]), row[2], row[3])
+
+    def refresh(self, grant: LockGrant, *, ttl: float) -> LockGrant:
+        row = self._one(_PG_REFRESH, run=grant.run_id, holder=grant.holder, token=grant.token, ttl=ttl)
+        if row is None:
+            raise lost(grant)
+        return LockGrant(grant.run_id, grant.holder, grant.token, grant.since, row[3])
+
+    def release(self, grant: LockGrant) -> None:
+        with self._conn() as conn:
+            conn.execute(_PG_RELEASE, {"run": grant.run_id, "holder": grant.holder, "token": grant.token})
+
+    def holder(self, run_id: str) -> LockHolder | None:
+        row = self._one(_PG_HOLDER, run=check_run_id(run_id))
+        if row is None or not row[0]:
+            return None
+        return LockHolder(row[0], int(row[1]), row[2], row[3], bool(row[4]))
+
+    def break_lock(self, run_id: str, *, by: str) -> LockHolder | None:
+        row = self._one(_PG_BREAK, run=check_run_id(run_id))
+        if row is None or not row[0]:
+            return None
+        return LockHolder(row[0], int(row[1]), row[2], row[3], bool(row[4]))
+
+
+class HandedLock:
+    """The runner's JetStream KV lease as the run's lock (ADR 0005, 0007).
+
+    The runner hands in the grant it holds: for that run ``acquire`` answers it (the
+    service never contends with its own holder), ``refresh`` refreshes the runner's lease
+    and ``release`` leaves it to the runner. Any other run goes through the lease itself.
+    Expiry is the lease's (its value's ``expires``, the KV's compare-and-set).
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        grant: LeaseGrant | None = None,
+        *,
+        lapse: float = 60.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.lease, self.lapse, self.clock = lease, lapse, clock or SystemClock()
+        self.handed = grant
+        self._grants: dict[tuple[str, int], LeaseGrant] = {}
+        self._since: dict[tuple[str, int], datetime] = {}
+        if grant is not None:
+            self._keep(grant)
+
+    def _keep(self, grant: LeaseGrant) -> LockGrant:
+        key = (grant.run_id, grant.token)
+        self._grants[key] = grant
+        since = self._since.setdefault(key, self.clock.now())
+        expires = self.clock.now() + timedelta(seconds=self.lapse)
+        return LockGrant(grant.run_id, grant.holder, grant.token, since, expires)
+
+    def _is_handed(self, run_id: str) -> bool:
+        return self.handed is not None and self.handed.run_id == run_id
+
+    def acquire(self, run_id: str, holder: str, *, ttl: float) -> LockGrant | None:
+        if self._is_handed(run_id):
+            assert self.handed is not None
+            return self._keep(self.handed)
+        try:
+            grant = self.lease.acquire(run_id, holder)
+        except QueueUnavailable as error:
+            raise LockUnavailable(error.message) from error
+        return None if grant is None else self._keep(grant)
+
+    def refresh(self, grant: LockGrant, *, ttl: float) -> LockGrant:
+        held = self._grants.get((grant.run_id, grant.token))
+        if held is None:
+            raise lost(grant)
+        try:
+            fresh = self.lease.refresh(held)
+        except LeaseLost as error:
+            raise LockLost(error.message) from error
+        if self._is_handed(grant.run_id):
+            self.handed = fresh
+        return self._keep(fresh)
+
+    def release(self, grant: LockGrant) -> None:
+        if self._is_handed(grant.run_id):
+            return  # the runner's: it lets its lease go itself
+        held = self._grants.pop((grant.run_id, grant.token), None)
+        if held is not None:
+            self.lease.release(held)
+
+    def holder(self, run_id: str) -> LockHolder | None:
+        if self._is_handed(run_id):
+            assert self.handed is not None
+            g = self._keep(self.handed)
+            return LockHolder(g.holder, g.token, g.since, g.expires, True)
+        return None  # the KV lease offers no read through its port
+
+    def break_lock(self, run_id: str, *, by: str) -> LockHolder | None:
+        raise LockUnavailable(
+            "the runner's lease ends by lapsing (stop the runner); the lock cannot break it",
+            remedy="stop the runner that holds the run's lease; the next holder takes it over",
+        )
