@@ -25,6 +25,7 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
     TimelineWriteFailed,
 )
+from scratchbank.domain.executions import label_of
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
 from scratchbank.domain.records import Record, RunResumed
@@ -39,10 +40,11 @@ from scratchbank.domain.resume_gate import (
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
 from .clock import Clock, SystemClock
-from .ports import BankStore, Sandbox, SnapshotStore, Timeline
+from .ports import BankStore, LockGrant, RunLock, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
 from .restore import Progress, attempt_of, restore_bank
 from .retry import Budget
+from .run_lock import LOCAL, LOCK_TTL, LOCK_WAIT, new_execution, take
 
 RECORD_BUDGET = 30.0
 #: How many times a resume decides again after a conflict that did not take its run.
@@ -99,6 +101,8 @@ class Gate:
     decision: ResumeDecision
     version: int
     latest_execution: int | None = None
+    #: the latest execution when it wrote no teardown record yet (A16: ``without_teardown``)
+    unended: str | None = None
 
     def started_since(self, version: int) -> bool:
         """Did another execution start at or after ``version`` (a claim by someone else)?"""
@@ -117,7 +121,8 @@ def _gate(
     except TimelineUnreadable as error:
         return Gate(refuse_unreadable(error.message), -1)
     latest = state.latest_execution.position if state.latest_execution is not None else None
-    return Gate(decide_resume(state, request), state.records, latest)
+    unended = label_of(latest, state.latest_execution_id) if state.may_still_be_banking else None
+    return Gate(decide_resume(state, request), state.records, latest, unended)
 
 
 @attrs.frozen
@@ -128,6 +133,11 @@ class ResumeOutcome:
     restore: RestoreOutcome | None = None
     recorded: bool = True
     claim: Claim | None = None
+    #: the execution this resume started (its id is on its ``run_resumed``), None when none
+    execution: str | None = None
+    #: the run's lock, handed to that execution (A16): kept until its teardown recorded;
+    #: None when the resume started nothing (it let the lock go) or the grant was the caller's
+    grant: LockGrant | None = None
 
     @property
     def proceeds(self) -> bool:
@@ -166,16 +176,74 @@ def resume(
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
+    lock: RunLock | None = None,
+    grant: LockGrant | None = None,
+    execution: str | None = None,
+    lock_wait: float = LOCK_WAIT,
+    lock_ttl: float = LOCK_TTL,
 ) -> ResumeOutcome:
-    """The whole resume as an engine runs it: gate, claim, then (if it restores) restore, record.
+    """The whole resume as an engine runs it: lock, gate, claim, then (if it restores)
+    restore, record (A16: it decides only as the run's sole live holder).
 
-    Raises RunNotFound (an empty timeline) and NoRestoreTarget (A15) before writing
-    anything; ResumeSuperseded when another execution took the run before this
-    resume's claim or after it (nothing more is written).
+    ``grant``: the run's lock the caller already holds (the runner's lease, handed in:
+    used as is, never released here). Else the resume takes ``lock`` for ``execution`` (a
+    fresh id when None) and hands it to the execution it starts (``ResumeOutcome.grant``),
+    or lets it go when it starts none. A lock-less caller gets this process's ``LOCAL``
+    lock for the call alone (its threads are excluded; nothing is handed on).
+
+    Raises RunLocked (retryable) while another holder is live, RunNotFound (an empty
+    timeline) and NoRestoreTarget (A15) before writing anything; ResumeSuperseded when
+    another execution took the run before this resume's claim or after it (nothing more
+    is written).
     """
     clock = clock or SystemClock()
-    target = Target(sandbox, host_directory, without_sandbox)
-    claimed = _claim(run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget)
+    execution = execution or new_execution()
+    own = grant is None
+    hand_on = own and lock is not None  # a lock-less caller's lock lasts the call only
+    lock = lock or LOCAL
+    held = grant or take(lock, run_id, execution, ttl=lock_ttl, wait=lock_wait, clock=clock)
+    outcome: ResumeOutcome | None = None
+    try:
+        outcome = _resume_held(
+            run_id,
+            request,
+            timeline,
+            store,
+            Target(sandbox, host_directory, without_sandbox),
+            workflow,
+            attempt,
+            clock,
+            progress,
+            snapshots,
+            record_budget,
+            execution,
+        )
+    finally:
+        started = outcome is not None and outcome.claim is not None and outcome.proceeds
+        if own and not (started and hand_on):
+            lock.release(held)
+    assert outcome is not None
+    kept = held if hand_on and started else None
+    return attrs.evolve(outcome, execution=execution if outcome.claim else None, grant=kept)
+
+
+def _resume_held(
+    run_id: str,
+    request: ResumeRequest,
+    timeline: Timeline,
+    store: BankStore,
+    target: Target,
+    workflow: Workflow,
+    attempt: str | None,
+    clock: Clock,
+    progress: Progress | None,
+    snapshots: SnapshotStore | None,
+    record_budget: float,
+    execution: str,
+) -> ResumeOutcome:
+    claimed = _claim(
+        run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget, execution
+    )
     if isinstance(claimed, ResumeOutcome):
         return claimed
     decision, claim = claimed
@@ -196,6 +264,7 @@ def _claim(
     attempt: str | None,
     clock: Clock,
     budget: float,
+    execution: str | None = None,
 ) -> ResumeOutcome | tuple[ResumeDecision, Claim]:
     """Read, decide, claim at the version read; after a conflict read and decide again.
 
@@ -218,7 +287,7 @@ def _claim(
         target.check(gate.decision)
         origin = gate.version if origin is None else origin
         claim = Claim(run_id, gate.version)
-        records = _claim_records(gate.decision, request, attempt, clock)
+        records = _claim_records(gate, request, attempt, clock, execution)
         try:
             return gate.decision, append_at(timeline, claim, records, budget=Budget.start(clock, budget))
         except TimelineConflict:
@@ -227,14 +296,19 @@ def _claim(
 
 
 def _claim_records(
-    decision: ResumeDecision, request: ResumeRequest, attempt: str | None, clock: Clock
+    gate: Gate, request: ResumeRequest, attempt: str | None, clock: Clock, execution: str | None
 ) -> list[Record]:
     now = clock.now()
     consents = request.consents
     started = RunResumed(
-        at=now, attempt=attempt, force=consents.force, accept_scratch_loss=consents.accept_scratch_loss
+        at=now,
+        attempt=attempt,
+        force=consents.force,
+        accept_scratch_loss=consents.accept_scratch_loss,
+        execution=execution,
+        without_teardown=gate.unended,
     )
-    return [started, *(attrs.evolve(r, at=r.at or now) for r in decision.records)]
+    return [started, *(attrs.evolve(r, at=r.at or now) for r in gate.decision.records)]
 
 
 def _restore_guarded(

@@ -40,6 +40,7 @@ from scratchbank.domain.errors import (
     TimelineConflict,
     TimelineUnreadable,
 )
+from scratchbank.domain.executions import Execution, executions, standing
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.domain.teardown import (
@@ -64,12 +65,14 @@ from .ports import (
     ArchiveReport,
     BankStore,
     ByteSink,
+    LockGrant,
     QuiescedArchive,
     QuiesceReport,
+    RunLock,
     Sandbox,
     Timeline,
 )
-from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution, read_since
+from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution
 from .retry import Budget, Cancel, Deadline, Pauses, retry_within
 
 
@@ -105,6 +108,8 @@ class TeardownReport:
     superseded: str = ""
     #: why the run context cut this teardown short (L5), or "" when it was not cut
     cut: str = ""
+    #: the execution this teardown banked (A18): its id, ``#N``, or None when it could not tell
+    execution: str | None = None
 
     @property
     def sandbox_left(self) -> bool:
@@ -132,6 +137,10 @@ class _Run:
     quiesce: Quiesce | None = None
     report: QuiesceReport | None = None
     claim: Claim | None = None
+    #: the execution whose sandbox this teardown banks (A18); None: not known yet
+    mine: Execution | None = None
+    #: the id the caller named (A18), None when it named none
+    execution: str | None = None
     complete: Complete | None = None
     cancel: Cancel | None = None
     stored: bool = False  # did any store write (an upload) land before a cut?
@@ -158,15 +167,64 @@ class _Run:
             self.complete = archived
 
 
-def _read_state(timeline: Timeline, run_id: str, notes: list[str]) -> tuple[ScratchState, Claim | None]:
-    """The state to plan on and the version it was read at (None: unreadable)."""
+@attrs.frozen
+class FirstRead:
+    """What the teardown's first read found: the state to plan on, the version read
+    (None: unreadable for the whole record budget), the execution it banks (A18) and, when
+    it must record nothing, why."""
+
+    state: ScratchState
+    claim: Claim | None
+    mine: Execution | None
+    why_not: str = ""
+
+
+def _first_read(
+    timeline: Timeline, run_id: str, execution: str | None, budgets: Budgets, clock: Clock, notes: list[str]
+) -> FirstRead:
+    """Read the run, retried within the record's budget (a blip never disables the check),
+    and say which execution this teardown banks and whether a newer one started (A18)."""
+    budget = Budget.start(clock, budgets.record_seconds)
+    pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
     try:
-        records = timeline.read(run_id)
+        records = retry_within(
+            budget, lambda _d: tuple(timeline.read(run_id)), retry_on=(TimelineUnreadable,), pauses=pauses
+        )
     except TimelineUnreadable as error:
-        # Banking more is never wrong; a hold we cannot read is not honoured.
-        notes.append(f"timeline unreadable at teardown, banking anyway: {error.message}")
-        return ScratchState(), None
-    return fold(records), Claim(run_id, len(records))
+        if execution is None:
+            why = (
+                "the timeline stayed unreadable for the record's budget: this teardown cannot tell "
+                f"which execution it banks, so it records nothing ({error.message})"
+            )
+            notes.append(why)
+            return FirstRead(ScratchState(), None, None, why)
+        # Named: bank, and check the execution on every later read (before each store
+        # write and the record).
+        notes.append(f"timeline unreadable at teardown, banking execution {execution}: {error.message}")
+        return FirstRead(ScratchState(), None, None)
+    where = standing(records, execution)
+    if where.why_not:
+        notes.append(where.why_not)
+    return FirstRead(fold(records), Claim(run_id, len(records)), where.execution, where.why_not)
+
+
+def _newer(records: tuple[Record, ...], mine: Execution | None, execution: str | None) -> str:
+    """Why this teardown lost its execution on ``records`` (a newer one started), or ""."""
+    if mine is not None:
+        after = [e for e in executions(records) if e.position > mine.position]
+        return standing(records, mine.id).why_not if mine.id else _superseded_by(after, mine)
+    if execution is not None:
+        return standing(records, execution).why_not
+    return ""
+
+
+def _superseded_by(after: list[Execution], mine: Execution) -> str:
+    if not after:
+        return ""
+    return (
+        f"superseded: execution {after[0].label} started after execution {mine.label}, "
+        "whose sandbox this teardown banks (A18)"
+    )
 
 
 def bank_at_teardown(
@@ -179,27 +237,68 @@ def bank_at_teardown(
     budgets: Budgets = Budgets(),
     clock: Clock | None = None,
     cancel: Cancel | None = None,
+    execution: str | None = None,
+    lock: RunLock | None = None,
+    grant: LockGrant | None = None,
 ) -> TeardownReport:
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
     ``cancel``: the run context the lease keeper cuts (L5; module docstring).
+    ``execution``: the execution whose sandbox this is (A18): if a newer one started, the
+    teardown is superseded (named, nothing recorded, nothing deleted). None: the execution
+    that is latest at its first read (records without ids keep today's meaning).
+    ``lock`` and ``grant``: the run's lock that execution holds (A16); released once the
+    teardown recorded or learned it lost the run.
     """
-    clock = clock or SystemClock()
+    try:
+        return _bank_at_teardown(
+            run_id, timeline, store, sandbox, run_finished, budgets, clock or SystemClock(), cancel, execution
+        )
+    finally:
+        if lock is not None and grant is not None:
+            lock.release(grant)
+
+
+def _bank_at_teardown(
+    run_id: str,
+    timeline: Timeline,
+    store: BankStore,
+    sandbox: Sandbox,
+    run_finished: bool,
+    budgets: Budgets,
+    clock: Clock,
+    cancel: Cancel | None,
+    execution: str | None,
+) -> TeardownReport:
     notes: list[str] = []
-    state, claim = _read_state(timeline, run_id, notes)
+    first = _first_read(timeline, run_id, execution, budgets, clock, notes)
+    state, claim, mine = first.state, first.claim, first.mine
+    named = mine.label if mine is not None else execution
     plan = _plan(state, sandbox, run_finished)
+    if first.why_not:
+        return TeardownReport(plan, notes=tuple(notes), superseded=first.why_not, execution=named)
     if plan.action is TeardownAction.SKIP:
-        return TeardownReport(plan, notes=tuple(notes))
+        return TeardownReport(plan, notes=tuple(notes), execution=named)
     if cancel is not None and cancel.is_set():
         return _cut(plan, cancel.why or "the run context was cancelled", notes)
+    stamp = mine.id if mine is not None else execution
     if plan.action is TeardownAction.DROP:
+        checked = _Checked(timeline, run_id, claim, mine, execution)
+        lost = checked.lost()
+        if lost:
+            notes.append(lost)
+            return TeardownReport(plan, notes=tuple(notes), superseded=lost, execution=named)
         try:
             store.delete(run_id)
         except BankWriteFailed as error:
             notes.append(f"could not delete the finished run's bank: {error.message}")
-        record = attrs.evolve(finished_record(), at=clock.now())
-        written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
-        return TeardownReport(plan, record, written.recorded, notes=tuple(notes), superseded=written.lost)
+        record = attrs.evolve(finished_record(), at=clock.now(), execution=stamp)
+        written = _record(
+            timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
+        )
+        return TeardownReport(
+            plan, record, written.recorded, notes=tuple(notes), superseded=written.lost, execution=named
+        )
     work = Path(tempfile.mkdtemp(prefix="scratchbank-bank-"))
     run = _Run(
         run_id,
@@ -212,6 +311,8 @@ def bank_at_teardown(
         clock.monotonic() + budgets.banking_seconds,
         notes,
         claim=claim,
+        mine=mine,
+        execution=execution,
         cancel=cancel,
     )
     try:
@@ -226,8 +327,9 @@ def bank_at_teardown(
         except BankWriteFailed as error:
             notes.append(f"could not delete the previous bank: {error.message}")
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
-    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now())
-    written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
+    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now(), execution=stamp)
+    checked = _Checked(timeline, run_id, claim, mine, execution)
+    written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
     return TeardownReport(
         plan,
         record,
@@ -239,6 +341,7 @@ def bank_at_teardown(
         tuple(notes),
         written.lost,
         run.cut(),
+        named,
     )
 
 
@@ -513,17 +616,41 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
 
 
 def _lost_since_read(run: _Run) -> str:
-    """Before an upload: did another execution or teardown take the run since we read it?
+    """Before a store write: did another execution or teardown take the run since we read
+    it, or did a newer execution start after ours (A18)?
 
-    Then this teardown must not replace the bank a newer record names ("" when not).
+    Then this teardown must not replace the bank a newer record names ("" when not). A
+    timeline it cannot read now is no answer: the write waits for a read that succeeds.
     """
-    if run.claim is None:
-        return ""
-    try:
-        since = read_since(run.timeline, run.claim)
-    except TimelineUnreadable:
-        return ""
-    return _why_lost(since)
+    return _Checked(run.timeline, run.run_id, run.claim, run.mine, run.execution).lost()
+
+
+@attrs.frozen
+class _Checked:
+    """The teardown's check (A18 and fencing by position), made on a fresh read."""
+
+    timeline: Timeline
+    run_id: str
+    claim: Claim | None
+    mine: Execution | None
+    execution: str | None
+
+    def lost(self) -> str:
+        """Why this teardown must not write ("" when it may); an unreadable timeline is
+        a reason too (the check is never skipped)."""
+        try:
+            records = tuple(self.timeline.read(self.run_id))
+        except TimelineUnreadable as error:
+            return f"the timeline is unreadable, so this teardown cannot check its run: {error.message}"
+        return self.on(records)
+
+    def on(self, records: tuple[Record, ...]) -> str:
+        newer = _newer(records, self.mine, self.execution)
+        if newer:
+            return newer
+        if self.claim is None:
+            return ""
+        return _why_lost(records[self.claim.position :])
 
 
 def _why_lost(since: tuple[Record, ...]) -> str:
@@ -549,23 +676,32 @@ def _record(
     notes: list[str],
     sandbox: Sandbox,
     run_finished: bool,
+    checked: _Checked,
 ) -> Written:
     """T8: the record, at the version this teardown decided on, tried again until its own
     budget runs out (a store failover). A conflict is read, never retried blindly: another
     execution or teardown recorded first -> this one writes nothing; else it plans again
-    on what it now reads and appends there."""
+    on what it now reads and appends there. A teardown whose first read failed reads now,
+    within the same budget, and checks its execution (A18) before it appends."""
     budget = Budget.start(clock, budgets.record_seconds)
     pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
     for _ in range(DECIDE_AGAIN):
         try:
-            at = claim if claim is not None else _version(timeline, run_id, budget, pauses)
+            if claim is None:
+                records = _read_within(timeline, run_id, budget, pauses)
+                lost = checked.on(records)
+                if lost:
+                    notes.append(lost)
+                    return Written(False, lost)
+                claim = Claim(run_id, len(records))
+            at = claim
             append_at(timeline, at, [record], budget=budget, pauses=pauses)
             return Written(True)
         except RETRYABLE as error:
             notes.append(f"the record was not written within its budget: {error.message}")
             return Written(False)
         except TimelineConflict:
-            claim, lost = _replan(timeline, at, sandbox, run_finished)
+            claim, lost = _replan(timeline, at, sandbox, run_finished, checked)
             if lost:
                 notes.append(lost)
                 return Written(False, lost)
@@ -577,22 +713,20 @@ def _record(
 DECIDE_AGAIN = 5
 
 
-def _version(timeline: Timeline, run_id: str, budget: Budget, pauses: Pauses) -> Claim:
-    """The timeline's current version, read within the record's budget."""
-    return retry_within(
-        budget, lambda _d: Claim(run_id, len(timeline.read(run_id))), retry_on=RETRYABLE, pauses=pauses
-    )
+def _read_within(timeline: Timeline, run_id: str, budget: Budget, pauses: Pauses) -> tuple[Record, ...]:
+    """The run's records, read within the record's budget."""
+    return retry_within(budget, lambda _d: tuple(timeline.read(run_id)), retry_on=RETRYABLE, pauses=pauses)
 
 
 def _replan(
-    timeline: Timeline, claim: Claim, sandbox: Sandbox, run_finished: bool
+    timeline: Timeline, claim: Claim, sandbox: Sandbox, run_finished: bool, checked: _Checked
 ) -> tuple[Claim | None, str]:
     """After a conflict: (the claim to append at, "") or (None, why this teardown lost)."""
     try:
         records = tuple(timeline.read(claim.run_id))
     except TimelineUnreadable:
         return None, ""  # read again within the record's budget
-    lost = _why_lost(records[claim.position :])
+    lost = _newer(records, checked.mine, checked.execution) or _why_lost(records[claim.position :])
     if lost:
         return None, lost
     plan = _plan(fold(records), sandbox, run_finished)

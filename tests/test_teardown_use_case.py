@@ -320,9 +320,9 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     assert last_record(timeline).banked and "run-1" in store.banks
 
 
-def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
-    """Banking more is never wrong; a record appended without the version it decided on
-    could land after a newer execution's claim, so it is not written."""
+def test_A18_a_timeline_unreadable_for_the_whole_record_budget_writes_nothing_blind() -> None:
+    """Unnamed and never readable, the teardown cannot tell which execution it banks: it
+    retries its first read within the record budget, then stores and records nothing (A18)."""
 
     class Unreadable(InMemoryTimeline):
         def read(self, run_id: str):  # type: ignore[no-untyped-def]
@@ -330,18 +330,19 @@ def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
 
             raise TimelineUnreadable("down")
 
-    timeline, store = Unreadable(), InMemoryBankStore()
+    timeline, store, clock = Unreadable(), InMemoryBankStore(), FakeClock()
     report = bank_at_teardown(
         "run-1",
         timeline=timeline,
         store=store,
         sandbox=FakeSandbox(dict(FILES)),
         run_finished=False,
-        clock=FakeClock(),
+        clock=clock,
     )
-    assert "run-1" in store.banks and not report.recorded
+    assert "run-1" not in store.banks and not report.recorded
     assert InMemoryTimeline.read(timeline, "run-1") == ()  # nothing written blind
-    assert any("not written within its budget" in n for n in report.notes)
+    assert "cannot tell which execution it banks" in report.superseded
+    assert sum(clock.slept) <= Budgets().record_seconds and len(clock.slept) >= 2  # retried within budget
 
 
 def test_the_fake_store_round_trips() -> None:
