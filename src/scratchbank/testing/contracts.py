@@ -27,6 +27,7 @@ from scratchbank.application.ports import (
     BankStore,
     QuiescedArchive,
     RestoresInOneExec,
+    RunLock,
     Sandbox,
     StagedRestore,
     Timeline,
@@ -41,6 +42,7 @@ from scratchbank.domain.errors import (
     ExecFailed,
     HostileArchive,
     InvalidRunId,
+    LockLost,
     SandboxGone,
     ScratchbankError,
     StreamBroken,
@@ -574,3 +576,114 @@ __all__ = [
     "check_stall",
     "check_timeline",
 ]
+
+
+# ---- The run's lock (A16, ADR 0007) -------------------------------------------------
+
+
+class RunLockContract:
+    """What every RunLock adapter promises (``application/ports.py``).
+
+    Subclass with ``make`` (a fresh, empty lock store) and ``pass_time`` (let the store's
+    clock move on: a ManualClock's advance, or a real pause for a server's clock);
+    ``TTL`` is the lease the clauses take (short where time really passes).
+    """
+
+    TTL: ClassVar[float] = 30.0
+
+    def make(self) -> RunLock:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def pass_time(self, lock: RunLock, seconds: float) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def test_A16_one_live_holder_and_a_released_lock_is_taken_with_a_greater_token(self) -> None:  # noqa: N802
+        lock = self.make()
+        first = lock.acquire("run-1", "x-a", ttl=self.TTL)
+        assert first is not None
+        assert first.holder == "x-a"
+        assert lock.acquire("run-1", "x-b", ttl=self.TTL) is None
+        assert lock.acquire("run-2", "x-b", ttl=self.TTL) is not None  # runs do not share locks
+        lock.release(first)
+        second = lock.acquire("run-1", "x-b", ttl=self.TTL)
+        assert second is not None
+        assert second.token > first.token
+
+    def test_A16_a_lapsed_holder_is_taken_over_and_fenced(self) -> None:  # noqa: N802
+        lock = self.make()
+        old = lock.acquire("run-1", "x-old", ttl=self.TTL)
+        assert old is not None
+        self.pass_time(lock, self.TTL * 1.5)
+        held = lock.holder("run-1")
+        assert held is not None
+        assert held.holder == "x-old"
+        assert not held.live
+        new = lock.acquire("run-1", "x-new", ttl=self.TTL)
+        assert new is not None
+        assert new.token > old.token
+        with pytest.raises(LockLost):
+            lock.refresh(old, ttl=self.TTL)
+        lock.release(old)  # never releases another holder's lease
+        assert lock.acquire("run-1", "x-third", ttl=self.TTL) is None
+        assert lock.refresh(new, ttl=self.TTL).token == new.token
+
+    def test_A16_status_shows_who_since_when_and_the_token(self) -> None:  # noqa: N802
+        lock = self.make()
+        assert lock.holder("run-1") is None
+        grant = lock.acquire("run-1", "x-a", ttl=self.TTL)
+        assert grant is not None
+        held = lock.holder("run-1")
+        assert held is not None
+        assert held.live
+        assert (held.holder, held.token, held.since) == ("x-a", grant.token, grant.since)
+        lock.release(grant)
+        lock.release(grant)  # idempotent
+        assert lock.holder("run-1") is None
+
+    def test_A16_breaking_a_lock_fences_its_holder(self) -> None:  # noqa: N802
+        lock = self.make()
+        grant = lock.acquire("run-1", "x-a", ttl=self.TTL)
+        assert grant is not None
+        broken = lock.break_lock("run-1", by="operator")
+        assert broken is not None
+        assert broken.holder == "x-a"
+        assert broken.token == grant.token
+        with pytest.raises(LockLost):
+            lock.refresh(grant, ttl=self.TTL)
+        after = lock.acquire("run-1", "x-b", ttl=self.TTL)
+        assert after is not None
+        assert after.token > grant.token + 1
+
+    def test_A16_racing_threads_get_exactly_one_grant(self) -> None:  # noqa: N802
+        lock = self.make()
+        barrier = threading.Barrier(8)
+        grants: list[object] = []
+
+        def race(i: int) -> None:
+            barrier.wait(timeout=30)
+            grants.append(lock.acquire("run-1", f"x-{i}", ttl=self.TTL))
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert sum(g is not None for g in grants) == 1
+        assert len(grants) == 8
+
+
+def check_run_lock(
+    make: Callable[[], RunLock], pass_time: Callable[[RunLock, float], None], ttl: float
+) -> list[str]:
+    """Run the RunLock contract against ``make()``; returns the clauses it passed."""
+
+    class _Bound(RunLockContract):
+        TTL = ttl
+
+        def make(self) -> RunLock:
+            return make()
+
+        def pass_time(self, lock: RunLock, seconds: float) -> None:
+            pass_time(lock, seconds)
+
+    return _run_contract(_Bound())
