@@ -24,6 +24,7 @@ from .config import (
     bank_folder,
     home_settings,
     open_bank_store,
+    open_run_lock,
     open_timeline,
     redact,
     snapshots_of,
@@ -38,7 +39,9 @@ def bootstrap(settings: Settings, *, create: bool = False, clock: Clock | None =
     store = open_bank_store(settings.bank_url)
     timeline = open_timeline(settings.timeline_url, create=create)
     queue = open_queue(settings.queue_url) if settings.queue_url else None
-    return ScratchService(timeline, store, snapshots_of(timeline), clock or SystemClock(), queue=queue)
+    clock = clock or SystemClock()
+    lock = open_run_lock(settings.timeline_url)
+    return ScratchService(timeline, store, snapshots_of(timeline), clock, queue=queue, lock=lock)
 
 
 def open_queue(url: str, namespace: str = QUEUE_NAMESPACE) -> DeliveryQueue:

@@ -104,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     _resume_parser(sub.add_parser("resume", help="resume a run: restore its scratch or refuse, by name"))
     status = sub.add_parser("status", help="what a resume would do, and is the bank in the store")
     status.add_argument("run")
+    status.add_argument(
+        "--break-lock", action="store_true", help="operator: end and fence the run's lock holder"
+    )
     _consent_flags(status)
     _where(status)
     sub.add_parser("demo", help="the whole story on the embedded default (local, SQLite, files)")
@@ -205,7 +208,13 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 
 
 def status(args: argparse.Namespace) -> int:
-    report = _service(args).status(args.run, _request(args))
+    service = _service(args)
+    if args.break_lock:
+        print(
+            f"# lock broken: {service.break_lock(args.run, by='operator (status --break-lock)')}",
+            file=sys.stderr,
+        )
+    report = service.status(args.run, _request(args))
     _print(args, status_data(report), status_text(report))
     return EXIT_OK
 

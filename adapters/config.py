@@ -31,7 +31,7 @@ from urllib.parse import quote, unquote, urlparse
 
 import attrs
 
-from scratchbank.application.ports import BankStore, Sandbox, SnapshotStore, Timeline
+from scratchbank.application.ports import BankStore, RunLock, Sandbox, SnapshotStore, Timeline
 from scratchbank.domain.errors import ConfigInvalid, HomeNotFound, ScratchbankError
 
 DEFAULT_SCRATCH = "/tmp/scratchbank-scratch"
@@ -182,6 +182,19 @@ def open_timeline(url: str, *, create: bool = False) -> Timeline:
     _check_timeline_url(url, create=create)
     try:
         return EventStoreTimeline(url)
+    except ScratchbankError as error:
+        raise type(error)(_masked(error.message, url)) from None
+
+
+def open_run_lock(url: str) -> RunLock:
+    """The run's lock next to the timeline the URL names (A16, ADR 0007): a ``.locks``
+    SQLite file beside a SQLite timeline, a lease table in a PostgreSQL one."""
+    from .run_lock import PostgresRunLock, SqliteRunLock
+
+    if urlparse(url).scheme == "sqlite":
+        return SqliteRunLock(_sqlite_path(url).with_suffix(".locks"))
+    try:
+        return PostgresRunLock(url)
     except ScratchbankError as error:
         raise type(error)(_masked(error.message, url)) from None
 

@@ -183,7 +183,17 @@ def status_data(report: StatusReport) -> dict[str, Any]:
         "resume": decision_data(a.decision),
         "needs_target": a.needs_target,
         "refusal": refusal_data(report.refusal),
+        "lock": lock_data(report),
     }
+
+
+def lock_data(report: StatusReport) -> dict[str, Any] | None:
+    """Who holds the run's lock, since when, with which token (A16); None: nobody."""
+    held = report.lock
+    if held is None:
+        return {"unreadable": report.lock_unreadable} if report.lock_unreadable else None
+    since, until = held.since.isoformat(), held.expires.isoformat()
+    return {"holder": held.holder, "since": since, "token": held.token, "expires": until, "live": held.live}
 
 
 def refusal_data(refusal: ResumeRefused | None) -> dict[str, Any] | None:
@@ -231,4 +241,10 @@ def status_text(report: StatusReport) -> list[str]:
         lines.append(f"  hint: {r.hint}")
     if a.needs_target:
         lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
+    if report.lock is not None:
+        held, state = report.lock, "live" if report.lock.live else "lapsed"
+        lines.append(
+            f"  lock: held by {held.holder} since {held.since.isoformat()}, token {held.token} "
+            f"({state} until {held.expires.isoformat()})"
+        )
     return lines

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import attrs
 
-from scratchbank.domain.errors import BankReadFailed, RunNotFound
+from scratchbank.domain.errors import BankReadFailed, LockUnavailable, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
@@ -39,8 +39,9 @@ from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 from . import resume as resume_use_case
 from . import teardown as teardown_use_case
 from .clock import Clock, SystemClock
-from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
+from .ports import BankStore, LockGrant, LockHolder, RunLock, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
+from .run_lock import LOCAL, LOCK_TTL, HeldLock, new_execution, take
 from .runner import Verdicts
 from .runner_ports import DeliveryQueue, ResumeDelivery
 
@@ -89,6 +90,10 @@ class StatusReport:
     store: StoreCheck
     age_seconds: float | None
     refusal: ResumeRefused | None = None  # a runner's refusal of the latest queued attempt (R12)
+    #: who holds the run's lock, since when, with which token (A16); None: nobody
+    lock: LockHolder | None = None
+    #: why the lock could not be read ("" when it could)
+    lock_unreadable: str = ""
 
 
 @attrs.frozen
@@ -173,6 +178,12 @@ class ScratchService:
     queue: DeliveryQueue | None = None
     verdicts: Verdicts | None = None  # set when a runner runs in this process (R11)
     verdict_wait: float = 300.0
+    #: the run's lock (A16, ADR 0007); None: this process's threads only, for each call
+    lock: RunLock | None = None
+    lock_wait: float = 0.0
+    lock_ttl: float = LOCK_TTL
+    #: the executions this service started and holds the lock for, by run (A16)
+    _held: dict[str, tuple[str, HeldLock]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     def assess(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> Assessment:
         """The one decision (raises RunNotFound, TimelineUnreadable; writes nothing)."""
@@ -188,7 +199,38 @@ class ScratchService:
         assessment = self.assess(run_id, request)
         age = age_of(assessment.state, self.clock.now())
         refusal = latest_refusal(self.timeline.read(run_id)) if self.queue is not None else None
-        return StatusReport(assessment, self._stored(assessment), age, refusal)
+        holder, unreadable = None, ""
+        if self.lock is not None:
+            try:
+                holder = self.lock.holder(run_id)
+            except LockUnavailable as error:
+                unreadable = error.message
+        return StatusReport(assessment, self._stored(assessment), age, refusal, holder, unreadable)
+
+    def break_lock(self, run_id: str, *, by: str = "operator") -> LockHolder | None:
+        """An operator's action (A16): end whoever holds the run's lock and fence it (its
+        next refresh is LOCK_LOST); answers what was broken (None: nothing held it)."""
+        if self.lock is None:
+            raise TypeError("break_lock needs the run's lock (a lock store)")
+        broken = self.lock.break_lock(run_id, by=by)
+        log.warning("run %s: lock broken by %s: %s", run_id, by, broken)
+        return broken
+
+    def hold(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> tuple[LockGrant, ResumeDecision]:
+        """C8: an in-process resume takes the run's lock and checks under it BEFORE its
+        pause-path writes (answers, a node's finish), then claims with ``resume(grant=)``.
+        A refused check lets the lock go (the caller writes nothing); RunLocked while
+        another holder is live."""
+        lock = self.lock or LOCAL
+        grant = take(lock, run_id, new_execution(), ttl=self.lock_ttl, wait=self.lock_wait, clock=self.clock)
+        try:
+            decision = self.assess(run_id, request).decision
+        except BaseException:
+            lock.release(grant)
+            raise
+        if decision.refused:
+            lock.release(grant)
+        return grant, decision
 
     def _stored(self, assessment: Assessment) -> StoreCheck:
         if assessment.state.bank is None:
@@ -206,22 +248,44 @@ class ScratchService:
         *,
         progress: Progress | None = None,
         attempt: str | None = None,
+        grant: LockGrant | None = None,
     ) -> resume_use_case.ResumeOutcome:
-        """Resume as the engine does: the use case decides once, and refuses by name before
-        any write (RUN_NOT_FOUND, NO_RESTORE_TARGET: ADR 0004) when it cannot go on."""
-        outcome = resume_use_case.resume(
-            run_id,
-            attrs.evolve(request, where=self.where),
-            timeline=self.timeline,
-            store=self.store,
-            sandbox=target.sandbox,
-            host_directory=target.host_directory,
-            without_sandbox=target.without_sandbox,
-            attempt=attempt,
-            clock=self.clock,
-            progress=progress,
-            snapshots=self.snapshots,
-        )
+        """Resume as the engine does: under the run's lock (A16), the use case decides once,
+        and refuses by name before any write (RUN_LOCKED, retryable; RUN_NOT_FOUND,
+        NO_RESTORE_TARGET: ADR 0004) when it cannot go on. ``grant``: the lock ``hold``
+        took (C8). The execution it starts keeps the lock until its teardown recorded."""
+        lock = self.lock or (LOCAL if grant is not None else None)
+        try:
+            outcome = resume_use_case.resume(
+                run_id,
+                attrs.evolve(request, where=self.where),
+                timeline=self.timeline,
+                store=self.store,
+                sandbox=target.sandbox,
+                host_directory=target.host_directory,
+                without_sandbox=target.without_sandbox,
+                attempt=attempt,
+                clock=self.clock,
+                progress=progress,
+                snapshots=self.snapshots,
+                lock=lock,
+                grant=grant,
+                execution=grant.holder if grant is not None else None,
+                lock_wait=self.lock_wait,
+                lock_ttl=self.lock_ttl,
+            )
+        except BaseException:
+            if grant is not None and lock is not None:
+                lock.release(grant)
+            raise
+        kept = outcome.grant or (grant if outcome.proceeds and outcome.claim is not None else None)
+        if grant is not None and kept is None and lock is not None:
+            lock.release(grant)
+        if kept is not None and lock is not None and outcome.execution is not None:
+            if self.lock is None:  # LOCAL: this process only; nothing to refresh across processes
+                lock.release(kept)
+            else:
+                self._held[run_id] = (outcome.execution, HeldLock(lock, kept, ttl=self.lock_ttl))
         verdict = f"{outcome.decision.verdict.value} ({outcome.decision.rule})"
         log.info("run %s: %s, %s", run_id, verdict, "goes on" if outcome.proceeds else "does not go on")
         return outcome
@@ -272,17 +336,29 @@ class ScratchService:
         *,
         run_finished: bool,
         budgets: teardown_use_case.Budgets = teardown_use_case.Budgets(),
+        execution: str | None = None,
     ) -> teardown_use_case.TeardownReport:
-        """Bank (or drop) the scratch of a sandbox being torn down (T1-T20)."""
-        report = teardown_use_case.bank_at_teardown(
-            run_id,
-            timeline=self.timeline,
-            store=self.store,
-            sandbox=sandbox,
-            run_finished=run_finished,
-            budgets=budgets,
-            clock=self.clock,
-        )
+        """Bank (or drop) the scratch of a sandbox being torn down (T1-T20), for the
+        execution this service started on the run (or ``execution``: A18), and let that
+        execution's lock go once it recorded (A16)."""
+        held = self._held.get(run_id)
+        if held is not None and execution not in (None, held[0]):
+            held = None  # another execution's teardown: not this one's lock to let go
+        try:
+            report = teardown_use_case.bank_at_teardown(
+                run_id,
+                timeline=self.timeline,
+                store=self.store,
+                sandbox=sandbox,
+                run_finished=run_finished,
+                budgets=budgets,
+                clock=self.clock,
+                execution=held[0] if held is not None else execution,
+            )
+        finally:
+            if held is not None:
+                self._held.pop(run_id, None)
+                held[1].release()
         log.info("run %s: teardown %s", run_id, report.plan.action.value)
         return report
 
