@@ -51,12 +51,6 @@ class SqliteRunLock(RowLock):
         with self._txn() as conn:
             conn.execute(_SQLITE_TABLE)
 
-    @classmethod
-    def next_to(cls, timeline_url: str, *, clock: Clock | None = None) -> SqliteRunLock:
-        """The lock file beside a ``sqlite:///path`` timeline: ``path.locks``."""
-        path = timeline_url.split("sqlite://", 1)[1]
-        return cls(Path(path[1:] if path.startswith("//") else path).with_suffix(".locks"), clock=clock)
-
     @contextlib.contextmanager
     def _txn(self) -> Iterator[Any]:
         try:

@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scratchbank.domain.errors import LockLost, LockUnavailable, RunLocked
+from scratchbank.domain.records import RunStarted
 from scratchbank.domain.runs import check_run_id
 
 from .clock import Clock, SystemClock
-from .ports import LockGrant, LockHolder, RunLock
+from .ports import LockGrant, LockHolder, RunLock, Timeline
 
 #: The lease of an execution's lock: it lapses this long after its last refresh.
 LOCK_TTL = 60.0
@@ -209,3 +210,30 @@ class MemoryRunLock(RowLock):
 
 #: The lock a lock-less caller of ``resume(...)`` gets: this process's threads only.
 LOCAL = MemoryRunLock()
+
+
+def start_run(
+    run_id: str,
+    *,
+    timeline: Timeline,
+    lock: RunLock,
+    clock: Clock | None = None,
+    execution: str | None = None,
+    ttl: float = LOCK_TTL,
+    wait: float = LOCK_WAIT,
+) -> tuple[str, LockGrant]:
+    """A first execution (or an engine's own restart) under the run's lock (A16): take it,
+    then write ``run_started {execution}`` at the version read. Answers the execution id
+    and its grant, which the execution keeps until its teardown recorded. RunLocked while
+    another holder is live; TimelineConflict (the lock let go) when the run moved between
+    the read and the write."""
+    clock = clock or SystemClock()
+    execution = execution or new_execution()
+    grant = take(lock, run_id, execution, ttl=ttl, wait=wait, clock=clock)
+    try:
+        at = len(timeline.read(run_id))
+        timeline.append(run_id, [RunStarted(at=clock.now(), execution=execution)], expected=at)
+    except BaseException:
+        lock.release(grant)
+        raise
+    return execution, grant
