@@ -118,7 +118,9 @@ class PostgresRunLock:
 
     def __init__(self, url: str, *, call_seconds: float = CALL_SECONDS) -> None:
         self.url, self.call_seconds = url, call_seconds
-        with self._conn() as conn:
+        with self._conn() as conn, conn.transaction():
+            # racing creators: IF NOT EXISTS alone still collides in the catalog
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('scratchbank_run_locks'))")
             conn.execute(_PG_TABLE)
 
     @contextlib.contextmanager

@@ -1,51 +1,54 @@
 """Worker processes for the race tests: each one a resume or a teardown, as an engine's
-process would run it, on the real timeline store (SQLite file or PostgreSQL) and a
-filesystem bank store shared by all.
+process would run it, on the real timeline store (SQLite file or PostgreSQL), a
+filesystem bank store shared by all, and the run's lock next to the timeline (A16).
 
-Every racer's first append waits at a barrier shared by all the racers of a round:
-all of them have read the run and decided before any of them writes, which is the
-race two resumes "started together" run, made certain instead of likely.
+Every racer of a round starts at a barrier shared by all of them; then each waits its
+``stagger`` (0 for all: they start together; a step apart: a later racer reads the run
+while an earlier one is restoring, the window two claims were recorded in). A resume's
+sandbox takes ``restore_pause`` to stage, to hold that window open.
 """
 
 from __future__ import annotations
 
 import multiprocessing.queues
-import threading
+import time
 import traceback
-from collections.abc import Sequence
 from typing import Any
 
+from scratchbank.adapters.config import open_run_lock
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox
+from scratchbank.application.ports import ByteSink, StagedRestore
 from scratchbank.application.resume import resume
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import Consents, ResumeRequest
-from scratchbank.domain.errors import ResumeSuperseded
-from scratchbank.domain.records import Record
+from scratchbank.domain.errors import ResumeSuperseded, RunLocked
 
 FILES = {"verify.sh": b"#!/bin/sh\nexit 0\n", "clone/README": b"docs"}
 
 
-class BarrierTimeline(EventStoreTimeline):
-    """The real store; the first append waits until every racer of the round is there."""
+class SlowRestore(FakeSandbox):
+    """A sandbox whose staging takes ``pause`` seconds: the restore window stays open."""
 
-    def __init__(self, url: str, barrier: Any) -> None:
-        super().__init__(url)
-        self.barrier = barrier
-        self._waited = threading.Event()
+    def __init__(self, pause: float) -> None:
+        super().__init__({})
+        self.pause = pause
 
-    def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
-        if not self._waited.is_set():
-            self._waited.set()
-            self.barrier.wait(timeout=60)
-        return super().append(run_id, records, expected=expected)
+    def stage_restore(
+        self, src: Any, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
+    ) -> StagedRestore:
+        time.sleep(self.pause)
+        return super().stage_restore(src, compressed=compressed, listing=listing, need_bytes=need_bytes)
 
 
 def race_one(task: dict[str, Any]) -> dict[str, Any]:
-    timeline = BarrierTimeline(task["url"], task["barrier"])
+    timeline = EventStoreTimeline(task["url"])
     store = FilesystemBankStore(task["banks"])
     try:
+        lock = open_run_lock(task["url"]) if task.get("lock", True) else None
+        task["barrier"].wait(timeout=60)
+        time.sleep(task.get("stagger", 0.0))
         if task["role"] == "teardown":
             report = bank_at_teardown(
                 task["run"],
@@ -55,12 +58,14 @@ def race_one(task: dict[str, Any]) -> dict[str, Any]:
                 run_finished=False,
             )
             return {"role": "teardown", "result": "recorded" if report.recorded else "lost"}
-        box = FakeSandbox({})
+        box = SlowRestore(task.get("restore_pause", 0.0))
         request = ResumeRequest(consents=Consents())
         try:
-            out = resume(task["run"], request, timeline=timeline, store=store, sandbox=box)
+            out = resume(task["run"], request, timeline=timeline, store=store, sandbox=box, lock=lock)
         except ResumeSuperseded:
             return {"role": "resume", "result": "superseded", "files": box.files}
+        except RunLocked:
+            return {"role": "resume", "result": "locked", "files": box.files}
         restored = out.restore is not None and out.restore.record.restored
         return {"role": "resume", "result": "restored" if restored else "went on", "files": box.files}
     except Exception:  # reported to the parent, which fails the test with it

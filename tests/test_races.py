@@ -1,11 +1,13 @@
-"""Claims under real races (C7, R10): 2 to 8 processes on one parked run, on SQLite and
-on PostgreSQL, resumes against resumes and against a teardown.
+"""Claims under real races (C7, R10, A16): 2 to 8 processes on one parked run, on SQLite
+and on PostgreSQL, resumes against resumes and against a teardown, under the run's lock.
 
-Every round: all racers read the run and decide, then all append at the version they
-read (a barrier holds every first append until all are there). Exactly one claim
-lands; every other resume is superseded and writes nothing; a teardown that lost the
-run writes nothing either, and one that recorded first is decided on again by the
-resumes, which restore the bank it recorded. A fixed number of rounds runs in CI.
+Every round: all racers start together at a barrier. Exactly one claim lands; every
+other resume is refused RUN_LOCKED (or superseded) and writes nothing; a teardown that
+lost the run writes nothing either, and one that recorded first is decided on again by
+the resumes, which restore the bank it recorded. The staggered race starts four resumes
+a step apart, so each later one reads the run while the first is still restoring: the
+window that recorded two ``run_resumed`` in about one round of three before the lock.
+A fixed number of rounds runs in CI.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from scratchbank.testing.builders import node, started
 
 #: Rounds per shape and store; the counts are printed (pytest -s) for the report.
 ROUNDS = 3
+#: Rounds of the staggered race per store (strict: one ``run_resumed`` in every round).
+STAGGERED_ROUNDS = 12
 SHAPES = [(2, 0), (4, 0), (8, 0), (3, 1), (7, 1)]  # (resumes, teardowns)
 WORKERS = 8
 COUNTS: dict[str, dict[str, int]] = {}
@@ -86,13 +90,31 @@ def parked_run(url: str, banks: Path) -> tuple[str, int]:
         timeline.close()
 
 
-def race(racers: tuple[Any, Any, Any], url: str, banks: Path, resumes: int, teardowns: int) -> list[Any]:
+def race(
+    racers: tuple[Any, Any, Any],
+    url: str,
+    banks: Path,
+    resumes: int,
+    teardowns: int,
+    *,
+    stagger: float = 0.0,
+    restore_pause: float = 0.0,
+    lock: bool = True,
+) -> list[Any]:
     manager, tasks, results = racers
     run_id, version = parked_run(url, banks)
     barrier = manager.Barrier(resumes + teardowns)
     roles = ["teardown"] * teardowns + ["resume"] * resumes
-    for role in roles:
-        tasks.put({"url": url, "banks": str(banks), "run": run_id, "role": role, "barrier": barrier})
+    for i, role in enumerate(roles):
+        task = {
+            "url": url,
+            "banks": str(banks),
+            "run": run_id,
+            "role": role,
+            "barrier": barrier,
+            "lock": lock,
+        }
+        tasks.put(task | {"stagger": i * stagger, "restore_pause": restore_pause})
     got = [results.get(timeout=120) for _ in roles]
     errors = [g["error"] for g in got if g["result"] == "error"]
     assert not errors, errors[0]
@@ -102,6 +124,29 @@ def race(racers: tuple[Any, Any, Any], url: str, banks: Path, resumes: int, tear
     finally:
         timeline.close()
     return [got, after]
+
+
+def test_A16_C7_staggered_resumes_record_exactly_one_run_resumed_in_every_round(
+    racers: tuple[Any, Any, Any], store_url: str, tmp_path: Path
+) -> None:
+    """Four processes resume one parked run a step apart, each later one while the first
+    restores: every round records one ``run_resumed`` and one restore; the others are
+    refused RUN_LOCKED (retryable) and write nothing."""
+    backend = store_url.split(":", 1)[0]
+    counts = COUNTS.setdefault(f"{backend} staggered 4r", {})
+    for _ in range(STAGGERED_ROUNDS):
+        got, after = race(racers, store_url, tmp_path / "banks", 4, 0, stagger=0.1, restore_pause=0.5)
+        outcomes = [g["result"] for g in got]
+        kinds = [type(r).__name__ for r in after]
+        for outcome in outcomes:
+            counts[outcome] = counts.get(outcome, 0) + 1
+        counts["run_resumed"] = counts.get("run_resumed", 0) + kinds.count("RunResumed")
+        counts["rounds"] = counts.get("rounds", 0) + 1
+        assert kinds.count("RunResumed") == 1, (outcomes, kinds)
+        assert kinds == ["RunResumed", "ScratchRestored"], (outcomes, kinds)
+        assert outcomes.count("restored") == 1, outcomes
+        assert outcomes.count("locked") + outcomes.count("superseded") == 3, outcomes
+    print(f"\nraces {COUNTS}")
 
 
 @pytest.mark.parametrize(("resumes", "teardowns"), SHAPES, ids=[f"{r}r+{t}t" for r, t in SHAPES])
@@ -117,7 +162,8 @@ def test_C7_exactly_one_racer_claims_the_run_and_the_others_write_nothing(
         kinds = [type(r).__name__ for r in after]
         # exactly one resume restores; every other resume is superseded
         assert outcomes.count("restored") == 1, (outcomes, kinds)
-        assert outcomes.count("superseded") == resumes - 1, (outcomes, kinds)
+        losers = outcomes.count("superseded") + outcomes.count("locked")
+        assert losers == resumes - 1, (outcomes, kinds)
         assert [g["files"] for g in got if g.get("result") == "restored"] == [FILES]
         # the losers wrote nothing: one claim, one restore record, at most the teardown's
         assert sum(isinstance(r, RunResumed) for r in after) == 1, kinds
@@ -132,4 +178,5 @@ def test_C7_exactly_one_racer_claims_the_run_and_the_others_write_nothing(
                 counts[key] = counts.get(key, 0) + 1
         counts["losers' writes"] = counts.get("losers' writes", 0) + len(after) - 2 - recorded
         counts["superseded"] = counts.get("superseded", 0) + outcomes.count("superseded")
+        counts["locked"] = counts.get("locked", 0) + outcomes.count("locked")
     print(f"\nraces {COUNTS}")

@@ -136,3 +136,31 @@ def test_A16_the_runner_hands_its_lease_in_and_never_contends_with_itself() -> N
     assert lease.acquire("run-1", "runner-b") is None  # still the runner's
     other = HandedLock(lease)  # another process, without the grant: the lease refuses it
     assert other.acquire("run-1", "x-other", ttl=60.0) is None
+
+
+def test_A16_postgres_racing_first_users_create_the_lock_table_once(postgres_url: str) -> None:
+    """Eight processes' first calls on a fresh database all get a lock (the table's creation
+    does not collide in the catalog)."""
+    import threading
+
+    import psycopg
+
+    name = "locks_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    barrier, errors = threading.Barrier(8), []
+
+    def first_use() -> None:
+        barrier.wait(timeout=30)
+        try:
+            PostgresRunLock(url)
+        except Exception as error:  # collected for the assertion
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
