@@ -78,6 +78,8 @@ STATUS: dict[type[errors.ScratchbankError], int] = {
     errors.ResumeSuperseded: 409,
     errors.TimelineConflict: 409,
     errors.Fenced: 409,
+    errors.RunLocked: 409,
+    errors.LockLost: 409,
     errors.SandboxGone: 409,
     errors.BodyTooLarge: 413,
     errors.HostNotAllowed: 421,
@@ -191,6 +193,7 @@ class StatusBody(BaseModel):
     resume: dict[str, Any]
     needs_target: bool
     refusal: dict[str, Any] | None = None
+    lock: dict[str, Any] | None = None
 
 
 class QueuedBody(BaseModel):
