@@ -47,18 +47,24 @@ class SqliteRunLock(RowLock):
         self, path: Path | str, *, clock: Clock | None = None, call_seconds: float = CALL_SECONDS
     ) -> None:
         self.path, self.clock, self.call_seconds = Path(path), clock or SystemClock(), call_seconds
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._txn() as conn:
-            conn.execute(_SQLITE_TABLE)
+
+    def holder(self, run_id: str) -> LockHolder | None:
+        if not self.path.exists():  # nobody ever locked a run here: reading creates nothing
+            return None
+        return super().holder(run_id)
 
     @contextlib.contextmanager
     def _txn(self) -> Iterator[Any]:
+        """One transaction; the file and its table are made by the first one (lazily, so
+        opening the lock and reading it change nothing on disk)."""
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=self.call_seconds, isolation_level=None)
-        except sqlite3.Error as error:
+        except (OSError, sqlite3.Error) as error:
             raise LockUnavailable(f"cannot open the lock file {self.path}: {error}") from error
         try:
             conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_SQLITE_TABLE)
             yield conn
             conn.execute("COMMIT")
         except sqlite3.Error as error:

@@ -198,6 +198,8 @@ def resume(
     """
     clock = clock or SystemClock()
     execution = execution or new_execution()
+    target = Target(sandbox, host_directory, without_sandbox)
+    _refuse_early(run_id, request, timeline, workflow, snapshots, target)
     own = grant is None
     hand_on = own and lock is not None  # a lock-less caller's lock lasts the call only
     lock = lock or LOCAL
@@ -209,7 +211,7 @@ def resume(
             request,
             timeline,
             store,
-            Target(sandbox, host_directory, without_sandbox),
+            target,
             workflow,
             attempt,
             clock,
@@ -225,6 +227,23 @@ def resume(
     assert outcome is not None
     kept = held if hand_on and started else None
     return attrs.evolve(outcome, execution=execution if outcome.claim else None, grant=kept)
+
+
+def _refuse_early(
+    run_id: str,
+    request: ResumeRequest,
+    timeline: Timeline,
+    workflow: Workflow,
+    snapshots: SnapshotStore | None,
+    target: Target,
+) -> None:
+    """RUN_NOT_FOUND and A15's NO_RESTORE_TARGET before the lock is even taken: a refusal
+    that names the caller's mistake changes nothing, not even the lock's row. (Under the
+    lock the resume decides again; these two cannot turn into a go.)"""
+    gate = _gate(timeline, run_id, request, workflow, snapshots)
+    if gate.version == 0:
+        raise RunNotFound(f"the timeline holds no record of run {run_id}; nothing was written")
+    target.check(gate.decision)
 
 
 def _resume_held(
