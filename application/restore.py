@@ -172,7 +172,8 @@ def _produce(
     result: _Produced,
 ) -> None:
     try:
-        store.fetch(run_id, check, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
+        # A17: exactly the object the record names (None: a record from before objects had names)
+        store.fetch(run_id, check, max_bytes=cap, name=check.record.object)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
         result.sha256 = writer.finish()
         result.bytes = writer.bytes

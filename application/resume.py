@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 
 from scratchbank.domain.errors import (
+    BankUnrecorded,
     NoRestoreTarget,
     ResumeSuperseded,
     RunNotFound,
@@ -33,11 +34,13 @@ from scratchbank.domain.resume_gate import (
     ResumeDecision,
     ResumeRequest,
     Verdict,
+    Where,
     decide_resume,
     refuse_unreadable,
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
+from .bank_objects import reconcile_before_resume
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
@@ -175,6 +178,9 @@ def resume(
     """
     clock = clock or SystemClock()
     target = Target(sandbox, host_directory, without_sandbox)
+    unrecorded = _reconcile(run_id, request, timeline, store, clock, record_budget)
+    if unrecorded is not None:
+        return unrecorded
     claimed = _claim(run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget)
     if isinstance(claimed, ResumeOutcome):
         return claimed
@@ -184,6 +190,29 @@ def resume(
     tried = _restore_guarded(run_id, decision, store, target, progress)
     outcome = after_restore(decision, tried)
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
+
+
+def _reconcile(
+    run_id: str, request: ResumeRequest, timeline: Timeline, store: BankStore, clock: Clock, budget: float
+) -> ResumeOutcome | None:
+    """N3 (ADR 0006), engine-side only: record the unrecorded bank provably the latest
+    execution's own teardown; refuse by name (BANK_UNRECORDED) on one that may be but
+    cannot be proved, unless this call accepts the scratch's loss. A conflict on the
+    record means the run moved: the gate reads it again."""
+    if request.where is not Where.ENGINE:
+        return None
+    try:
+        done = reconcile_before_resume(store, timeline, run_id, clock, budget)
+    except (TimelineConflict, TimelineWriteFailed, TimelineUnreadable):
+        return None
+    if done is None or not done.found.unproven or request.consents.accept_scratch_loss:
+        return None
+    named = ", ".join(o.name or "(the legacy key)" for o in done.found.unproven)
+    why = (
+        f"bank object(s) {named} are stored but no record names them, and they cannot be proved to be "
+        f"the latest execution's ({done.found.latest_execution}) own teardown; resuming would ignore them"
+    )
+    return ResumeOutcome(ResumeDecision(Verdict.REFUSE, "N3", why, code=BankUnrecorded.code), recorded=False)
 
 
 def _claim(

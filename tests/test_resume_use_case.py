@@ -425,13 +425,13 @@ class FaultyStore(InMemoryBankStore):
         super().__init__()
         self.fault, self.corrupt = fault, corrupt
 
-    def fetch(self, run_id, dest, *, max_bytes, deadline=None):  # type: ignore[no-untyped-def]
+    def fetch(self, run_id, dest, *, max_bytes, name=None, deadline=None):  # type: ignore[no-untyped-def]
         if self.fault is not None:
             raise self.fault
         if self.corrupt:
             dest.write(b"\x1f\x8b" + b"\x00" * 64)
             return StoredBank(66, "0" * 64)
-        return super().fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
+        return super().fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
 
 
 class FaultySandbox(FakeSandbox):
