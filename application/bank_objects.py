@@ -93,9 +93,11 @@ def unreferenced_objects(
 
 @attrs.frozen
 class Reconciled:
-    """The N3 step's outcome: what it found, and the claim past its record (if it wrote one)."""
+    """The N3 step's outcome: what it found, the timeline's version it read (past its
+    own record when it wrote one), and the claim past that record."""
 
     found: Reconciliation
+    version: int
     recorded: Claim | None = None
 
 
@@ -104,16 +106,20 @@ def reconcile_before_resume(
 ) -> Reconciled | None:
     """N3 before an engine-side resume decides: record the one object provably the latest
     execution's teardown, at the version read (a conflict: the run moved; the resume reads
-    again anyway). None when there is nothing to reconcile or the store cannot list
-    (the resume then decides on its records, as before this step)."""
+    again anyway). None when the timeline cannot be read (the gate refuses, R15); nothing
+    found when the store cannot list (the resume decides on its records, as before N3)."""
     try:
         records = tuple(timeline.read(run_id))
-        listing = store.objects(run_id)
-    except (TimelineUnreadable, BankReadFailed):
+    except TimelineUnreadable:
         return None
-    found = reconcile(fold(records), records, listing)
+    state = fold(records)
+    try:
+        listing = store.objects(run_id) if records else ()
+    except BankReadFailed:
+        listing = ()
+    found = reconcile(state, records, listing)
     if found.record is None:
-        return Reconciled(found)
+        return Reconciled(found, len(records))
     record = attrs.evolve(reconciled_record(found.record), at=clock.now())
     claim = append_at(timeline, Claim(run_id, len(records)), [record], budget=Budget.start(clock, budget))
-    return Reconciled(found, claim)
+    return Reconciled(found, claim.position, claim)
