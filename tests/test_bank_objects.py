@@ -315,14 +315,15 @@ def test_A17_a_newer_bank_replaces_the_older_one_only_once_recorded(store: BankS
 def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_ones(
     store: BankStore, tmp_path: Path
 ) -> None:
-    """A put on its way to its record is never pruned; past the count, old ones are swept."""
+    """Past the count (3), only objects older than the age (1 h) are swept, oldest first: a
+    put on its way to its record is never pruned."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     clock = ManualClock()
     strays = []
-    for i in range(5):
+    for i, hours_old in enumerate((3, 0, 0, 0, 0)):
         path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
-        at = clock.now() - timedelta(hours=2) if i < 4 else clock.now()
+        at = clock.now() - timedelta(hours=hours_old, minutes=i)
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
         strays.append(object_name(digest))
     report = bank_at_teardown(
@@ -330,8 +331,8 @@ def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_on
     )
     assert report.recorded
     left = {o.name for o in store.objects(RUN)}
-    assert recorded_bank(timeline).object in left and strays[4] in left  # the young one stays
-    assert len(left - {recorded_bank(timeline).object}) == 3  # bounded: the 2 oldest swept
+    # 2 past the count, but only one is older than the age: it alone is swept
+    assert left == {recorded_bank(timeline).object, *strays[1:]}
 
 
 # ---- legacy records (v1: no object) and the wire ----------------------------------------
