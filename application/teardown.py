@@ -18,6 +18,11 @@ a bank that reached the store before the cut is recorded on the record's own
 budget (the fence refuses it once a newer holder wrote). A teardown cut before
 anything reached the store records nothing (``TeardownReport.cut``): the sandbox
 is left to the next holder's takeover, which banks it (``orphan_may_bank``).
+
+Bank objects (A17, ADR 0006): the put creates a content-named object stamped with this
+teardown's execution and never replaces one; the record names it. Nothing is deleted
+before the record lands: T4 (empty), T5 (finished) and a newer bank then prune what no
+record needs (``bank_objects.prune``), never after a cut.
 """
 
 from __future__ import annotations
