@@ -273,7 +273,7 @@ def _check_digest(archive: Path, sha256: str, where: str) -> None:
     except OSError as error:
         raise BankWriteFailed(f"{where}: {error}") from error
     if digest.hexdigest() != sha256:
-        raise BankWriteFailed(f"{where}: {archive} is not the archive {sha256} names (it changed on the host)")
+        raise BankWriteFailed(f"{where}: {archive} is not the archive its name says (it changed on the host)")
 
 
 def _shut(body: Any) -> None:

@@ -36,6 +36,7 @@ from scratchbank.domain.errors import (
     DestinationRefused,
     ExecFailed,
     HostileArchive,
+    InvalidBankObject,
     RestoreRefused,
     SandboxGone,
     ScratchbankError,
@@ -97,6 +98,7 @@ _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankReadFailed, RestoreResult.READ_FAILED),
     (HostileArchive, RestoreResult.REFUSED_ON_HOST),
     (BankMismatch, RestoreResult.REFUSED_ON_HOST),
+    (InvalidBankObject, RestoreResult.REFUSED_ON_HOST),  # A17: a name out of the bank prefix
     (DestinationRefused, RestoreResult.REFUSED_ON_HOST),
     (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
     (TimelineUnreadable, RestoreResult.READ_FAILED),

@@ -366,3 +366,20 @@ def test_A17_the_record_names_its_object_on_the_wire_and_a_foreign_name_is_unrea
     for bad in ("../../etc/passwd", f"banks/{'cd' * 32}.tgz", "scratch.tgz"):
         with pytest.raises(TimelineUnreadable):
             decode({**wire, "object": bad})
+
+
+def test_A17_a_record_naming_an_object_outside_the_bank_prefix_is_refused_on_the_host() -> None:
+    """A record held in memory (never through the wire's check) that names `../x` restores
+    nothing and parks as refused on the host (X4), never "read again" forever (X5)."""
+    store = InMemoryBankStore()
+    hostile = ScratchBanked(
+        banked=True, empty=False, unknown=False, bytes=10, sha256="0" * 64, object="../x.tgz"
+    )
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started(), hostile])
+    box = FakeSandbox({})
+    out = resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=box)
+    assert out.restore is not None and out.restore.park is not None and box.files == {}
+    assert (
+        "refused_on_host" in out.restore.record.reason and "INVALID_BANK_OBJECT" in out.restore.record.reason
+    )
