@@ -55,6 +55,7 @@ EXIT_CODES: dict[type[errors.ScratchbankError], int] = {
     errors.NoRestoreTarget: EXIT_REFUSED,
     errors.ResumeSuperseded: EXIT_REFUSED,
     errors.Fenced: EXIT_REFUSED,
+    errors.AttemptReused: EXIT_REFUSED,
     errors.RunNotFound: EXIT_NOT_FOUND,
     errors.HomeNotFound: EXIT_NOT_FOUND,
 }

@@ -78,6 +78,7 @@ STATUS: dict[type[errors.ScratchbankError], int] = {
     errors.ResumeSuperseded: 409,
     errors.TimelineConflict: 409,
     errors.Fenced: 409,
+    errors.AttemptReused: 409,
     errors.SandboxGone: 409,
     errors.BodyTooLarge: 413,
     errors.HostNotAllowed: 421,

@@ -36,6 +36,7 @@ from scratchbank.domain.errors import (
     DestinationRefused,
     ExecFailed,
     HostileArchive,
+    LeaseLost,
     RestoreRefused,
     SandboxGone,
     ScratchbankError,
@@ -53,6 +54,7 @@ from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
 from .ports import BankStore, Decide, RestoresInOneExec, Sandbox, StagedRestore
+from .retry import Cancel
 from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
@@ -74,18 +76,33 @@ def restore_bank(
     cap: int = CAP_BYTES,
     progress: Progress | None = None,
     gzip_level: int | None = STREAM_GZIP_LEVEL,
+    cancel: Cancel | None = None,
 ) -> RestoreAttempt:
-    """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6)."""
+    """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6).
+
+    ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
+    chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
+    nothing is fetched.
+    """
     assert decision.bank is not None
     if sandbox is None and host_directory is None:
         return RestoreAttempt(RestoreResult.NO_SANDBOX, detail="the resume runs without a sandbox")
+    if cancel is not None and cancel.is_set():
+        return attempt_of(_cut(cancel))
     try:
         if host_directory is not None:
             got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
             return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
         assert sandbox is not None
         return _into_sandbox(
-            run_id, decision.bank, sandbox, store=store, cap=cap, progress=progress, gzip_level=gzip_level
+            run_id,
+            decision.bank,
+            sandbox,
+            store=store,
+            cap=cap,
+            progress=progress,
+            gzip_level=gzip_level,
+            cancel=cancel,
         )
     except ScratchbankError as error:
         return attempt_of(error)
@@ -162,6 +179,22 @@ class _Produced:
     bytes: int = 0
 
 
+def _cut(cancel: Cancel) -> LeaseLost:
+    return LeaseLost(f"the restore was cut: {cancel.why or 'the run context was cancelled'}")
+
+
+class _CutWhenCancelled:
+    """The fetch's destination, refusing the next chunk once the run context is cut (L5)."""
+
+    def __init__(self, dest: BankCheck, cancel: Cancel) -> None:
+        self.dest, self.cancel = dest, cancel
+
+    def write(self, data: bytes) -> int:
+        if self.cancel.is_set():
+            raise _cut(self.cancel)
+        return self.dest.write(data)  # type: ignore[no-any-return]
+
+
 def _produce(
     run_id: str,
     check: BankCheck,
@@ -170,9 +203,11 @@ def _produce(
     out: _PipeOut,
     cap: int,
     result: _Produced,
+    cancel: Cancel | None = None,
 ) -> None:
+    dest = check if cancel is None else _CutWhenCancelled(check, cancel)
     try:
-        store.fetch(run_id, check, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
+        store.fetch(run_id, dest, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
         result.sha256 = writer.finish()
         result.bytes = writer.bytes
@@ -184,7 +219,13 @@ def _produce(
 
 @contextlib.contextmanager
 def _pipeline(
-    run_id: str, bank: Bank, store: BankStore, cap: int, progress: Progress | None, gzip_level: int | None
+    run_id: str,
+    bank: Bank,
+    store: BankStore,
+    cap: int,
+    progress: Progress | None,
+    gzip_level: int | None,
+    cancel: Cancel | None = None,
 ) -> Iterator[tuple[BinaryIO, _Produced, BankCheck, _PipeOut, threading.Thread]]:
     read_fd, write_fd = os.pipe()
     out = _PipeOut(write_fd)
@@ -194,7 +235,7 @@ def _pipeline(
     )
     result = _Produced()
     thread = threading.Thread(
-        target=_produce, args=(run_id, check, store, writer, out, cap, result), daemon=True
+        target=_produce, args=(run_id, check, store, writer, out, cap, result, cancel), daemon=True
     )
     src = os.fdopen(read_fd, "rb")
     thread.start()
@@ -215,14 +256,23 @@ def _into_sandbox(
     cap: int,
     progress: Progress | None,
     gzip_level: int | None,
+    cancel: Cancel | None = None,
 ) -> RestoreAttempt:
-    with _pipeline(run_id, bank, store, cap, progress, gzip_level) as (src, result, check, out, thread):
+    with _pipeline(run_id, bank, store, cap, progress, gzip_level, cancel) as (
+        src,
+        result,
+        check,
+        out,
+        thread,
+    ):
         refused: list[RestoreAttempt] = []
 
         def decide(staged: StagedRestore, listing: BinaryIO) -> Iterable[tuple[str, int]] | None:
             """The host's verdict on the staged tree: the stream whole, then the listing."""
             thread.join()  # the stream has ended: the producer has too
             verdict = _verdict(result, out, None, staged)
+            if verdict is None and cancel is not None and cancel.is_set():  # L5: never committed once cut
+                verdict = attempt_of(_cut(cancel))
             if verdict is None:
                 comparison = load_listing(check.log, listing)
                 if comparison.same:

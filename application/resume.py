@@ -42,7 +42,7 @@ from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
 from .restore import Progress, attempt_of, restore_bank
-from .retry import Budget
+from .retry import Budget, Cancel
 
 RECORD_BUDGET = 30.0
 #: How many times a resume decides again after a conflict that did not take its run.
@@ -166,12 +166,14 @@ def resume(
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
+    cancel: Cancel | None = None,
 ) -> ResumeOutcome:
     """The whole resume as an engine runs it: gate, claim, then (if it restores) restore, record.
 
     Raises RunNotFound (an empty timeline) and NoRestoreTarget (A15) before writing
     anything; ResumeSuperseded when another execution took the run before this
-    resume's claim or after it (nothing more is written).
+    resume's claim or after it (nothing more is written). ``cancel`` (a lease's run
+    context, L5) stops the restore at once: its staged tree discarded, recorded X5.
     """
     clock = clock or SystemClock()
     target = Target(sandbox, host_directory, without_sandbox)
@@ -181,7 +183,7 @@ def resume(
     decision, claim = claimed
     if decision.verdict is not Verdict.RESTORE:
         return ResumeOutcome(decision, claim=claim)
-    tried = _restore_guarded(run_id, decision, store, target, progress)
+    tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
 
@@ -238,7 +240,12 @@ def _claim_records(
 
 
 def _restore_guarded(
-    run_id: str, decision: ResumeDecision, store: BankStore, target: Target, progress: Progress | None
+    run_id: str,
+    decision: ResumeDecision,
+    store: BankStore,
+    target: Target,
+    progress: Progress | None,
+    cancel: Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:
@@ -249,6 +256,7 @@ def _restore_guarded(
             sandbox=target.sandbox,
             host_directory=target.host_directory,
             progress=progress,
+            cancel=cancel,  # L5: a holder that lost its lease stops its restore at once
         )
     except Exception as error:  # once claimed, no path ends without its record
         return attempt_of(error)

@@ -11,14 +11,18 @@ import attrs
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
+from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.adapters.reference_engine import Node, ReferenceEngine
 from scratchbank.adapters.sandbox_provider import LocalSandboxProvider
+from scratchbank.application.clock import Clock, SystemClock
 from scratchbank.application.ports import BankStore, Timeline
 from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
 from scratchbank.application.runner_ports import DeliveryQueue, Lease, ResumeDelivery
+from scratchbank.application.service import ScratchService
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import Record
+from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest
 from scratchbank.domain.wire import encode
 
 #: A workflow that writes its scratch, parks at a human gate, then reads what it wrote.
@@ -103,3 +107,23 @@ def make_rig(
 
 
 ACCEPT = Consents(accept_scratch_loss=True)
+
+
+def queue_resume(
+    timeline: Timeline,
+    queue: DeliveryQueue,
+    run_id: str,
+    attempt: str,
+    consents: Consents = Consents(),
+    *,
+    source_changed: bool = False,
+    clock: Clock | None = None,
+) -> tuple[ResumeDecision, ResumeDelivery | None]:
+    """The one queueing path (the service's, C5, C6): judged as a surface, queued at the
+    version judged, published; the delivery it published, or None when it refused."""
+    service = ScratchService(timeline, InMemoryBankStore(), clock=clock or SystemClock(), queue=queue)
+    request = ResumeRequest(consents=consents, source_changed=source_changed)
+    queued = service.queue_resume(run_id, request, attempt=attempt)
+    if queued.attempt is None:
+        return queued.decision, None
+    return queued.decision, ResumeDelivery(run_id, queued.attempt, consents)

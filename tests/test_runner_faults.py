@@ -21,11 +21,10 @@ from pathlib import Path
 import attrs
 import pytest
 from nats_server import NatsServer, namespace
-from runner_rigs import types
+from runner_rigs import queue_resume, types
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
-from scratchbank.application.runner import queue_resume
 from scratchbank.domain.records import (
     AttemptClaimed,
     LeaseTaken,
