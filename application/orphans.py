@@ -111,9 +111,9 @@ def _sweep_one(
     if verdict.sweep is Sweep.REPUBLISH:
         consents = Consents(force=queued.force, accept_scratch_loss=queued.accept_scratch_loss)
         delivery = ResumeDelivery(run_id, queued.attempt, consents, verdict.republished)
-        lost = _publish(queue, delivery, clock)
-        if lost is not None:
-            return Swept(run_id, verdict, detail=f"{lost}; recorded, aged from its record to the park")
+        unpublished = _publish(queue, delivery, clock)
+        if unpublished is not None:
+            return Swept(run_id, verdict, detail=f"{unpublished}; recorded, aged from its record to the park")
     return Swept(run_id, verdict, acted=True, detail=verdict.reason)
 
 

@@ -192,7 +192,7 @@ class _CutWhenCancelled:
     def write(self, data: bytes) -> int:
         if self.cancel.is_set():
             raise _cut(self.cancel)
-        return self.dest.write(data)  # type: ignore[no-any-return]
+        return self.dest.write(data)
 
 
 def _produce(

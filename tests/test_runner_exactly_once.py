@@ -155,39 +155,51 @@ def test_C5_a_reused_attempt_id_is_refused_by_name_and_changes_nothing() -> None
 # --- hole 3: the token rides the store writes -----------------------------------------------
 
 
-def test_L5_a_holder_fenced_mid_teardown_puts_nothing_in_the_store() -> None:
-    """A newer holder took the run while this one's teardown archived: its put is refused
-    FENCED before it reaches the store, which keeps what the newer holder's takeover stores."""
+class OvertakenAfterRead(InMemoryTimeline):
+    """Once armed, a newer holder (token 2) writes right after this holder's next read."""
+
+    armed = False
+
+    def read(self, run_id: str) -> Sequence[Record]:
+        from scratchbank.domain.records import LeaseTaken
+
+        records = super().read(run_id)
+        if self.armed:
+            self.armed = False
+            super().append(run_id, [LeaseTaken(holder="runner-b", token=2, attempt="a1")])
+        return records
+
+
+def test_L5_a_holder_fenced_mid_teardown_changes_nothing_in_the_store(tmp_path: Path) -> None:
+    """A newer holder took the run right after this holder's teardown read it: the finished
+    run's drop (T5) is refused FENCED before it reaches the store; the bank the newer
+    holder reads is still there, and nothing of this holder lands after its token."""
     from scratchbank.adapters.memory import FakeSandbox
     from scratchbank.application.fencing import FencedBankStore, FencedTimeline, Token
     from scratchbank.application.teardown import bank_at_teardown
     from scratchbank.domain.errors import Fenced
-    from scratchbank.domain.records import LeaseTaken
     from scratchbank.testing.clocks import ManualClock
 
-    tl = InMemoryTimeline()
-    tl.append(RUN, [RunStarted(), AttemptQueued(attempt="a1"), AttemptClaimed(attempt="a1")])
+    tl = OvertakenAfterRead()
+    banked = ScratchBanked(banked=True, empty=False, unknown=False, bytes=7)
+    tl.append(RUN, [RunStarted(), banked, AttemptQueued(attempt="a1"), AttemptClaimed(attempt="a1")])
+    store = InMemoryBankStore()
+    (tmp_path / "bank").write_bytes(b"a bank")
+    store.put(RUN, tmp_path / "bank", sha256="")
     fenced = FencedTimeline(tl, RUN, Token("runner-a", 1, "a1"))
     fenced.announce()
-
-    class Overtaken(FakeSandbox):
-        def archive(self, *args: object, **kwargs: object) -> object:
-            if not any(isinstance(r, LeaseTaken) and r.token == 2 for r in tl.read(RUN)):
-                tl.append(RUN, [LeaseTaken(holder="runner-b", token=2, attempt="a1")])
-            return super().archive(*args, **kwargs)  # type: ignore[arg-type]
-
-    store = InMemoryBankStore()
+    tl.armed = True
     with pytest.raises(Fenced):
         bank_at_teardown(
             RUN,
             timeline=fenced,
             store=FencedBankStore(store, fenced),
-            sandbox=Overtaken({"./notes.txt": b"scratch"}),
-            run_finished=False,
+            sandbox=FakeSandbox({"./notes.txt": b"scratch"}),
+            run_finished=True,
             clock=ManualClock(),
         )
-    assert store.stat(RUN) is None
-    assert [r.WIRE for r in tl.read(RUN)][-1] == "lease_taken"  # nothing of runner-a's after it
+    assert store.stat(RUN) is not None
+    assert [r.WIRE for r in tl.read(RUN)][-1] == "lease_taken"
 
 
 # --- hole 5: a resume under a lease honours the lease's cancel ------------------------------
