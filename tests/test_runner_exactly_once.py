@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from nats_server import nats_url  # noqa: F401 - a fixture
 from runner_rigs import ACCEPT, checksum, make_rig, queue_resume
 
 import scratchbank.application.runner as runner_module
@@ -287,3 +288,38 @@ def test_L5_a_holder_that_loses_its_lease_mid_restore_stops_it_at_once(tmp_path:
     restores = [r for r in records if isinstance(r, ScratchRestored)]
     assert restores and not restores[-1].restored and "LEASE_LOST" in restores[-1].reason
     assert sum(isinstance(r, NodeFinished) for r in records) == nodes_before  # the engine never ran
+
+
+# --- hole 3: the lease expires by the NATS server's clock -----------------------------------
+
+
+@pytest.mark.parametrize("skew", [90.0, -90.0])
+def test_L1_a_runner_whose_clock_is_off_by_90_s_cannot_take_a_held_lease(
+    nats_url: str,  # noqa: F811 - the fixture
+    skew: float,
+) -> None:
+    """The holder refreshes on time; a runner whose clock is 90 s ahead (or behind) is refused
+    while the lease lives: expiry is the server's (the bucket's TTL), never a runner's clock."""
+    from nats_server import namespace
+
+    from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
+    from scratchbank.testing.clocks import ManualClock
+
+    ns = namespace()
+    conn_a, conn_b = NatsConnection(nats_url), NatsConnection(nats_url)
+    try:
+        holder_clock, skewed_clock = ManualClock(), ManualClock()
+        skewed_clock.advance(skew)
+        a = NatsKvLease(conn_a, lapse=5.0, namespace=ns, clock=holder_clock)
+        b = NatsKvLease(conn_b, lapse=5.0, namespace=ns, clock=skewed_clock)
+        held = a.acquire(RUN, "runner-a")
+        assert held is not None
+        assert b.acquire(RUN, "runner-b") is None
+        held = a.refresh(held)  # on time
+        assert b.acquire(RUN, "runner-b") is None
+        a.release(held)
+        taken = b.acquire(RUN, "runner-b")
+        assert taken is not None and taken.token > held.token
+    finally:
+        conn_a.close()
+        conn_b.close()
