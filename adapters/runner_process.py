@@ -8,9 +8,8 @@ Each delivery it handles is one JSON line on ``--log`` (or stdout). Every
 ``--sweep-every`` seconds (0: never) it runs the orphan sweeper under the sweeper's
 lease (one sweeper at a time across runner processes): runs the timeline lists as
 queued and unclaimed past ``--sweep-cutoff`` (default: the lease arithmetic's, L4) are
-published again or parked, each with its record; each sweep is a JSON line too. ``--slow-put`` and
-``--slow-fetch`` hold the bank store for that many seconds first, announcing it on the
-log, so that fault tests can kill the process in the middle of a teardown or a restore.
+published again or parked, each with its record; each sweep is a JSON line too.
+(Fault tests hold its bank store from outside: ``tests/held_runner.py``.)
 """
 
 from __future__ import annotations
@@ -22,11 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 from scratchbank.application.orphans import Sweeper
-from scratchbank.application.ports import BankStore, StoredBank
-from scratchbank.application.retry import Deadline
+from scratchbank.application.ports import BankStore
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.teardown import Budgets
@@ -49,35 +47,6 @@ class Log:
         with self.lock:
             self.out.write(json.dumps(event, sort_keys=True, default=str) + "\n")
             self.out.flush()
-
-
-class HeldBankStore:
-    """A bank store that waits before each put or fetch, saying so (for fault tests)."""
-
-    def __init__(self, inner: FilesystemBankStore, log: Log, *, put: float, fetch: float) -> None:
-        self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
-        self.keeps_banks = inner.keeps_banks
-
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        self.log.say(event="put-started", run=run_id)
-        time.sleep(self.put_wait)
-        self.inner.put(run_id, archive, sha256=sha256, deadline=deadline)
-
-    def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
-    ) -> StoredBank:
-        self.log.say(event="fetch-started", run=run_id)
-        time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
-
-    def delete(self, run_id: str) -> None:
-        self.inner.delete(run_id)
-
-    def sweep(self, run_id: str) -> None:
-        self.inner.sweep(run_id)
-
-    def stat(self, run_id: str) -> StoredBank | None:
-        return self.inner.stat(run_id)
 
 
 def load_workflow(path: Path) -> tuple[Node, ...]:
@@ -104,8 +73,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=30.0)
     p.add_argument("--lapse", type=float, default=60.0)
     p.add_argument("--ack-wait", type=float, default=240.0)
-    p.add_argument("--slow-put", type=float, default=0.0)
-    p.add_argument("--slow-fetch", type=float, default=0.0)
     p.add_argument("--sweep-every", type=float, default=60.0)
     p.add_argument("--sweep-cutoff", type=float, default=None)
     p.add_argument("--log", type=Path)
@@ -118,8 +85,6 @@ def build(args: argparse.Namespace, log: Log) -> tuple[Runner, NatsConnection, E
     lease = NatsKvLease(conn, lapse=args.lapse, namespace=args.namespace)
     timeline = EventStoreTimeline(args.timeline)
     store: BankStore = FilesystemBankStore(args.banks)
-    if args.slow_put or args.slow_fetch:
-        store = HeldBankStore(FilesystemBankStore(args.banks), log, put=args.slow_put, fetch=args.slow_fetch)
     timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
     settings = RunnerSettings(args.holder, timing=timing, teardown=teardown)

@@ -11,19 +11,19 @@ own; in-process queue and lease for the sweeper's rules; manual clocks.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from runner_rigs import checksum
+from runner_rigs import RunnerRig, checksum, delivery_actor, make_rig, queue_resume, sweeper_actor
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.orphans import SWEEPER_KEY, Sweeper
 from scratchbank.domain.errors import LeaseLost
-from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, RunStarted
+from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, RunStarted
 from scratchbank.testing.clocks import ManualClock
 
 T0 = ManualClock.EPOCH
@@ -141,3 +141,68 @@ def test_L4_a_sweeper_that_loses_its_lease_stops_sweeping() -> None:
     ).sweep_once()  # type: ignore[arg-type]
     assert report.held and len(report.swept) == 2 and "LEASE_LOST" in report.detail
     assert [isinstance(tl.read(r)[-1], OrphanSwept) for r in runs] == [True, True, False, False]
+
+
+# --- a runner delivery and a sweep as actors, at the two interleavings that matter ----------
+
+
+class RunsFirst(InMemoryTimeline):
+    """Before the first append holding a ``kind``, another actor runs to its end."""
+
+    def __init__(self, kind: type, actor: list[Callable[[], object]]) -> None:
+        super().__init__()
+        self.kind, self.actor, self.fired = kind, actor, False
+
+    def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
+        if not self.fired and self.actor and any(isinstance(r, self.kind) for r in records):
+            self.fired = True
+            self.actor[0]()
+        return super().append(run_id, records, expected=expected)
+
+
+def _rig_with_lost_publication(tmp_path: Path, tl: InMemoryTimeline, clock: ManualClock) -> RunnerRig:
+    rig = make_rig(tmp_path, tl)
+    tl.append("run-1", [RunStarted()])
+    queue_resume(tl, rig.queue, "run-1", "a1", clock=clock)
+    lost = rig.queue.fetch(1)
+    assert lost is not None
+    lost.ack()  # its deliveries gave up (L4) or it was never published
+    clock.advance(4 * HOUR.total_seconds())
+    return rig
+
+
+def test_L4_C7_a_delivery_that_claims_between_the_sweepers_read_and_write_wins(tmp_path: Path) -> None:
+    """The sweeper read the run queued; a runner claims and carries it on; the sweeper's record
+    conflicts: it writes and publishes nothing, and the run was claimed once."""
+    clock, actor = ManualClock(), []  # type: ignore[var-annotated]
+    tl = RunsFirst(OrphanSwept, actor)
+    rig = _rig_with_lost_publication(tmp_path, tl, clock)
+    actor.append(delivery_actor(rig, "run-1", "a1"))
+    report = sweeper_actor(tl, rig.queue, InProcessLease(), Listing(["run-1"]), cutoff=600.0, clock=clock)()
+    assert report.held and [s.acted for s in report.swept] == [False]
+    records = tl.read("run-1")
+    assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
+    assert not [r for r in records if isinstance(r, OrphanSwept)]
+    assert rig.queue.fetch(0.05) is None  # nothing republished
+
+
+def test_L4_C7_a_sweep_between_a_deliverys_admission_and_its_claim_claims_once(tmp_path: Path) -> None:
+    """A runner admitted the delivery; the sweeper republishes before its claim lands: the claim
+    conflicts and is read again (redelivered); the republication claims; the run is claimed once
+    and every later delivery of the attempt applies nothing."""
+    clock, actor = ManualClock(), []  # type: ignore[var-annotated]
+    tl = RunsFirst(AttemptClaimed, actor)
+    rig = _rig_with_lost_publication(tmp_path, tl, clock)
+    actor.append(
+        sweeper_actor(tl, rig.queue, InProcessLease(), Listing(["run-1"]), cutoff=600.0, clock=clock)
+    )
+    first = delivery_actor(rig, "run-1", "a1")()
+    assert first.handled.value == "redeliver", first.detail
+    republished = rig.runner().run_once(1)
+    assert republished is not None and republished.handled.value == "ran", republished.detail
+    assert republished.delivery.republished == 1
+    late = delivery_actor(rig, "run-1", "a1")()
+    assert late.handled.value == "done", late.detail
+    records = tl.read("run-1")
+    assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
+    assert [r.parked for r in records if isinstance(r, OrphanSwept)] == [False]
