@@ -9,9 +9,12 @@ Per delivery (C3-C8, R10-R12, L1-L5):
    The engine's gate runs before the claim (R10): a refusal is written to the run's
    log with the hint of ``remedy()`` (R12, C10) and told to an in-process waiter (R11).
 4. The claim, from the very status read (C7): ``lease_taken`` + ``attempt_claimed``
-   appended at that position. Lost to a newer attempt -> acked, nothing more (C6).
+   appended at that position. Lost to a newer attempt -> acked, nothing more (C6). A
+   claim whose reply was lost is settled by reading (the fenced timeline): found at its
+   position, it carries on as this delivery's claim, with its consents (C4).
 5. A new sandbox, the resume (restore), the engine, the teardown's bank, the sandbox
-   torn down: every write through the fenced timeline, the lease refreshed all along
+   torn down: every write through the fenced timeline (and every store write through
+   the fenced store, ``FencedBankStore``), the lease refreshed all along
    on its interval and let go past a ceiling (L1, L2, L5). The resume claims the run
    again by position (``run_resumed`` at the version it read) through that same
    fenced timeline: a resume that loses its claim (ResumeSuperseded) is acked with
