@@ -10,7 +10,7 @@ chosen append (after it committed, or before).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from runner_rigs import ACCEPT, checksum, make_rig, queue_resume
 import scratchbank.application.runner as runner_module
 from scratchbank.adapters.inprocess import InProcessQueue
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.ports import Timeline
 from scratchbank.application.service import ScratchService
 from scratchbank.domain.errors import TimelineConflict, TimelineWriteFailed
 from scratchbank.domain.records import (
@@ -39,25 +40,53 @@ UNBANKED = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reas
 
 class LosesReply(InMemoryTimeline):
     """A timeline that loses the reply of the first append holding a ``kind``: it commits
-    it first (``landed``) or not, then raises TimelineWriteFailed as a cut connection would."""
+    it first (``landed``) or not, then raises TimelineWriteFailed as a cut connection would.
+    Over ``inner`` (a real store) when given, else in memory."""
 
-    def __init__(self, kind: type[Record], *, landed: bool) -> None:
+    def __init__(self, kind: type[Record], *, landed: bool, inner: Timeline | None = None) -> None:
         super().__init__()
-        self.kind, self.landed, self.fired = kind, landed, False
+        self.kind, self.landed, self.fired, self.inner = kind, landed, False, inner
+
+    def read(self, run_id: str) -> Sequence[Record]:
+        return super().read(run_id) if self.inner is None else self.inner.read(run_id)
+
+    def _append(self, run_id: str, records: Sequence[Record], expected: int | None) -> int:
+        if self.inner is None:
+            return super().append(run_id, records, expected=expected)
+        return self.inner.append(run_id, records, expected=expected)
 
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         if not self.fired and any(isinstance(r, self.kind) for r in records):
             self.fired = True
             if self.landed:
-                super().append(run_id, records, expected=expected)
+                self._append(run_id, records, expected)
             raise TimelineWriteFailed(f"run {run_id}: the connection was cut before the reply")
-        return super().append(run_id, records, expected=expected)
+        return self._append(run_id, records, expected)
 
 
-def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(tmp_path: Path) -> None:
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_under(request: pytest.FixtureRequest) -> Iterator[Timeline | None]:
+    """The timeline the replies are lost over: in memory, or a PostgreSQL database of its own."""
+    if request.param == "memory":
+        yield None
+        return
+    from test_runner_outbox import fresh_postgres
+
+    from scratchbank.adapters.event_store import EventStoreTimeline
+
+    timeline = EventStoreTimeline(fresh_postgres(request.getfixturevalue("postgres_url")))
+    try:
+        yield timeline
+    finally:
+        timeline.close()
+
+
+def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(
+    tmp_path: Path, store_under: Timeline | None
+) -> None:
     """The claim committed but its reply was lost: read, found ours, carried on with the delivery's
     consent (the loss accepted), never refused R2 and never left `running` with nobody on it."""
-    tl = LosesReply(AttemptClaimed, landed=True)
+    tl = LosesReply(AttemptClaimed, landed=True, inner=store_under)
     rig = make_rig(tmp_path, tl)
     tl.append(RUN, [RunStarted(), UNBANKED])
     queue_resume(tl, rig.queue, RUN, "a1", ACCEPT)
@@ -71,10 +100,12 @@ def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(tmp_path: Path) -> No
     assert accepted and accepted[0].accepted
 
 
-def test_C4_a_claim_that_did_not_land_is_claimed_again_with_its_consent(tmp_path: Path) -> None:
+def test_C4_a_claim_that_did_not_land_is_claimed_again_with_its_consent(
+    tmp_path: Path, store_under: Timeline | None
+) -> None:
     """The claim's write failed before it committed: nothing landed, the delivery comes back and
     claims with its consent (the records say the run is still queued for it)."""
-    tl = LosesReply(AttemptClaimed, landed=False)
+    tl = LosesReply(AttemptClaimed, landed=False, inner=store_under)
     rig = make_rig(tmp_path, tl)
     tl.append(RUN, [RunStarted(), UNBANKED])
     queue_resume(tl, rig.queue, RUN, "a1", ACCEPT)
