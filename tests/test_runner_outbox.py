@@ -206,3 +206,40 @@ def test_L4_C7_a_sweep_between_a_deliverys_admission_and_its_claim_claims_once(t
     records = tl.read("run-1")
     assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
     assert [r.parked for r in records if isinstance(r, OrphanSwept)] == [False]
+
+
+class DownQueue(InProcessQueue):
+    """A queue whose publications fail (the server went away after ``attempt_queued``)."""
+
+    def publish(self, delivery: object) -> bool:
+        from scratchbank.domain.errors import QueueUnavailable
+
+        raise QueueUnavailable("the server went away (test)")
+
+
+def test_L4_a_run_whose_publication_failed_is_found_by_the_outbox_and_carried_on(tmp_path: Path) -> None:
+    """queue_resume appended attempt_queued, then its publication failed (QUEUE_UNAVAILABLE): the
+    timeline lists the run past the cutoff, the sweeper publishes it again, a runner claims it."""
+    from scratchbank.adapters.memory import InMemoryBankStore
+    from scratchbank.application.service import ScratchService
+    from scratchbank.domain.errors import QueueUnavailable
+    from scratchbank.domain.resume_gate import ResumeRequest
+
+    clock = ManualClock()
+    tl = EventStoreTimeline(f"sqlite:///{tmp_path}/timeline.db")
+    try:
+        tl.append("run-1", [RunStarted()])
+        down = ScratchService(tl, InMemoryBankStore(), clock=clock, queue=DownQueue())
+        with pytest.raises(QueueUnavailable):
+            down.queue_resume("run-1", ResumeRequest(), attempt="a1")
+        rig = make_rig(tmp_path, tl)
+        assert tl.queued_unclaimed(clock.now()) == ["run-1"]
+        clock.advance(600.0)
+        report = sweeper_actor(tl, rig.queue, InProcessLease(), tl, cutoff=600.0, clock=clock)()
+        assert [s.acted for s in report.swept] == [True]
+        handled = rig.runner().run_once(1)
+        assert handled is not None and handled.handled.value == "ran", handled.detail
+        assert [r.attempt for r in tl.read("run-1") if isinstance(r, AttemptClaimed)] == ["a1"]
+        assert tl.queued_unclaimed(clock.now()) == []
+    finally:
+        tl.close()
