@@ -42,7 +42,7 @@ from eventsourcing.persistence import (
 
 from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
-from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, UnknownRecord
+from scratchbank.domain.records import Record, UnknownRecord
 from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import decode, encode
 
@@ -272,28 +272,41 @@ class EventStoreTimeline:
         ``before`` are left out here; the sweeper judges each listed run from its records.
         Raises TimelineUnreadable.
         """
-        rows = self._outbox_rows()
         out = []
-        for run_id, topic, state in rows:
+        for run_id, topic, state in self._outbox_rows():
             try:
                 wire = json.loads(state)
             except (ValueError, UnicodeDecodeError):
                 out.append(str(run_id))  # the sweeper's read names what is wrong with it
                 continue
-            if topic == TOPIC_PREFIX + OrphanSwept.WIRE and wire.get("parked") is True:
+            if topic == TOPIC_PREFIX + "orphan_swept" and wire.get("parked") is True:
                 continue
-            at = _wire_time(wire.get("at"))
+            at = self._outbox_time(wire.get("at"))
             if at is None or at <= before:
                 out.append(str(run_id))
         return sorted(out)
 
+    @staticmethod
+    def _outbox_time(value: object) -> datetime | None:
+        if not isinstance(value, str):
+            return None
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return at if at.tzinfo else at.replace(tzinfo=UTC)
+
     def _outbox_rows(self) -> list[tuple[str, str, bytes]]:
+        from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept
+
         datastore = self._factory.datastore  # type: ignore[attr-defined]
         table = self._recorder.events_table_name  # type: ignore[attr-defined]
         postgres = hasattr(datastore, "schema")
         if postgres:
             table = f'"{datastore.schema}"."{table}"'
-        topics = ", ".join(f"'{TOPIC_PREFIX}{kind.WIRE}'" for kind in _OUTBOX)
+        topics = ", ".join(
+            f"'{TOPIC_PREFIX}{kind.WIRE}'" for kind in (AttemptQueued, AttemptClaimed, OrphanSwept)
+        )
         index = (
             f"CREATE INDEX IF NOT EXISTS sb_outbox_idx ON {table} (topic, originator_id) "
             f"WHERE topic IN ({topics})"
@@ -327,20 +340,6 @@ class EventStoreTimeline:
             self._insert_events(stored)
         except IntegrityError:
             raise _Conflict from None
-
-
-#: The records the outbox listing reads (``queued_unclaimed``).
-_OUTBOX = (AttemptQueued, AttemptClaimed, OrphanSwept)
-
-
-def _wire_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 class _Conflict(Exception):

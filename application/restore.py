@@ -23,9 +23,9 @@ import contextlib
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 import attrs
 
@@ -59,6 +59,8 @@ from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
 
+T = TypeVar("T")
+
 #: gzip level of the canonical stream into a sandbox (None: plain tar). Measured here
 #: (18 MiB / 2,901 files, local sandbox, 5 interleaved runs): plain 6.1 s median, level 1
 #: 7.2 s; zlib level 1 costs ~1.2 s of one host core for 20 MiB while a pipe, a Docker
@@ -81,7 +83,7 @@ def restore_bank(
     """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6).
 
     ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
-    chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
+    member or chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
     nothing is fetched.
     """
     assert decision.bank is not None
@@ -183,16 +185,18 @@ def _cut(cancel: Cancel) -> LeaseLost:
     return LeaseLost(f"the restore was cut: {cancel.why or 'the run context was cancelled'}")
 
 
-class _CutWhenCancelled:
-    """The fetch's destination, refusing the next chunk once the run context is cut (L5)."""
+def _unless_cut(cancel: Cancel | None, call: Callable[[T], None]) -> Callable[[T], None]:
+    """``call``, refusing (LEASE_LOST) once the run context is cut (L5): the check's member
+    and data callbacks ride it, so the bank's stream stops at its next member or chunk."""
+    if cancel is None:
+        return call
 
-    def __init__(self, dest: BankCheck, cancel: Cancel) -> None:
-        self.dest, self.cancel = dest, cancel
+    def guarded(item: T) -> None:
+        if cancel.is_set():
+            raise _cut(cancel)
+        call(item)
 
-    def write(self, data: bytes) -> int:
-        if self.cancel.is_set():
-            raise _cut(self.cancel)
-        return self.dest.write(data)
+    return guarded
 
 
 def _produce(
@@ -203,11 +207,9 @@ def _produce(
     out: _PipeOut,
     cap: int,
     result: _Produced,
-    cancel: Cancel | None = None,
 ) -> None:
-    dest = check if cancel is None else _CutWhenCancelled(check, cancel)
     try:
-        store.fetch(run_id, dest, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
+        store.fetch(run_id, check, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
         result.sha256 = writer.finish()
         result.bytes = writer.bytes
@@ -231,11 +233,16 @@ def _pipeline(
     out = _PipeOut(write_fd)
     writer = CanonicalWriter(out, gzip_level=gzip_level, writable_dirs=True)  # type: ignore[arg-type]
     check = BankCheck(
-        bank.record, limits=Limits(), cap=cap, on_member=writer.member, on_data=writer.data, progress=progress
+        bank.record,
+        limits=Limits(),
+        cap=cap,
+        on_member=_unless_cut(cancel, writer.member),
+        on_data=_unless_cut(cancel, writer.data),
+        progress=progress,
     )
     result = _Produced()
     thread = threading.Thread(
-        target=_produce, args=(run_id, check, store, writer, out, cap, result, cancel), daemon=True
+        target=_produce, args=(run_id, check, store, writer, out, cap, result), daemon=True
     )
     src = os.fdopen(read_fd, "rb")
     thread.start()

@@ -38,11 +38,12 @@ from scratchbank.domain.resume_gate import (
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
+from . import retry
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
 from .restore import Progress, attempt_of, restore_bank
-from .retry import Budget, Cancel
+from .retry import Budget
 
 RECORD_BUDGET = 30.0
 #: How many times a resume decides again after a conflict that did not take its run.
@@ -163,17 +164,16 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
-    cancel: Cancel | None = None,
 ) -> ResumeOutcome:
     """The whole resume as an engine runs it: gate, claim, then (if it restores) restore, record.
 
     Raises RunNotFound (an empty timeline) and NoRestoreTarget (A15) before writing
     anything; ResumeSuperseded when another execution took the run before this
-    resume's claim or after it (nothing more is written). ``cancel`` (a lease's run
-    context, L5) stops the restore at once: its staged tree discarded, recorded X5.
+    resume's claim or after it (nothing more is written).
     """
     clock = clock or SystemClock()
     target = Target(sandbox, host_directory, without_sandbox)
@@ -245,7 +245,7 @@ def _restore_guarded(
     store: BankStore,
     target: Target,
     progress: Progress | None,
-    cancel: Cancel | None = None,
+    cancel: retry.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:

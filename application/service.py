@@ -36,10 +36,10 @@ from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 
+from . import fencing
 from . import resume as resume_use_case
 from . import teardown as teardown_use_case
 from .clock import Clock, SystemClock
-from .fencing import LOST_REPLY, settle_append
 from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
 from .runner import Verdicts
@@ -272,8 +272,8 @@ class ScratchService:
         )
         try:
             self.timeline.append(run_id, [queued], expected=at)
-        except LOST_REPLY as lost:  # settled by reading: published only once it is known queued
-            settle_append(self.timeline, run_id, [queued], at, lost)
+        except fencing.LOST_REPLY as lost:  # settled by reading: published only once known queued
+            fencing.settle_append(self.timeline, run_id, [queued], at, lost)
         delivery = ResumeDelivery(run_id, attempt, consents)
         self.queue.publish(delivery)  # lost: the run stays queued; the outbox sweeper publishes it
         log.info("run %s: attempt %s queued and published", run_id, attempt)
