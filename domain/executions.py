@@ -2,7 +2,8 @@
 
 An execution starts with ``run_started`` or ``run_resumed``; since ADR 0007 that record
 names it (``execution``). A record written before then names none: its execution is
-known by its position (``#N``, N the 1-based record number), today's meaning.
+known by its position (``@N``, N the 0-based position of its start record, as the bank
+objects' stamps name it: ADR 0006), today's meaning.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class Execution:
 
     @property
     def label(self) -> str:
-        return self.id or f"#{self.position + 1}"
+        return self.id or f"@{self.position}"
 
 
 def executions(records: Sequence[Record]) -> tuple[Execution, ...]:
@@ -34,10 +35,10 @@ def executions(records: Sequence[Record]) -> tuple[Execution, ...]:
 
 
 def label_of(position: int | None, execution_id: str | None) -> str | None:
-    """How a record names an execution: its id, else ``#N``; None for no execution."""
+    """How a record names an execution: its id, else ``@N``; None for no execution."""
     if position is None:
         return None
-    return execution_id or f"#{position + 1}"
+    return execution_id or f"@{position}"
 
 
 @attrs.frozen

@@ -76,7 +76,7 @@ class RunResumed(Record):
     accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
     #: the execution this resume starts (A18); None on records written before it was named
     execution: str | None = wire(STR, required=False)
-    #: the execution (its id, or ``#N`` its record) whose teardown record was missing when
+    #: the execution (its id, or ``@N`` its start) whose teardown record was missing when
     #: this resume decided (A16): a bank it lands later is not this resume's to restore
     without_teardown: str | None = wire(STR, required=False)
 
@@ -123,6 +123,8 @@ class ScratchBanked(Record):
     """
 
     WIRE = "sandbox_scratch_banked"
+    #: v2 (ADR 0006): ``object`` names the bank object; v1 records read as naming the legacy key
+    VERSION = 2
     banked: bool = wire(BOOL)
     empty: bool = wire(BOOL)
     unknown: bool = wire(BOOL)
@@ -137,6 +139,9 @@ class ScratchBanked(Record):
     manifest_entries: int | None = wire(INT, required=False)
     manifest_bytes: int | None = wire(INT, required=False)
     manifest_sha256: str | None = wire(STR, required=False)
+    #: the bank object this record names (A17, ADR 0006): ``banks/<sha256>.tgz`` beneath
+    #: the run; None on a record written before objects had names (v1): the legacy key
+    object: str | None = wire(STR, required=False)
     #: the execution this teardown banked (A18); None on records written before it was named
     execution: str | None = wire(STR, required=False)
 

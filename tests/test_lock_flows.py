@@ -231,7 +231,7 @@ def test_A18_the_teardown_record_names_its_execution_and_older_records_keep_thei
     unnamed.timeline.append(RUN, [RunResumed()])
     legacy = unnamed.teardown(OLD, None)
     assert legacy.recorded
-    assert legacy.execution == "#1"
+    assert legacy.execution == "@0"
 
 
 # ---- Racing resumes (C7, A16) -----------------------------------------------------------
