@@ -98,6 +98,11 @@ class Rig:
         )
 
 
+def objects(store: InMemoryBankStore) -> dict[str, dict[str | None, bytes]]:
+    """What the store holds, every run's objects by name (a copy)."""
+    return {run: dict(named) for run, named in store.stored.items()}
+
+
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     out: list[Any] = []
 
@@ -176,13 +181,12 @@ def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execu
         assert report.recorded
 
     rig.timeline.meanwhile = e2
-    stored = dict(rig.store.banks)
     late = rig.teardown(OLD, e1)
     assert rig.timeline.blips == 1
     assert not late.recorded
     assert "superseded" in late.superseded
     assert e1 in late.superseded
-    assert rig.store.banks != stored  # E2's bank is there ...
+    assert len(objects(rig.store)) == 1  # E2's bank is there, E1 stored nothing ...
     last = [r for r in rig.records() if isinstance(r, ScratchBanked)]
     assert len(last) == 1  # ... and only E2's teardown recorded
     target = FakeSandbox({})
@@ -202,13 +206,13 @@ def test_A18_a_late_teardown_of_an_older_execution_is_superseded_and_never_rever
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     e2 = rig.resume(FakeSandbox({}))
     assert e2.proceeds
-    bank = dict(rig.store.banks)
+    bank = objects(rig.store)
     before = rig.records()
     late = rig.teardown({"work/a.txt": b"E1 kept writing"}, e1)
     assert not late.recorded
     assert e2.execution in late.superseded
     assert rig.records() == before
-    assert rig.store.banks == bank
+    assert objects(rig.store) == bank
     gone = FakeSandbox(dict(NEW))
     gone.gone = True
     lost = rig.teardown(None, e2.execution, sandbox=gone, lock=rig.lock, grant=e2.grant)
@@ -333,10 +337,10 @@ def test_A16_X3_a_failed_restores_hold_lets_the_lock_go_and_the_next_resume_rest
     assert not failed.proceeds
     assert failed.grant is None
     assert rig.lock.holder(RUN) is None
-    bank = dict(rig.store.banks)
+    bank = objects(rig.store)
     held = rig.teardown({"work/a.txt": b"half"}, None)
     assert held.plan.rule == "X3"
-    assert rig.store.banks == bank
+    assert objects(rig.store) == bank
     target = FakeSandbox({})
     assert rig.resume(target).proceeds
     assert target.files == OLD
@@ -404,10 +408,10 @@ class GatedStore(InMemoryBankStore):
         super().__init__()
         self.begun, self.go = threading.Event(), threading.Event()
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+    def put(self, run_id: str, archive: Path, *, sha256: str, **kw: Any) -> str:
         self.begun.set()
         assert self.go.wait(WAIT)
-        super().put(run_id, archive, sha256=sha256, deadline=deadline)
+        return super().put(run_id, archive, sha256=sha256, **kw)
 
 
 def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped() -> None:
@@ -432,6 +436,14 @@ def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped
     assert not report.recorded
     assert e2.execution in report.superseded
     assert not any(isinstance(r, ScratchBanked) for r in rig.records())
-    assert rig.store.stat(RUN) is not None  # the late bank is kept, not dropped
+    loose = rig.store.objects(RUN)
+    assert len(loose) == 1  # the late bank is kept, not dropped ...
+    assert loose[0].stamp is not None
+    assert loose[0].stamp.execution == e1  # ... stamped with its execution (N3 finds it)
+    status = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock).status(RUN)
+    assert status.unreferenced is not None
+    listed = [*status.unreferenced.others, *status.unreferenced.unproven]
+    assert status.unreferenced.record is None  # never recorded as E2's: it is E1's
+    assert [o.name for o in listed] == [loose[0].name]  # status lists it
     with pytest.raises(LockLost):
         rig.lock.refresh(grant, ttl=60)
