@@ -14,15 +14,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from scratchbank.application.clock import Clock, SystemClock
 from scratchbank.application.ports import LockGrant, LockHolder
-from scratchbank.application.run_lock import MemoryRunLock, Row, RowLock, lost
-from scratchbank.application.runner_ports import Lease, LeaseGrant
-from scratchbank.domain.errors import LeaseLost, LockLost, LockUnavailable, QueueUnavailable
+from scratchbank.application.run_lock import HandedLock, MemoryRunLock, Row, RowLock, lost
+from scratchbank.domain.errors import LockUnavailable
 
 __all__ = ["HandedLock", "MemoryRunLock", "PostgresRunLock", "SqliteRunLock"]
 from scratchbank.domain.runs import check_run_id
@@ -177,80 +175,3 @@ class PostgresRunLock:
         if row is None or not row[0]:
             return None
         return LockHolder(row[0], int(row[1]), row[2], row[3], bool(row[4]))
-
-
-class HandedLock:
-    """The runner's JetStream KV lease as the run's lock (ADR 0005, 0007).
-
-    The runner hands in the grant it holds: for that run ``acquire`` answers it (the
-    service never contends with its own holder), ``refresh`` refreshes the runner's lease
-    and ``release`` leaves it to the runner. Any other run goes through the lease itself.
-    Expiry is the lease's (its value's ``expires``, the KV's compare-and-set).
-    """
-
-    def __init__(
-        self,
-        lease: Lease,
-        grant: LeaseGrant | None = None,
-        *,
-        lapse: float = 60.0,
-        clock: Clock | None = None,
-    ) -> None:
-        self.lease, self.lapse, self.clock = lease, lapse, clock or SystemClock()
-        self.handed = grant
-        self._grants: dict[tuple[str, int], LeaseGrant] = {}
-        self._since: dict[tuple[str, int], datetime] = {}
-        if grant is not None:
-            self._keep(grant)
-
-    def _keep(self, grant: LeaseGrant) -> LockGrant:
-        key = (grant.run_id, grant.token)
-        self._grants[key] = grant
-        since = self._since.setdefault(key, self.clock.now())
-        expires = self.clock.now() + timedelta(seconds=self.lapse)
-        return LockGrant(grant.run_id, grant.holder, grant.token, since, expires)
-
-    def _is_handed(self, run_id: str) -> bool:
-        return self.handed is not None and self.handed.run_id == run_id
-
-    def acquire(self, run_id: str, holder: str, *, ttl: float) -> LockGrant | None:
-        if self._is_handed(run_id):
-            assert self.handed is not None
-            return self._keep(self.handed)
-        try:
-            grant = self.lease.acquire(run_id, holder)
-        except QueueUnavailable as error:
-            raise LockUnavailable(error.message) from error
-        return None if grant is None else self._keep(grant)
-
-    def refresh(self, grant: LockGrant, *, ttl: float) -> LockGrant:
-        held = self._grants.get((grant.run_id, grant.token))
-        if held is None:
-            raise lost(grant)
-        try:
-            fresh = self.lease.refresh(held)
-        except LeaseLost as error:
-            raise LockLost(error.message) from error
-        if self._is_handed(grant.run_id):
-            self.handed = fresh
-        return self._keep(fresh)
-
-    def release(self, grant: LockGrant) -> None:
-        if self._is_handed(grant.run_id):
-            return  # the runner's: it lets its lease go itself
-        held = self._grants.pop((grant.run_id, grant.token), None)
-        if held is not None:
-            self.lease.release(held)
-
-    def holder(self, run_id: str) -> LockHolder | None:
-        if self._is_handed(run_id):
-            assert self.handed is not None
-            g = self._keep(self.handed)
-            return LockHolder(g.holder, g.token, g.since, g.expires, True)
-        return None  # the KV lease offers no read through its port
-
-    def break_lock(self, run_id: str, *, by: str) -> LockHolder | None:
-        raise LockUnavailable(
-            "the runner's lease ends by lapsing (stop the runner); the lock cannot break it",
-            remedy="stop the runner that holds the run's lease; the next holder takes it over",
-        )

@@ -61,6 +61,7 @@ from .fencing import FencedBankStore, FencedTimeline, Token
 from .lease_keeper import LeaseKeeper
 from .ports import BankStore, Sandbox, Timeline
 from .resume import ResumeOutcome, resume
+from .run_lock import HandedLock
 from .runner_ports import (
     DeliveryQueue,
     Engine,
@@ -315,6 +316,7 @@ class Runner:
         a newer holder wrote) and leaves the delivery to the next holder, unacked.
         """
         d = inbound.delivery
+        lock = HandedLock(self.lease, keeper.grant)  # A16: the run's lock is this lease (ADR 0007)
         try:
             outcome = resume(
                 d.run_id,
@@ -324,6 +326,8 @@ class Runner:
                 sandbox=sandbox,
                 attempt=d.attempt,
                 cancel=keeper.cancel,
+                lock=lock,
+                grant=lock.acquire(d.run_id, keeper.grant.holder, ttl=0),
             )
         except ResumeSuperseded as error:  # C6: the resume lost its claim; it wrote nothing more
             return _acked(inbound, Handled.SUPERSEDED, f"{error.code}: {error.message}")

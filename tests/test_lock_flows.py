@@ -447,3 +447,31 @@ def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped
     assert [o.name for o in listed] == [loose[0].name]  # status lists it
     with pytest.raises(LockLost):
         rig.lock.refresh(grant, ttl=60)
+
+
+# ---- status shows the lock; breaking it is an operator's action that fences ----------
+
+
+def test_A16_status_shows_the_lock_and_breaking_it_fences_the_old_holder(tmp_path: Path) -> None:
+    """``status`` shows who holds the run's lock, since when, with which token; an
+    operator's break ends it and the old holder's next refresh is LOCK_LOST."""
+    from scratchbank.adapters.present import status_data, status_text
+
+    rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
+    service = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
+    execution, grant = start_run(RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    report = service.status(RUN)
+    assert report.lock is not None
+    assert (report.lock.holder, report.lock.token, report.lock.live) == (execution, grant.token, True)
+    data = status_data(report)["lock"]
+    assert data["holder"] == execution
+    assert data["token"] == grant.token
+    assert any(f"lock: held by {execution}" in line for line in status_text(report))
+    before = rig.records()
+    broken = service.break_lock(RUN, by="test operator")
+    assert broken is not None
+    assert broken.holder == execution
+    with pytest.raises(LockLost):
+        rig.lock.refresh(grant, ttl=60)
+    assert service.status(RUN).lock is None
+    assert rig.records() == before  # breaking a lock writes nothing on the run
