@@ -204,7 +204,7 @@ def resume(
     clock = clock or SystemClock()
     execution = execution or new_execution()
     target = Target(sandbox, host_directory, without_sandbox)
-    _refuse_early(run_id, request, timeline, workflow, snapshots, target)
+    first = _refuse_early(run_id, request, timeline, workflow, snapshots, target)
     own = grant is None
     hand_on = own and lock is not None  # a lock-less caller's lock lasts the call only
     lock = lock or LOCAL
@@ -225,6 +225,7 @@ def resume(
             record_budget,
             execution,
             cancel,
+            first,
         )
     finally:
         started = outcome is not None and outcome.claim is not None and outcome.proceeds
@@ -242,14 +243,16 @@ def _refuse_early(
     workflow: Workflow,
     snapshots: SnapshotStore | None,
     target: Target,
-) -> None:
+) -> int:
     """RUN_NOT_FOUND and A15's NO_RESTORE_TARGET before the lock is even taken: a refusal
     that names the caller's mistake changes nothing, not even the lock's row. (Under the
-    lock the resume decides again; these two cannot turn into a go.)"""
+    lock the resume decides again; these two cannot turn into a go.) Answers the version
+    read: an execution that starts after it took the run from this resume (C7)."""
     gate = _gate(timeline, run_id, request, workflow, snapshots)
     if gate.version == 0:
         raise RunNotFound(f"the timeline holds no record of run {run_id}; nothing was written")
     target.check(gate.decision)
+    return gate.version
 
 
 def _resume_held(
@@ -266,10 +269,12 @@ def _resume_held(
     record_budget: float,
     execution: str,
     cancel: retry.Cancel | None,
+    first: int,
 ) -> ResumeOutcome:
-    unrecorded, origin = _reconcile(run_id, request, timeline, store, clock, record_budget)
+    unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget)
     if unrecorded is not None:
         return unrecorded
+    origin = first if reconciled is None else min(first, reconciled)
     claimed = _claim(
         run_id,
         request,
