@@ -9,6 +9,7 @@ schedules (seeded). Each is checked against the model of the rules in
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from scratchbank.testing.explorer import Bounds, Exploration, keep, replay, show
 from scratchbank.testing.interleavings import (
     Scenario,
     World,
+    explore_kills,
     explore_scenario,
     filesystem_world,
     run_one,
@@ -113,3 +115,39 @@ def test_A16_a_planted_fence_removal_is_found_and_named(world: World) -> None:
     print(f"planted fence found {kind} by schedule: {show(trace)}")
     _again, violations = run_one(world, scenario, replay(trace))
     assert kind in {v.kind for v in violations}
+
+
+def fresh_database(postgres_url: str) -> str:
+    import psycopg
+
+    name = "explore_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.mark.postgres
+@pytest.mark.xfail(strict=False, reason=UNTIL)
+def test_A16_on_postgresql_an_engine_resume_never_goes_on_while_the_first_teardown_banks(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A16/R10 on a PostgreSQL timeline (a fresh database): every interleaving."""
+    with filesystem_world(tmp_path, fresh_database(postgres_url)) as world:
+        none_found(explore_scenario(world, Scenario("fresh", ("old", "exec"))))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "victim"),
+    [(Scenario("fresh", ("old", "exec")), "old"), (Scenario("parked", ("resume", "exec")), "resume")],
+    ids=["first-teardown", "racing-resume"],
+)
+def test_A16_a_real_process_killed_at_each_pause_point(
+    tmp_path: Path, scenario: Scenario, victim: str
+) -> None:
+    """A16: the victim runs in a real process SIGKILLed at each of its pause points in
+    turn; the others then run and the model holds (the victim's sandbox is lost, the
+    timeline and the store stay usable). Green before and after the fixes: the others
+    run after the kill, never beside it."""
+    url = f"sqlite:///{tmp_path}/timeline.db"
+    with filesystem_world(tmp_path, url) as world:
+        none_found(explore_kills(world, url, scenario, victim))

@@ -29,7 +29,10 @@ sandbox is torn down alone, then:
 
 - A17/T3: the bank the timeline names is in the store as recorded (``status``);
 - R2: no resume (an actor's, or a last one run alone after everything) restores a
-  scratch that lacks a node recorded as finished in a sandbox before its claim;
+  scratch that lacks a node recorded as finished in a sandbox after the start of the
+  execution whose scratch it is (every scratch carries a file, ``MARK``, naming that
+  execution: the model's lineage; the nodes recorded before that start were judged at
+  that execution's own resume);
 - A16/R10: no resume goes on without a scratch (no consent) while a node's work was
   neither banked, nor recorded lost (``unknown``/unbanked teardown, accepted loss), nor
   held only by sandboxes that died;
