@@ -87,6 +87,7 @@ from .explorer import (
     Violation,
     explore_all,
     explore_random,
+    lock_port,
     sandbox_port,
     store_port,
     timeline_port,
@@ -109,6 +110,10 @@ class World:
     #: wraps the timeline every actor sees (a planted fence removal, a test's spy)
     wrap_timeline: Callable[[Timeline], Any] = lambda timeline: timeline
     templates: dict[str, tuple[Record, ...]] = attrs.Factory(dict)
+    #: the run's lock (A16) every service takes, once the service has one; wrapped for
+    #: every actor as the timeline is (a planted fence removal: a lock that always grants)
+    lock: Any = None
+    wrap_lock: Callable[[Any], Any] = lambda lock: lock
 
     @property
     def template_run(self) -> str:
@@ -122,8 +127,10 @@ def node(name: str) -> NodeFinished:
     return NodeFinished(node=name, kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)
 
 
-def service(timeline: Any, store: Any, clock: Any = None) -> ScratchService:
-    return ScratchService(timeline=timeline, store=store, clock=clock or ManualClock())
+def service(timeline: Any, store: Any, clock: Any = None, lock: Any = None) -> ScratchService:
+    """The public service over these ports (and the run's lock, where the service takes one)."""
+    extra = {"lock": lock} if lock is not None and "lock" in attrs.fields_dict(ScratchService) else {}
+    return ScratchService(timeline=timeline, store=store, clock=clock or ManualClock(), **extra)
 
 
 @attrs.define
@@ -167,7 +174,7 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
     run_id = world.template_run + ("p" if parked else "")
     clock = ManualClock()
     world.timeline.append(run_id, [RunStarted(at=clock.now()), node("a")])
-    real = service(world.timeline, world.store, clock)
+    real = service(world.timeline, world.store, clock, world.lock)
     real.bank_at_teardown(run_id, FakeSandbox({"a": b"a", MARK: b"e1"}), run_finished=False)
     newer = FakeSandbox()
     outcome = real.resume(run_id, target=Target(sandbox=newer), attempt="setup")
@@ -187,7 +194,8 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
     clock = ManualClock()
     timeline = schedule.proxy(name, timeline_port(), world.wrap_timeline(world.timeline))
     store = schedule.proxy(name, store_port(), world.store)
-    mine = service(timeline, store, clock)
+    lock = None if world.lock is None else schedule.proxy(name, lock_port(), world.wrap_lock(world.lock))
+    mine = service(timeline, store, clock, lock)
     schedule_actor = schedule.actor
     run = story.run_id
     if name in ("old", "new"):
@@ -424,7 +432,7 @@ def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[
         label = f"{s.actor}-sb"
         if label in story.torn_down or s.actor in dead:
             continue
-        service(world.timeline, world.store).bank_at_teardown(
+        service(world.timeline, world.store, lock=world.lock).bank_at_teardown(
             story.run_id, story.sandboxes[label], run_finished=False
         )
         story.torn_down.add(label)
@@ -442,7 +450,7 @@ def _lost(story: Story, dead: set[str]) -> Callable[[str], bool]:
 
 def _check_store(world: World, run_id: str) -> list[Violation]:
     """A17/T3: the bank the timeline names is in the store as recorded."""
-    report = service(world.timeline, world.store).status(run_id)
+    report = service(world.timeline, world.store, lock=world.lock).status(run_id)
     if report.store.verdict in ("no bank", "matches"):
         return []
     verdict = report.store.verdict
@@ -457,7 +465,7 @@ def _final_resume(world: World, story: Story, lost: Callable[[str], bool]) -> li
     """The next resume, alone: restores the latest recorded bank or refuses by name (R2)."""
     sandbox = FakeSandbox()
     try:
-        outcome = service(world.timeline, world.store).resume(
+        outcome = service(world.timeline, world.store, lock=world.lock).resume(
             story.run_id, target=Target(sandbox=sandbox), attempt="final"
         )
     except ScratchbankError:
