@@ -48,7 +48,9 @@ sandbox is torn down alone, then:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
+import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -74,6 +76,7 @@ from scratchbank.domain.records import (
     ScratchRestored,
 )
 from scratchbank.domain.resume_gate import ResumeRequest, Verdict
+from scratchbank.domain.wire import encode
 
 from .clocks import ManualClock
 from .explorer import (
@@ -113,6 +116,8 @@ class World:
     #: the run's lock (A16) every service takes, once the service has one; wrapped for
     #: every actor as the timeline is (a planted fence removal: a lock that always grants)
     lock: Any = None
+    #: the end-of-schedule verdicts already reached, by fingerprint (``_fingerprint``)
+    checked: dict[Any, list[Violation]] = attrs.Factory(dict)
     wrap_lock: Callable[[Any], Any] = lambda lock: lock
 
     @property
@@ -392,6 +397,18 @@ def check(world: World, story: Story, ran: Ran) -> list[Violation]:
         if left:
             found.append(Violation("T3", "a deleted run holds objects in the store", ", ".join(left)))
         return found
+    key = _fingerprint(world, story, seen, dead, records)
+    if key is None:
+        return found + _check_end(world, story, seen, dead)
+    known = world.checked.get(key)
+    if known is None:
+        known = world.checked[key] = _check_end(world, story, seen, dead)
+    return found + known
+
+
+def _check_end(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> list[Violation]:
+    """The invariants that tear down, read the store and resume once more."""
+    found: list[Violation] = []
     _tear_down_live(world, story, seen, dead)
     records = tuple(world.timeline.read(story.run_id))
     lost = _lost(story, dead)
@@ -401,6 +418,49 @@ def check(world: World, story: Story, ran: Ran) -> list[Violation]:
     found += _check_store(world, story.run_id)
     found += _final_resume(world, story, lost)
     return found
+
+
+def _fingerprint(
+    world: World, story: Story, seen: Sequence[Seen], dead: set[str], records: Sequence[Record]
+) -> tuple[Any, ...] | None:
+    """Everything ``_check_end`` reads, as a value: two schedules that end in equal
+    fingerprints end in the same verdicts (the timeline's records but for their times,
+    the run's objects in the store by content, every sandbox's files, who is dead, what
+    each resume saw). None (never memoised) without a filesystem store to read, or with
+    a lock (its holders would belong in the fingerprint too)."""
+    if world.store_root is None or world.lock is not None:
+        return None
+    timeless = tuple(
+        json.dumps({k: v for k, v in encode(r).items() if k != "at"}, sort_keys=True) for r in records
+    )
+    folder = world.store_root / "runs" / story.run_id
+    stored = tuple(
+        (str(p.relative_to(folder)), hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    )
+    sandboxes = tuple(
+        (
+            label,
+            tuple(sorted((sb.files or {}).items())),
+            story.owner.get(label) in dead,
+            label in story.torn_down,
+        )
+        for label, sb in sorted(story.sandboxes.items())
+    )
+    resumes = tuple(
+        (
+            s.actor,
+            s.outcome.decision.verdict,
+            s.outcome.restore,
+            tuple(sorted(s.files.items())),
+            s.claim,
+            s.consented,
+        )
+        for s in seen
+    )
+    requests = tuple(sorted((name, r.consents) for name, r in story.requests.items()))
+    return (timeless, stored, sandboxes, resumes, requests)
 
 
 def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
