@@ -112,7 +112,7 @@ class Port:
     passthrough: frozenset[str] = frozenset()
 
 
-_READ_NAMES = re.compile(r"^(read|load|fetch|stat|get|list|head|exists|holder|status|peek|who)")
+_READ_NAMES = re.compile(r"^(read|load|fetch|stat|get|list|head|exists|holder|status|peek|who|objects)")
 
 
 def reads_by_name(method: str) -> bool:
