@@ -58,25 +58,25 @@ def none_found(found: Exploration) -> None:
     assert found.violations == 0, found.report()
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A18_teardowns_of_an_older_and_a_newer_sandbox_never_revert_the_newer(world: World) -> None:
     """A18: every interleaving of the old sandbox's late teardown and the newer one's."""
     none_found(explore_scenario(world, Scenario("resumed", ("old", "new"))))
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A16_an_engine_resume_never_goes_on_while_the_first_teardown_banks(world: World) -> None:
     """A16/R10: every interleaving of the first teardown and an engine-side execution."""
     none_found(explore_scenario(world, Scenario("fresh", ("old", "exec"))))
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A16_racing_resumes_run_one_execution(world: World) -> None:
     """A16/C7: every interleaving of two resumes of one parked run: one runs."""
     none_found(explore_scenario(world, Scenario("parked", ("resume", "exec"))))
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A17_a_late_teardown_and_a_resume_never_destroy_the_recorded_bank(world: World) -> None:
     """A17: every interleaving of a late teardown of the old sandbox and a resume."""
     none_found(explore_scenario(world, Scenario("parked", ("old", "resume"))))
@@ -96,7 +96,7 @@ THREE = (
 SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SCHEDULES", "10000"))
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A16_A17_A18_three_actors_ten_thousand_random_schedules(tmp_path: Path) -> None:
     """A16-A18, C3-C5: 10,000 distinct three-actor schedules drawn at random (seeded),
     shared out over two processes."""
@@ -141,7 +141,7 @@ def fresh_database(postgres_url: str) -> str:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A16_on_postgresql_an_engine_resume_never_goes_on_while_the_first_teardown_banks(
     tmp_path: Path, postgres_url: str
 ) -> None:
@@ -238,7 +238,7 @@ def _first_then(actor: str, fault: Fault, then: str) -> Chooser:
     return chooser
 
 
-@pytest.mark.xfail(strict=False, reason=UNTIL)
+@pytest.mark.xfail(strict=False, reason=UNTIL, raises=AssertionError)
 def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execution(world: World) -> None:
     """A18 (issue 18, class 1): the first teardown's first read fails (a blip), a newer
     execution runs and banks, then the teardown goes on: it must not revert it."""

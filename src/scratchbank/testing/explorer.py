@@ -90,6 +90,11 @@ class ActorDied(BaseException):
     would still make: nothing it does after its death reaches a port."""
 
 
+class Nondeterministic(Exception):
+    """A replayed prefix did not reach the same pause points: the actors or the world
+    they run in are not deterministic (a bug of the scenario, never a schedule)."""
+
+
 class Pruned(Exception):
     """A schedule the search abandoned (sleep-set blocked): it is never checked."""
 
@@ -488,6 +493,9 @@ class Exhaustive:
             return alone.actor, Fault.NONE
         if self.at < len(self.stack):
             frame = self.stack[self.at]
+            actor, call, _fault = frame.current
+            if not any(p.actor == actor and p.call == call for p in within):
+                raise Nondeterministic(f"replaying step {self.at + 1}: {actor} is not paused at {call}")
         else:
             frame = self._frame(within)
             self.stack.append(frame)
