@@ -101,7 +101,8 @@ def test_A16_A17_A18_three_actors_ten_thousand_random_schedules(tmp_path: Path) 
     """A16-A18, C3-C5: 10,000 distinct three-actor schedules drawn at random (seeded),
     shared out over two processes."""
     found = keep(sample_in_parallel(tmp_path, THREE, schedules=SCHEDULES, seed=SEED))
-    assert found.schedules >= SCHEDULES
+    if found.schedules < SCHEDULES:  # the explorer's own shortfall: never masked by the xfail
+        pytest.fail(f"only {found.schedules} distinct schedules drawn of {SCHEDULES}")
     assert found.violations == 0, found.report()
 
 
