@@ -119,10 +119,36 @@ class _Unfenced:
         return self.inner.append(run_id, records)
 
 
+class _AlwaysGrants:
+    """The run's lock (A16, ADR 0007's RunLock) with its fence removed: a held lock is
+    broken and taken, a lost grant refreshes as if it were still held."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def acquire(self, run_id: str, holder: str, *, ttl: float) -> Any:
+        grant = self.inner.acquire(run_id, holder, ttl=ttl)
+        if grant is None:
+            self.inner.break_lock(run_id, by="planted")
+            grant = self.inner.acquire(run_id, holder, ttl=ttl)
+        return grant
+
+    def refresh(self, grant: Any, *, ttl: float) -> Any:
+        try:
+            return self.inner.refresh(grant, ttl=ttl)
+        except Exception:
+            return grant
+
+
 def test_A16_a_planted_fence_removal_is_found_and_named(world: World) -> None:
-    """A16: with the timeline's claim fence removed the explorer reports a violation, names
-    the schedule that found it, and that schedule replays to the same violation."""
+    """A16: with the fences removed (the timeline's claim by position, and the run's lock
+    where the service takes one) the explorer reports a violation, names the schedule
+    that found it, and that schedule replays to the same violation."""
     world.wrap_timeline = _Unfenced
+    world.wrap_lock = _AlwaysGrants
     scenario = Scenario("parked", ("resume", "exec"))
     found = keep(explore_scenario(world, scenario, Bounds(max_faults=0)), counted=False)
     assert found.violations >= 1, found.report()
