@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import itertools
 import json
 import shutil
@@ -146,6 +147,7 @@ class Story:
     sandboxes: dict[str, FakeSandbox] = attrs.Factory(dict)
     owner: dict[str, str] = attrs.Factory(dict)  # sandbox label -> the actor that ends it
     requests: dict[str, ResumeRequest] = attrs.Factory(dict)
+    executions: dict[str, str | None] = attrs.Factory(dict)  # sandbox label -> its execution (A18)
     torn_down: set[str] = attrs.Factory(set)
     restored: dict[str, dict[str, bytes]] = attrs.Factory(dict)  # a resume's scratch once restored
 
@@ -158,8 +160,9 @@ def preset(world: World, name: str) -> Story:
     store folder copied (so it reads as the real one, whatever the store's layout)."""
     story = Story(world.run_id())
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
+    story.executions["old"] = "e1"
     if name == "fresh":
-        world.timeline.append(story.run_id, [RunStarted(at=ManualClock().now()), node("a")])
+        world.timeline.append(story.run_id, [RunStarted(at=ManualClock().now(), execution="e1"), node("a")])
         return story
     records = world.templates.get(name)
     if records is None:
@@ -170,7 +173,27 @@ def preset(world: World, name: str) -> Story:
     template = world.template_run + ("p" if name == "parked" else "")
     shutil.copytree(world.store_root / "runs" / template, world.store_root / "runs" / story.run_id)
     story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
+    story.executions["new"] = execution_of(records, "setup")
     return story
+
+
+def execution_of(records: Sequence[Record], attempt: str) -> str | None:
+    """The execution id a resume's claim carries (A18), where its records carry one."""
+    for r in records:
+        if isinstance(r, RunResumed) and r.attempt == attempt:
+            found = getattr(r, "execution", None)
+            return found if isinstance(found, str) else None
+    return None
+
+
+def tear_down(mine: ScratchService, run_id: str, sandbox: Any, execution: Callable[[], str | None]) -> Any:
+    """``bank_at_teardown`` of a sandbox; told which execution it banks (A18) where the
+    service takes it (``execution`` is asked only then)."""
+    extra: dict[str, Any] = {}
+    if "execution" in inspect.signature(mine.bank_at_teardown).parameters:
+        named = execution()
+        extra = {} if named is None else {"execution": named}
+    return mine.bank_at_teardown(run_id, sandbox, run_finished=False, **extra)
 
 
 def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
@@ -178,9 +201,9 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
     of its own (``world.template_run``)."""
     run_id = world.template_run + ("p" if parked else "")
     clock = ManualClock()
-    world.timeline.append(run_id, [RunStarted(at=clock.now()), node("a")])
+    world.timeline.append(run_id, [RunStarted(at=clock.now(), execution="e1"), node("a")])
     real = service(world.timeline, world.store, clock, world.lock)
-    real.bank_at_teardown(run_id, FakeSandbox({"a": b"a", MARK: b"e1"}), run_finished=False)
+    tear_down(real, run_id, FakeSandbox({"a": b"a", MARK: b"e1"}), lambda: "e1")
     newer = FakeSandbox()
     outcome = real.resume(run_id, target=Target(sandbox=newer), attempt="setup")
     if not outcome.proceeds or outcome.claim is None or newer.files != {"a": b"a", MARK: b"e1"}:
@@ -188,7 +211,7 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
     world.timeline.append(run_id, [node("b")], expected=outcome.claim.position)
     if parked:
         newer.files = {"a": b"a", "b": b"b", MARK: b"setup"}
-        report = real.bank_at_teardown(run_id, newer, run_finished=False)
+        report = tear_down(real, run_id, newer, lambda: execution_of(world.timeline.read(run_id), "setup"))
         if not report.recorded:
             raise RuntimeError(f"the parked preset could not be made: {report}")
     return tuple(world.timeline.read(run_id))
@@ -208,7 +231,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
         sandbox = schedule.proxy(name, sandbox_port(name), story.sandboxes[name])
 
         def teardown() -> Any:
-            report = mine.bank_at_teardown(run, sandbox, run_finished=False)
+            report = tear_down(mine, run, sandbox, lambda: story.executions.get(name))
             story.torn_down.add(name)
             return report
 
@@ -235,7 +258,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
                 return outcome
             own.files = {**(own.files or {}), f"{name}-node": b"x"}
             timeline.append(run, [node(f"{name}-node")], expected=outcome.claim.position)
-            mine.bank_at_teardown(run, target.sandbox, run_finished=False)  # type: ignore[arg-type]
+            tear_down(mine, run, target.sandbox, lambda: execution_of(world.timeline.read(run), name))
             story.torn_down.add(label)
             return outcome
 
@@ -488,13 +511,13 @@ def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list
 
 def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> None:
     """An execution still live at the end is torn down alone (its sandbox stops)."""
+    records = tuple(world.timeline.read(story.run_id))
     for s in seen:
         label = f"{s.actor}-sb"
         if label in story.torn_down or s.actor in dead:
             continue
-        service(world.timeline, world.store, lock=world.lock).bank_at_teardown(
-            story.run_id, story.sandboxes[label], run_finished=False
-        )
+        mine = service(world.timeline, world.store, lock=world.lock)
+        tear_down(mine, story.run_id, story.sandboxes[label], lambda s=s: execution_of(records, s.actor))  # type: ignore[misc]
         story.torn_down.add(label)
 
 
@@ -672,8 +695,10 @@ def _killable(url: str, store_root: str, run_id: str, preset_name: str, victim: 
     world = World(timeline, FilesystemBankStore(store_root), Path(store_root))
     story = Story(run_id)
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
+    story.executions["old"] = "e1"
     if preset_name in ("resumed", "parked"):
         story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
+        story.executions["new"] = execution_of(timeline.read(run_id), "setup")
 
     def ask(paused: Sequence[Pending]) -> tuple[str, Fault]:
         conn.send(str(paused[0].call))
