@@ -21,7 +21,6 @@ from scratchbank.application.service import ScratchService
 
 from .config import (
     Settings,
-    bank_folder,
     home_settings,
     open_bank_store,
     open_timeline,
@@ -69,7 +68,7 @@ def runner_argv(
     if not settings.queue_url:
         raise ConfigInvalid("a runner needs a queue: SCRATCHBANK_QUEUE or --queue nats://HOST:PORT")
     argv = ["--nats", settings.queue_url, "--namespace", namespace, "--timeline", settings.timeline_url]
-    argv += ["--banks", str(bank_folder(settings.bank_url)), "--sandboxes", str(sandboxes)]
+    argv += ["--bank", settings.bank_url, "--sandboxes", str(sandboxes)]
     argv += ["--workflow", str(workflow), "--holder", holder]
     return argv + (["--log", str(log)] if log else [])
 

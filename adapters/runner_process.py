@@ -1,12 +1,16 @@
-"""The runner as a process of its own: NATS JetStream deliveries and leases, a timeline
-by URL, banks on disk, local sandboxes and the reference engine, wired from arguments.
+"""The runner as a process of its own: NATS JetStream deliveries and leases, the timeline
+and bank store by URL, the sandbox provider and the reference engine, wired from the
+settings (``runner_settings``: the environment, as ``scratchbank serve`` reads it)::
 
-    python -m scratchbank.adapters.runner_process --nats nats://... \\
-        --timeline postgresql://... --banks DIR --sandboxes DIR --workflow FILE.json
+    SCRATCHBANK_QUEUE=nats://... SCRATCHBANK_TIMELINE=postgresql://... \\
+    SCRATCHBANK_BANK=s3://bucket/prefix SCRATCHBANK_WORKFLOW=FILE.json \\
+    SCRATCHBANK_SANDBOX_PROVIDER=kubernetes SCRATCHBANK_POD_TEMPLATE=pod.yaml \\
+        python -m scratchbank.adapters.runner_process
 
-Each delivery it handles is one JSON line on ``--log`` (or stdout). ``--slow-put`` and
-``--slow-fetch`` hold the bank store for that many seconds first, announcing it on the
-log, so that fault tests can kill the process in the middle of a teardown or a restore.
+The flags below, when given, win over the environment. Each delivery it handles is one
+JSON line on ``--log`` (or stdout). ``--slow-put`` and ``--slow-fetch`` hold the bank
+store for that many seconds first, announcing it on the log, so that fault tests can
+kill the process in the middle of a teardown or a restore.
 """
 
 from __future__ import annotations
@@ -17,20 +21,20 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from scratchbank.application.ports import BankStore, StoredBank
+from scratchbank.application.ports import BankStore, StoredBank, Timeline
 from scratchbank.application.retry import Deadline
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.teardown import Budgets
 from scratchbank.domain.lease import LeaseTiming
 
-from .event_store import EventStoreTimeline
-from .fs_bank import FilesystemBankStore
+from .config import open_bank_store, open_timeline
 from .nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
 from .reference_engine import Node, ReferenceEngine
-from .sandbox_provider import LocalSandboxProvider
+from .runner_settings import RunnerConfig, open_provider, runner_config
 
 
 class Log:
@@ -48,7 +52,7 @@ class Log:
 class HeldBankStore:
     """A bank store that waits before each put or fetch, saying so (for fault tests)."""
 
-    def __init__(self, inner: FilesystemBankStore, log: Log, *, put: float, fetch: float) -> None:
+    def __init__(self, inner: BankStore, log: Log, *, put: float, fetch: float) -> None:
         self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
         self.keeps_banks = inner.keeps_banks
 
@@ -87,36 +91,58 @@ def load_workflow(path: Path) -> tuple[Node, ...]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """Flags over the environment (runner_settings); none is needed when the environment has all."""
     p = argparse.ArgumentParser(prog="scratchbank-runner")
-    p.add_argument("--nats", required=True)
-    p.add_argument("--namespace", default="sb")
-    p.add_argument("--timeline", required=True)
-    p.add_argument("--banks", required=True, type=Path)
-    p.add_argument("--sandboxes", required=True, type=Path)
-    p.add_argument("--workflow", required=True, type=Path)
-    p.add_argument("--holder", default="runner")
-    p.add_argument("--interval", type=float, default=30.0)
-    p.add_argument("--lapse", type=float, default=60.0)
-    p.add_argument("--ack-wait", type=float, default=240.0)
+    p.add_argument("--nats", help="SCRATCHBANK_QUEUE")
+    p.add_argument("--namespace", help="SCRATCHBANK_QUEUE_NAMESPACE")
+    p.add_argument("--timeline", help="SCRATCHBANK_TIMELINE")
+    p.add_argument("--bank", help="SCRATCHBANK_BANK (file:///DIR or s3://BUCKET/PREFIX)")
+    p.add_argument("--banks", type=Path, help="a folder: the same as --bank file:///DIR")
+    p.add_argument("--sandboxes", type=Path, help="SCRATCHBANK_SANDBOXES")
+    p.add_argument("--workflow", type=Path, help="SCRATCHBANK_WORKFLOW")
+    p.add_argument("--holder", help="SCRATCHBANK_RUNNER_NAME")
+    p.add_argument("--interval", type=float, help="SCRATCHBANK_LEASE_INTERVAL")
+    p.add_argument("--lapse", type=float, help="SCRATCHBANK_LEASE_LAPSE")
+    p.add_argument("--ack-wait", type=float, help="SCRATCHBANK_ACK_WAIT")
     p.add_argument("--slow-put", type=float, default=0.0)
     p.add_argument("--slow-fetch", type=float, default=0.0)
-    p.add_argument("--log", type=Path)
+    p.add_argument("--log", type=Path, help="SCRATCHBANK_RUNNER_LOG")
     return p.parse_args(argv)
 
 
-def build(args: argparse.Namespace, log: Log) -> tuple[Runner, NatsConnection, EventStoreTimeline]:
-    conn = NatsConnection(args.nats, name=args.holder)
-    queue = NatsDeliveryQueue(conn, ack_wait=args.ack_wait, namespace=args.namespace)
-    lease = NatsKvLease(conn, lapse=args.lapse, namespace=args.namespace)
-    timeline = EventStoreTimeline(args.timeline)
-    store: BankStore = FilesystemBankStore(args.banks)
-    if args.slow_put or args.slow_fetch:
-        store = HeldBankStore(FilesystemBankStore(args.banks), log, put=args.slow_put, fetch=args.slow_fetch)
-    timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
+def configure(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunnerConfig:
+    bank = args.bank or (f"file://{args.banks.resolve()}" if args.banks else None)
+    return runner_config(
+        env,
+        queue=args.nats,
+        namespace=args.namespace,
+        timeline=args.timeline,
+        bank=bank,
+        sandboxes=args.sandboxes,
+        workflow=args.workflow,
+        holder=args.holder,
+        interval=args.interval,
+        lapse=args.lapse,
+        ack_wait=args.ack_wait,
+        log=args.log,
+    )
+
+
+def build(
+    cfg: RunnerConfig, log: Log, args: argparse.Namespace | None = None
+) -> tuple[Runner, NatsConnection, Timeline]:
+    conn = NatsConnection(cfg.queue_url, name=cfg.holder)
+    queue = NatsDeliveryQueue(conn, ack_wait=cfg.ack_wait, namespace=cfg.queue_namespace)
+    lease = NatsKvLease(conn, lapse=cfg.lapse, namespace=cfg.queue_namespace)
+    timeline = open_timeline(cfg.settings.timeline_url, create=True)
+    store = open_bank_store(cfg.settings.bank_url)
+    if args is not None and (args.slow_put or args.slow_fetch):
+        store = HeldBankStore(store, log, put=args.slow_put, fetch=args.slow_fetch)
+    timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
-    settings = RunnerSettings(args.holder, timing=timing, teardown=teardown)
-    engine = ReferenceEngine(load_workflow(args.workflow), timeline)
-    provider = LocalSandboxProvider(args.sandboxes)
+    settings = RunnerSettings(cfg.holder, timing=timing, teardown=teardown)
+    engine = ReferenceEngine(load_workflow(cfg.workflow), timeline)
+    provider = open_provider(cfg)
     return Runner(queue, lease, timeline, store, provider, engine, settings), conn, timeline
 
 
@@ -133,12 +159,13 @@ def _said(log: Log, handling: Handling) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    out = open(args.log, "a") if args.log else sys.stdout  # noqa: SIM115 - for the process's life
+    cfg = configure(args)
+    out = open(cfg.log, "a") if cfg.log else sys.stdout  # noqa: SIM115 - for the process's life
     log = Log(out)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    runner, conn, timeline = build(args, log)
-    log.say(event="ready", holder=args.holder)
+    runner, conn, timeline = build(cfg, log, args)
+    log.say(event="ready", holder=cfg.holder, provider=cfg.provider)
     while not stop.is_set():
         try:
             handling = runner.run_once(0.5)
@@ -149,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         if handling is not None:
             _said(log, handling)
     conn.close()
-    timeline.close()
+    closer = getattr(timeline, "close", None)
+    if callable(closer):
+        closer()
     return 0
 
 
