@@ -75,7 +75,7 @@ class ApiDouble:
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.watchers: list[tuple[str, dict[str, str], asyncio.Queue[tuple[str, dict[str, Any]]]]] = []
-        self.version = 1
+        self.rv = 1
         self.kubelets: set[asyncio.Future[None]] = set()
 
     # -- discovery and pods ---------------------------------------------------------------
@@ -275,7 +275,7 @@ class ApiDouble:
         out = json.loads(json.dumps(pod.manifest))
         out.update(kind="Pod", apiVersion="v1")
         meta = out.setdefault("metadata", {})
-        meta.update(name=pod.name, namespace=ns, uid=f"uid-{pod.name}", resourceVersion=str(self.version))
+        meta.update(name=pod.name, namespace=ns, uid=f"uid-{pod.name}", resourceVersion=str(self.rv))
         containers = out.get("spec", {}).get("containers") or [{"name": "main", "image": "?"}]
         first = containers[0]
         status: dict[str, Any] = {"phase": pod.phase}
@@ -307,7 +307,7 @@ class ApiDouble:
 
     def _changed(self, kind: str, ns: str, pod: Pod) -> None:
         """Tell every watcher whose namespace and selectors match (on the double's loop)."""
-        self.version += 1
+        self.rv += 1
         body = self._pod_json(ns, pod)
         for wns, selector, queue in list(self.watchers):
             if wns == ns and _selected(body, selector):
@@ -384,7 +384,7 @@ class ApiDouble:
         items = [self._pod_json(ns, p) for (pns, _), p in sorted(self.pods.items()) if pns == ns]
         items = [i for i in items if _selected(i, selector)]
         if not watching:
-            meta = {"resourceVersion": str(self.version)}
+            meta = {"resourceVersion": str(self.rv)}
             return web.json_response(
                 {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
             )
