@@ -200,7 +200,9 @@ class ApiDouble:
         if not any(p in offered for p in protocols):
             return web.Response(status=400, text="no supported channel protocol")
         await ws.prepare(request)
-        await self._hold(request.query.getall("command"))
+        if await self._hold(request.query.getall("command")):
+            await ws.close()  # released: its runner was killed meanwhile; nothing runs
+            return ws
         argv = pod.argv(request.query.getall("command"))
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -447,17 +449,19 @@ class ApiDouble:
             await proc.wait()
         self._changed("DELETED", ns, pod)
 
-    async def _hold(self, command: list[str]) -> None:
-        """Faults.hold_exec: the first matching exec waits (a runner is killed meanwhile)."""
+    async def _hold(self, command: list[str]) -> bool:
+        """Faults.hold_exec: the first matching exec waits until ``release`` (True: it is
+        dropped, its caller having been killed meanwhile) or 60 s (False: it runs)."""
         text = self.faults.hold_exec
         if text is None or not any(text in part for part in command):
-            return
+            return False
         self.faults.hold_exec = None
         self.faults.held.set()
-        for _ in range(1200):  # at most 60 s
+        for _ in range(1200):
             if self.faults.release.is_set():
-                return
+                return True
             await asyncio.sleep(0.05)
+        return False
 
     # -- what a test does to a pod from outside (another thread) ----------------------------
     def _call(self, coro: Any) -> Any:
@@ -602,6 +606,7 @@ def running_double() -> Iterator[ApiDouble]:
     try:
         yield double
     finally:
+        double.faults.release.set()
         # Pods first: an exec a client cut at its deadline still runs there, and the
         # server's cleanup waits for its handler to end.
         for pod in double.pods.values():

@@ -21,6 +21,7 @@ import pytest
 from engines import EXERCISED
 from k8s_double import ApiDouble, running_double
 from kubernetes import client as k8s
+from nats_server import namespace, nats_url  # noqa: F401 - a fixture
 from runner_rigs import STORY
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
@@ -87,7 +88,9 @@ def api(d: ApiDouble) -> k8s.ApiClient:
     return k8s.ApiClient(config)
 
 
-def provider(d: ApiDouble, template: dict[str, Any] = TEMPLATE, start_seconds: float = 60.0) -> KubernetesSandboxProvider:
+def provider(
+    d: ApiDouble, template: dict[str, Any] = TEMPLATE, start_seconds: float = 60.0
+) -> KubernetesSandboxProvider:
     return KubernetesSandboxProvider(
         api(d), namespace=NS, template=template, scratch=SCRATCH, start_seconds=start_seconds
     )
@@ -120,7 +123,9 @@ def test_K1_a_pod_per_attempt_from_the_template_labelled_with_run_and_attempt_th
     }
     assert label_value(run).startswith("h-") and len(label_value(run)) <= 63
     assert meta["annotations"][RUN_ANNOTATION] == run
-    assert spec["serviceAccountName"] == "scratchbank-sandbox" and spec["nodeSelector"] == {"pool": "sandboxes"}
+    assert spec["serviceAccountName"] == "scratchbank-sandbox" and spec["nodeSelector"] == {
+        "pool": "sandboxes"
+    }
     assert spec["restartPolicy"] == "Never"
     assert sandbox.pod.startswith("sb-run-x") and sandbox.pod == sandbox.pod.lower()
     assert sandbox.run("echo hi > /tmp/f && cat /tmp/f", []).stdout == b"hi\n"
@@ -224,7 +229,9 @@ def test_K4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) ->
 
 
 @pytest.mark.parametrize("missing", sorted(NEEDS))
-def test_K4_each_permission_is_needed_and_its_lack_is_named(double: ApiDouble, missing: tuple[str, str]) -> None:
+def test_K4_each_permission_is_needed_and_its_lack_is_named(
+    double: ApiDouble, missing: tuple[str, str]
+) -> None:
     """Take one permission away: the cycle stops with a named error, never a traceback."""
     double.faults.rbac = NEEDS - {missing}
     with pytest.raises(ScratchbankError):
@@ -239,7 +246,11 @@ def kubectl(d: ApiDouble, *args: str) -> subprocess.CompletedProcess[str]:
         kc.write(kubeconfig(d))
     try:
         return subprocess.run(
-            ["kubectl", "--kubeconfig", kc.name, *args], capture_output=True, text=True, timeout=60, check=False
+            ["kubectl", "--kubeconfig", kc.name, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     finally:
         Path(kc.name).unlink()
@@ -319,3 +330,163 @@ def test_K6_a_run_parked_in_one_pod_resumes_in_a_new_pod_with_its_scratch_and_a_
     after = list(timeline.read("run-2"))
     assert after[: len(before)] == before  # only the lease's token and the refusal were written
     assert [type(r).__name__ for r in after[len(before) :]] == ["LeaseTaken", "ResumeRefused"]
+
+
+# -- a runner killed mid-teardown: taken over through the lease, its pod swept ---------------
+
+WORKFLOW = [
+    {"name": "clone", "kind": "tool", "command": "mkdir -p clone && echo 'a clone' > clone/README.md"},
+    {"name": "review", "kind": "human"},
+    {"name": "measure", "kind": "agent", "command": "test -f clone/README.md && echo measured > measure.txt"},
+]
+WAIT = 120.0
+
+
+def _bucket(endpoint: str) -> str:
+    import uuid
+
+    import boto3
+
+    name = "sb-" + uuid.uuid4().hex[:12]
+    s3 = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def runner_env(
+    d: ApiDouble, tmp: Path, *, nats: str, ns: str, postgres: str, s3: str, bucket: str
+) -> dict[str, str]:
+    """Everything a runner process reads: the same settings a Deployment gives it (no flags)."""
+    import json
+    import os
+
+    (tmp / "kubeconfig").write_text(kubeconfig(d))
+    (tmp / "pod.json").write_text(json.dumps(TEMPLATE))
+    (tmp / "workflow.json").write_text(json.dumps(WORKFLOW))
+    return {
+        **os.environ,
+        "SCRATCHBANK_QUEUE": nats,
+        "SCRATCHBANK_QUEUE_NAMESPACE": ns,
+        "SCRATCHBANK_TIMELINE": postgres,
+        "SCRATCHBANK_BANK": f"s3://{bucket}/runs",
+        "AWS_ENDPOINT_URL": s3,
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "SCRATCHBANK_WORKFLOW": str(tmp / "workflow.json"),
+        "SCRATCHBANK_SANDBOX_PROVIDER": "kubernetes",
+        "SCRATCHBANK_POD_TEMPLATE": str(tmp / "pod.json"),
+        "SCRATCHBANK_POD_NAMESPACE": NS,
+        "SCRATCHBANK_POD_START_SECONDS": "60",
+        "SCRATCHBANK_SCRATCH": SCRATCH,
+        "KUBECONFIG": str(tmp / "kubeconfig"),
+        "SCRATCHBANK_LEASE_INTERVAL": "0.3",
+        "SCRATCHBANK_LEASE_LAPSE": "1.5",
+        "SCRATCHBANK_ACK_WAIT": "3",
+    }
+
+
+def _until(pred: Any, what: str) -> None:
+    """A bounded wait for a state (the test fails by name past it; nothing is timed)."""
+    end = time.monotonic() + WAIT
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {WAIT} s: {what}")
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_K7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
+    double: ApiDouble,
+    tmp_path: Path,
+    nats_url: str,  # noqa: F811 - the fixture
+    postgres_url: str,
+    s3_endpoint: str,
+) -> None:
+    """Runner processes configured by settings only (NATS, PostgreSQL, S3, pods through the
+    double). Runner a is SIGKILLed while its teardown's bank exec is in flight; after its
+    lease lapses runner b banks a's pod, deletes it, parks the run again; a2 resumes in a
+    new pod with the clone and finishes; no pod is left."""
+    import signal
+    import sys
+
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
+    from scratchbank.domain.records import AttemptClaimed, RunStatus, RunStatusChanged
+
+    ns = namespace()
+    env = runner_env(
+        double,
+        tmp_path,
+        nats=nats_url,
+        ns=ns,
+        postgres=postgres_url,
+        s3=s3_endpoint,
+        bucket=_bucket(s3_endpoint),
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def runner(holder: str) -> subprocess.Popen[bytes]:
+        log = tmp_path / f"{holder}.log"
+        more = {"SCRATCHBANK_RUNNER_NAME": holder, "SCRATCHBANK_RUNNER_LOG": str(log)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scratchbank.adapters.runner_process"], env={**env, **more}
+        )
+        procs.append(proc)
+        _until(lambda: log.exists() and '"ready"' in log.read_text(), f"runner {holder} ready")
+        return proc
+
+    conn = NatsConnection(nats_url)
+    timeline = EventStoreTimeline(postgres_url)
+    queue = NatsDeliveryQueue(conn, ack_wait=3.0, namespace=ns)
+    run = f"run-{ns[-8:]}"
+
+    def parks() -> int:
+        recs = timeline.read(run)
+        paused = [r for r in recs if isinstance(r, RunStatusChanged) and r.status is RunStatus.PAUSED]
+        return len(paused) if recs and isinstance(recs[-1], ScratchBanked) else 0
+
+    try:
+        timeline.append(run, [RunStarted()])
+        a = runner("a")
+        double.faults.hold_exec = "scratchbank-bank:"  # the teardown's one bank exec
+        queue_resume(timeline, queue, run, "a1")
+        _until(double.faults.held.is_set, "a's teardown reaches its bank exec")
+        a.kill()
+        a.wait(10)
+        double.faults.release.set()  # the exec a left is dropped with it
+        [(_, left)] = list(double.pods)
+        assert not [r for r in timeline.read(run) if isinstance(r, ScratchBanked)]
+        runner("b")
+        _until(lambda: parks() >= 2, "b banks the pod a left, runs a1 again and parks the run")
+        assert (NS, left) not in double.pods  # swept, through the lease
+        queue_resume(timeline, queue, run, "a2")
+        finished = RunStatusChanged(status=RunStatus.FINISHED)
+        _until(
+            lambda: finished in timeline.read(run) and isinstance(timeline.read(run)[-1], ScratchBanked),
+            "a2 ends",
+        )
+        recs = timeline.read(run)
+        assert [r.attempt for r in recs if isinstance(r, AttemptClaimed)] == ["a1", "a1", "a2"]
+        assert any(isinstance(r, ScratchRestored) and r.restored for r in recs)
+        banked = [r for r in recs if isinstance(r, ScratchBanked)]
+        assert banked[0].banked  # b banked what a left (the clone was in it)
+        measured = [r for r in recs if isinstance(r, NodeFinished) and r.node == "measure"]
+        assert measured and measured[0].succeeded
+        _until(lambda: not double.pods, "every pod deleted")
+        assert creates(double) == 3  # a1 by a, a1 again by b, a2 by b
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        conn.close()
+        timeline.close()
