@@ -46,8 +46,35 @@ from scratchbank.application.runner_ports import SandboxProvider
 from scratchbank.domain.errors import ConfigInvalid
 
 from .config import DEFAULT_SCRATCH, Settings, settings_from
+from .sandbox_provider import KINDS
 
-PROVIDERS = ("local", "docker", "podman", "kubernetes")
+PROVIDERS = tuple(KINDS)
+#: Every variable a runner reads (the surfaces' own: config.settings_from).
+VARIABLES = (
+    "SCRATCHBANK_HOME",
+    "SCRATCHBANK_TIMELINE",
+    "SCRATCHBANK_BANK",
+    "SCRATCHBANK_QUEUE",
+    "SCRATCHBANK_SCRATCH",
+    "SCRATCHBANK_WORKFLOW",
+    "SCRATCHBANK_SANDBOX_PROVIDER",
+    "SCRATCHBANK_SANDBOXES",
+    "SCRATCHBANK_SANDBOX_IMAGE",
+    "SCRATCHBANK_DOCKER_URL",
+    "SCRATCHBANK_PODMAN_URL",
+    "SCRATCHBANK_POD_TEMPLATE",
+    "SCRATCHBANK_POD_NAMESPACE",
+    "SCRATCHBANK_POD_CONTAINER",
+    "SCRATCHBANK_POD_START_SECONDS",
+    "SCRATCHBANK_RUNNER_NAME",
+    "SCRATCHBANK_QUEUE_NAMESPACE",
+    "SCRATCHBANK_LEASE_INTERVAL",
+    "SCRATCHBANK_LEASE_LAPSE",
+    "SCRATCHBANK_ACK_WAIT",
+    "SCRATCHBANK_RUNNER_LOG",
+    "KUBECONFIG",
+    "AWS_ENDPOINT_URL",
+)
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 

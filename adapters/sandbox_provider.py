@@ -2,7 +2,10 @@
 
 ``LocalSandboxProvider`` (the embedded default: a directory and a PID namespace of
 its own) and ``ContainerSandboxProvider`` (Docker, or Podman over its API socket:
-a container from an image, no network, the scratch inside it).
+a container from an image, no network, the scratch inside it). Pods on Kubernetes:
+``k8s_provider.KubernetesSandboxProvider`` (imported only when named: it needs the
+``kubernetes`` client). ``runner_settings.open_provider`` opens the one the settings name
+(SCRATCHBANK_SANDBOX_PROVIDER: one of ``KINDS``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from .docker_sandbox import DockerSandbox
 from .local_sandbox import LocalSandbox
 
 OWNER = "owner.json"
+#: The providers, by the name SCRATCHBANK_SANDBOX_PROVIDER gives them.
+KINDS = {
+    "local": "scratchbank.adapters.sandbox_provider:LocalSandboxProvider",
+    "docker": "scratchbank.adapters.sandbox_provider:ContainerSandboxProvider",
+    "podman": "scratchbank.adapters.sandbox_provider:ContainerSandboxProvider",
+    "kubernetes": "scratchbank.adapters.k8s_provider:KubernetesSandboxProvider",
+}
 LABEL = "scratchbank.run"
 
 
