@@ -3,6 +3,7 @@
 # The base is made without a registry: Debian bookworm minbase with Python 3.11,
 # debootstrapped and `docker import`ed (scripts/image.sh). The wheels are built on the
 # host into build/wheelhouse and installed here offline: the build needs no network.
+# psycopg's binary wheel brings its own libpq (the base has none).
 #
 #   docker run IMAGE serve --host 0.0.0.0 --port 8080 --token-file /run/secrets/token
 #   docker run IMAGE mcp
@@ -12,7 +13,8 @@ ARG BASE=scratchbank-python:bookworm
 FROM ${BASE} AS build
 COPY build/wheelhouse /wheels
 RUN python3 -m venv /opt/scratchbank \
-    && /opt/scratchbank/bin/pip install --no-cache-dir --no-index --find-links /wheels "scratchbank[postgres]" \
+    && /opt/scratchbank/bin/pip install --no-cache-dir --no-index --find-links /wheels \
+        "scratchbank[postgres]" "psycopg[binary]" \
     && /opt/scratchbank/bin/pip uninstall -y -q pip \
     && find /opt/scratchbank -name __pycache__ -prune -exec rm -rf {} +
 

@@ -29,9 +29,10 @@ from scratchbank.application.ports import BankStore, StoredBank, Timeline
 from scratchbank.application.retry import Deadline
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.teardown import Budgets
+from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.lease import LeaseTiming
 
-from .config import open_bank_store, open_timeline
+from .config import open_bank_store, open_timeline, redact
 from .nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
 from .reference_engine import Node, ReferenceEngine
 from .runner_settings import RunnerConfig, open_provider, runner_config
@@ -159,7 +160,11 @@ def _said(log: Log, handling: Handling) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    cfg = configure(args)
+    try:
+        cfg = configure(args)
+    except ScratchbankError as error:  # a bad setting: named, no traceback
+        print(f"error: {redact(str(error))}", file=sys.stderr)
+        return 2
     out = open(cfg.log, "a") if cfg.log else sys.stdout  # noqa: SIM115 - for the process's life
     log = Log(out)
     stop = threading.Event()

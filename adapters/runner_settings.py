@@ -167,8 +167,14 @@ def runner_config(env: Mapping[str, str] | None = None, **given: Any) -> RunnerC
     if not settings.queue_url:
         raise ConfigInvalid("a runner needs a queue: SCRATCHBANK_QUEUE=nats://HOST:PORT")
     workflow = env.get("SCRATCHBANK_WORKFLOW")
-    if not workflow or not Path(workflow).is_file():
-        raise ConfigInvalid(f"SCRATCHBANK_WORKFLOW: no workflow file {workflow!r} (a JSON list of nodes)")
+    try:
+        readable = bool(workflow) and Path(str(workflow)).is_file() and os.access(str(workflow), os.R_OK)
+    except OSError:  # a folder this user may not enter
+        readable = False
+    if not readable:
+        raise ConfigInvalid(
+            f"SCRATCHBANK_WORKFLOW: no readable workflow file {workflow!r} (a JSON list of nodes)"
+        )
     provider = env.get("SCRATCHBANK_SANDBOX_PROVIDER") or "local"
     if provider not in PROVIDERS:
         raise ConfigInvalid(

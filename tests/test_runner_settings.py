@@ -91,3 +91,17 @@ def test_S3_docker_and_local_providers_by_settings(env: dict[str, str], tmp_path
     env["SCRATCHBANK_SANDBOX_PROVIDER"] = "local"
     env["SCRATCHBANK_SANDBOXES"] = str(tmp_path / "boxes")
     assert runner_config(env).sandboxes == tmp_path / "boxes"
+
+
+def test_S2_the_runner_process_names_a_bad_setting_without_a_traceback(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 and one line naming the error; the password in a URL masked."""
+    from scratchbank.adapters.runner_process import main
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SCRATCHBANK_SANDBOX_PROVIDER", "lambda")
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: CONFIG_INVALID:") and "Traceback" not in err and "secret" not in err
