@@ -183,13 +183,17 @@ def test_I1_the_runner_in_the_image_drives_docker_sandboxes(
     run = f"run-{ns[-8:]}"
     try:
         _story(run, queue, timeline, runner)
-        left = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=scratchbank.run={run}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert left.stdout.strip() == ""
+
+        def none_left() -> bool:
+            left = subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"label=scratchbank.run={run}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            return left.stdout.strip() == ""
+
+        _until(none_left, "the run's containers removed after their teardown banked")
         assert (
             "10001"
             in subprocess.run(
