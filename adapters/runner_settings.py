@@ -212,7 +212,7 @@ def runner_config(env: Mapping[str, str] | None = None, **given: Any) -> RunnerC
     return RunnerConfig(
         settings,
         settings.queue_url,
-        Path(workflow),
+        Path(str(workflow)),
         provider,
         holder=env.get("SCRATCHBANK_RUNNER_NAME") or socket.gethostname() or "runner",
         queue_namespace=env.get("SCRATCHBANK_QUEUE_NAMESPACE") or "sb",
