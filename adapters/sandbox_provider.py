@@ -56,7 +56,7 @@ class LocalSandboxProvider:
         self.base = base
         self.started: list[LocalSandbox] = []
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         root = self.base / f"{check_run_id(run_id)}-{uuid.uuid4().hex[:8]}"
         sandbox = LocalSandbox(root)
         init = sandbox._init.pid if sandbox._init is not None else None
@@ -93,7 +93,7 @@ class ContainerSandboxProvider:
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         name = f"sb-run-{check_run_id(run_id)[:40]}-{uuid.uuid4().hex[:8]}"
         try:
             box = self.client.containers.run(
@@ -102,7 +102,7 @@ class ContainerSandboxProvider:
                 detach=True,
                 network_mode="none",
                 name=name,
-                labels={LABEL: run_id},
+                labels={LABEL: run_id, **({f"{LABEL}.attempt": attempt} if attempt else {})},
             )
         except docker.errors.DockerException as error:
             raise ExecFailed(f"cannot start a sandbox from {self.image}: {error}") from error

@@ -77,6 +77,7 @@ class ApiDouble:
         self.watchers: list[tuple[str, dict[str, str], asyncio.Queue[tuple[str, dict[str, Any]]]]] = []
         self.rv = 1
         self.kubelets: set[asyncio.Future[None]] = set()
+        self.created: list[dict[str, Any]] = []  # every pod created through the API, as sent
 
     # -- discovery and pods ---------------------------------------------------------------
     async def version(self, request: web.Request) -> web.Response:
@@ -328,6 +329,7 @@ class ApiDouble:
             body = {"kind": "Status", "status": "Failure", "reason": "AlreadyExists", "code": 409}
             return web.json_response({**body, "message": f'pods "{name}" already exists'}, status=409)
         pod = Pod(name, None, phase="Pending", manifest=manifest, owned=True)
+        self.created.append(manifest)
         pod.share_process_namespace = bool(manifest.get("spec", {}).get("shareProcessNamespace"))
         self.pods[(ns, name)] = pod
         self._changed("ADDED", ns, pod)

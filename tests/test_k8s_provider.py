@@ -311,6 +311,10 @@ def test_K6_a_run_parked_in_one_pod_resumes_in_a_new_pod_with_its_scratch_and_a_
     second = runner.run_once(5)
     assert second is not None and second.handled is Handled.RAN, second.detail
     assert creates(double) == pods_after_first + 1 == 2 and not double.pods
+    labels = [
+        (m["metadata"]["labels"][RUN_LABEL], m["metadata"]["labels"][ATTEMPT_LABEL]) for m in double.created
+    ]
+    assert labels == [("run-1", "a1"), ("run-1", "a2")]  # a new pod per attempt, labelled by the runner
     records = timeline.read("run-1")
     assert any(isinstance(r, ScratchRestored) and r.restored for r in records)
     measured = [r for r in records if isinstance(r, NodeFinished) and r.node == "measure"]

@@ -249,7 +249,7 @@ def test_story_the_demo_tells_the_runner_story_end_to_end(capsys: pytest.Capture
 class _NoSandboxes:
     """A provider whose engine refuses to start sandboxes (a node pool with no room)."""
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         raise ExecFailed("no room for a sandbox")
 
     def stop(self, sandbox: Sandbox) -> None: ...
