@@ -46,6 +46,7 @@ from scratchbank.domain.errors import (
     PodUnschedulable,
     SandboxGone,
     SandboxNotStarted,
+    ScratchbankError,
 )
 from scratchbank.domain.runs import check_run_id
 
@@ -215,12 +216,13 @@ class KubernetesSandboxProvider:
                         return
                     if time.monotonic() >= end:
                         break
+            except ScratchbankError:
+                raise
             except ApiException as error:
                 raise SandboxNotStarted(f"cannot watch pod {self.namespace}/{name}: {_said(error)}") from None
-            except (OSError, ValueError) as error:  # a dropped watch (urllib3's errors are OSErrors)
+            except Exception:  # a dropped or timed-out watch (urllib3's errors): watch again
                 if time.monotonic() >= end:
                     break
-                del error
             finally:
                 stream.stop()  # type: ignore[no-untyped-call]
         if seen == "unschedulable":
@@ -234,6 +236,7 @@ class KubernetesSandboxProvider:
             container=self.container,
             scratch=self.scratch,
             api_client=self.api_client,
+            request_seconds=self.request_seconds,
         )
 
     # -- stop and sweep ---------------------------------------------------------------------

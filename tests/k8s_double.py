@@ -37,6 +37,7 @@ class Faults:
     # -- the pod lifecycle (issue 23) --
     pod_start: str = "run"  # run | image_pull | unschedulable | evicted | pending
     rbac: frozenset[tuple[str, str]] | None = None  # (resource, verb) allowed; None: all
+    stall_api: float = 0.0  # seconds every pod read, list and watch waits before answering
     hold_exec: str | None = None  # the first exec whose command holds this text waits for `release`
     held: threading.Event = attrs.Factory(threading.Event)
     release: threading.Event = attrs.Factory(threading.Event)
@@ -174,6 +175,7 @@ class ApiDouble:
         refused = self._rbac("pods", "get", ns)
         if refused is not None:
             return refused
+        await asyncio.sleep(self.faults.stall_api)
         pod = self.pods.get((ns, name))
         return self._not_found(ns, name) if pod is None else web.json_response(self._pod_json(ns, pod))
 
@@ -384,6 +386,7 @@ class ApiDouble:
         refused = self._forbidden(request) or self._rbac("pods", "watch" if watching else "list", ns)
         if refused is not None:
             return refused
+        await asyncio.sleep(self.faults.stall_api)
         selector = _selector(request.query.get("labelSelector", ""), request.query.get("fieldSelector", ""))
         items = [self._pod_json(ns, p) for (pns, _), p in sorted(self.pods.items()) if pns == ns]
         items = [i for i in items if _selected(i, selector)]

@@ -40,11 +40,13 @@ from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.adapters.reference_engine import ReferenceEngine
 from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts, queue_resume
 from scratchbank.domain.errors import (
+    ExecFailed,
     PodDeleted,
     PodEvicted,
     PodImagePull,
     PodStartTimeout,
     PodUnschedulable,
+    SandboxGone,
     ScratchbankError,
 )
 from scratchbank.domain.lease import LeaseTiming
@@ -494,3 +496,24 @@ def test_K7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
                     proc.wait(10)
         conn.close()
         timeline.close()
+
+
+def test_K8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
+    """An API server that stops answering reads: the watch, the list and the pod read each
+    end by name at their deadline, never hang; nothing is left behind."""
+    p = KubernetesSandboxProvider(
+        api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0, start_seconds=2.0
+    )
+    box = p.start("run-1")
+    double.faults.stall_api = 10.0
+    with pytest.raises(PodStartTimeout):
+        p.start("run-2")  # created, then the watch answers nothing
+    with pytest.raises(SandboxGone):
+        KubernetesSandboxProvider(
+            api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0
+        ).orphans("run-1")
+    with pytest.raises(ExecFailed):
+        KubernetesSandbox(box.pod, namespace=NS, api_client=api(double), request_seconds=1.0)  # type: ignore[attr-defined]
+    double.faults.stall_api = 0.0
+    p.stop(box)
+    assert not double.pods
