@@ -7,10 +7,13 @@ settings (``runner_settings``: the environment, as ``scratchbank serve`` reads i
     SCRATCHBANK_SANDBOX_PROVIDER=kubernetes SCRATCHBANK_POD_TEMPLATE=pod.yaml \\
         python -m scratchbank.adapters.runner_process
 
-The flags below, when given, win over the environment. Each delivery it handles is one
-JSON line on ``--log`` (or stdout). ``--slow-put`` and ``--slow-fetch`` hold the bank
-store for that many seconds first, announcing it on the log, so that fault tests can
-kill the process in the middle of a teardown or a restore.
+The flags, when given, win over the environment. Each delivery it handles is one JSON
+line on ``--log`` (or stdout). Every ``--sweep-every`` seconds (0: never) it runs the
+orphan sweeper under the sweeper's lease (one sweeper at a time across runner
+processes): runs the timeline lists as queued and unclaimed past ``--sweep-cutoff``
+(default: the lease arithmetic's, L4) are published again or parked, each with its
+record; each sweep is a JSON line too. (Fault tests hold its bank store from outside:
+``tests/held_runner.py``.)
 """
 
 from __future__ import annotations
@@ -23,16 +26,18 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
-from scratchbank.application.ports import BankStore, StoredBank, Timeline
-from scratchbank.application.retry import Deadline
+from scratchbank.application.orphans import Sweeper
+from scratchbank.application.ports import BankStore
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
+from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.teardown import Budgets
 from scratchbank.domain.errors import ScratchbankError
-from scratchbank.domain.lease import LeaseTiming
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
 
 from .config import open_bank_store, open_timeline, redact
+from .event_store import EventStoreTimeline
 from .nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
 from .reference_engine import Node, ReferenceEngine
 from .runner_settings import RunnerConfig, open_provider, runner_config
@@ -48,35 +53,6 @@ class Log:
         with self.lock:
             self.out.write(json.dumps(event, sort_keys=True, default=str) + "\n")
             self.out.flush()
-
-
-class HeldBankStore:
-    """A bank store that waits before each put or fetch, saying so (for fault tests)."""
-
-    def __init__(self, inner: BankStore, log: Log, *, put: float, fetch: float) -> None:
-        self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
-        self.keeps_banks = inner.keeps_banks
-
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        self.log.say(event="put-started", run=run_id)
-        time.sleep(self.put_wait)
-        self.inner.put(run_id, archive, sha256=sha256, deadline=deadline)
-
-    def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
-    ) -> StoredBank:
-        self.log.say(event="fetch-started", run=run_id)
-        time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
-
-    def delete(self, run_id: str) -> None:
-        self.inner.delete(run_id)
-
-    def sweep(self, run_id: str) -> None:
-        self.inner.sweep(run_id)
-
-    def stat(self, run_id: str) -> StoredBank | None:
-        return self.inner.stat(run_id)
 
 
 def load_workflow(path: Path) -> tuple[Node, ...]:
@@ -105,8 +81,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--interval", type=float, help="SCRATCHBANK_LEASE_INTERVAL")
     p.add_argument("--lapse", type=float, help="SCRATCHBANK_LEASE_LAPSE")
     p.add_argument("--ack-wait", type=float, help="SCRATCHBANK_ACK_WAIT")
-    p.add_argument("--slow-put", type=float, default=0.0)
-    p.add_argument("--slow-fetch", type=float, default=0.0)
+    p.add_argument("--sweep-every", type=float, help="SCRATCHBANK_SWEEP_EVERY (0: never)")
+    p.add_argument("--sweep-cutoff", type=float, help="SCRATCHBANK_SWEEP_CUTOFF")
     p.add_argument("--log", type=Path, help="SCRATCHBANK_RUNNER_LOG")
     return p.parse_args(argv)
 
@@ -125,26 +101,51 @@ def configure(args: argparse.Namespace, env: Mapping[str, str] | None = None) ->
         interval=args.interval,
         lapse=args.lapse,
         ack_wait=args.ack_wait,
+        sweep_every=args.sweep_every,
+        sweep_cutoff=args.sweep_cutoff,
         log=args.log,
     )
 
 
-def build(
-    cfg: RunnerConfig, log: Log, args: argparse.Namespace | None = None
-) -> tuple[Runner, NatsConnection, Timeline]:
+def build(cfg: RunnerConfig) -> tuple[Runner, NatsConnection, EventStoreTimeline]:
     conn = NatsConnection(cfg.queue_url, name=cfg.holder)
     queue = NatsDeliveryQueue(conn, ack_wait=cfg.ack_wait, namespace=cfg.queue_namespace)
     lease = NatsKvLease(conn, lapse=cfg.lapse, namespace=cfg.queue_namespace)
     timeline = open_timeline(cfg.settings.timeline_url, create=True)
-    store = open_bank_store(cfg.settings.bank_url)
-    if args is not None and (args.slow_put or args.slow_fetch):
-        store = HeldBankStore(store, log, put=args.slow_put, fetch=args.slow_fetch)
+    assert isinstance(timeline, EventStoreTimeline)  # its outbox serves the sweeper
+    store: BankStore = open_bank_store(cfg.settings.bank_url)
     timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
     settings = RunnerSettings(cfg.holder, timing=timing, teardown=teardown)
     engine = ReferenceEngine(load_workflow(cfg.workflow), timeline)
     provider = open_provider(cfg)
     return Runner(queue, lease, timeline, store, provider, engine, settings), conn, timeline
+
+
+def build_sweeper(
+    cfg: RunnerConfig, queue: DeliveryQueue, conn: NatsConnection, timeline: EventStoreTimeline
+) -> Sweeper:
+    """The orphan sweeper on this process's queue, its own lease bucket and the timeline's outbox."""
+    lease = NatsKvLease(conn, lapse=cfg.lapse, bucket=f"{cfg.queue_namespace}_sweeper")
+    timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
+    cutoff = sweeper_cutoff(HoldBudgets(), timing) if cfg.sweep_cutoff is None else cfg.sweep_cutoff
+    return Sweeper(lease, timeline, timeline, queue, cfg.holder, cutoff)
+
+
+def sweep_on_schedule(sweeper: Sweeper, every: float, stop: threading.Event, log: Log) -> None:
+    """Sweep every ``every`` seconds until stopped; a sweep's failure is said, never fatal."""
+    while not stop.wait(every):
+        try:
+            report = sweeper.sweep_once()
+        except Exception as error:
+            log.say(event="sweep-error", error=f"{type(error).__name__}: {error}")
+            continue
+        if report.held:
+            swept = [
+                {"run": s.run_id, "sweep": s.verdict.sweep.value if s.verdict else None, "acted": s.acted}
+                for s in report.swept
+            ]
+            log.say(event="sweep", holder=sweeper.holder, swept=swept, detail=report.detail)
 
 
 def _said(log: Log, handling: Handling) -> None:
@@ -169,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     log = Log(out)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    runner, conn, timeline = build(cfg, log, args)
+    runner, conn, timeline = build(cfg)
+    if cfg.sweep_every > 0:
+        sweeper = build_sweeper(cfg, runner.queue, conn, timeline)
+        threading.Thread(
+            target=sweep_on_schedule, args=(sweeper, cfg.sweep_every, stop, log), name="sweeper", daemon=True
+        ).start()
     log.say(event="ready", holder=cfg.holder, provider=cfg.provider)
     while not stop.is_set():
         try:
@@ -181,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if handling is not None:
             _said(log, handling)
     conn.close()
-    closer = getattr(timeline, "close", None)
-    if callable(closer):
-        closer()
+    timeline.close()
     return 0
 
 

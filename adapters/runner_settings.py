@@ -24,6 +24,8 @@ SCRATCHBANK_QUEUE_NAMESPACE     stream, consumer and lease bucket names (sb)
 SCRATCHBANK_LEASE_INTERVAL      seconds between lease refreshes (30)
 SCRATCHBANK_LEASE_LAPSE         seconds a lease outlives its last refresh (60)
 SCRATCHBANK_ACK_WAIT            seconds before an unacked delivery comes again (240)
+SCRATCHBANK_SWEEP_EVERY         seconds between orphan sweeps (60; 0: never)
+SCRATCHBANK_SWEEP_CUTOFF        age past which a queued, unclaimed run is swept (L4's)
 SCRATCHBANK_RUNNER_LOG          one JSON line per delivery to this file (else stdout)
 =============================== =========================================================
 
@@ -71,6 +73,8 @@ VARIABLES = (
     "SCRATCHBANK_LEASE_INTERVAL",
     "SCRATCHBANK_LEASE_LAPSE",
     "SCRATCHBANK_ACK_WAIT",
+    "SCRATCHBANK_SWEEP_EVERY",
+    "SCRATCHBANK_SWEEP_CUTOFF",
     "SCRATCHBANK_RUNNER_LOG",
     "KUBECONFIG",
     "AWS_ENDPOINT_URL",
@@ -98,6 +102,8 @@ class RunnerConfig:
     interval: float = 30.0
     lapse: float = 60.0
     ack_wait: float = 240.0
+    sweep_every: float = 60.0
+    sweep_cutoff: float | None = None
     log: Path | None = None
 
     def describe(self) -> str:
@@ -110,7 +116,7 @@ class RunnerConfig:
         return f"runner {self.holder}: {self.settings.describe()}; {where}"
 
 
-def _seconds(env: Mapping[str, str], var: str, default: float) -> float:
+def _seconds(env: Mapping[str, str], var: str, default: float, *, zero: bool = False) -> float:
     raw = env.get(var)
     if not raw:
         return default
@@ -118,7 +124,7 @@ def _seconds(env: Mapping[str, str], var: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
+    if not (value > 0 or (zero and value == 0)) or value == float("inf"):
         raise ConfigInvalid(f"{var}={raw[:40]!r} is not a positive number of seconds")
     return value
 
@@ -159,6 +165,8 @@ def runner_config(env: Mapping[str, str] | None = None, **given: Any) -> RunnerC
         ("interval", "SCRATCHBANK_LEASE_INTERVAL"),
         ("lapse", "SCRATCHBANK_LEASE_LAPSE"),
         ("ack_wait", "SCRATCHBANK_ACK_WAIT"),
+        ("sweep_every", "SCRATCHBANK_SWEEP_EVERY"),
+        ("sweep_cutoff", "SCRATCHBANK_SWEEP_CUTOFF"),
         ("log", "SCRATCHBANK_RUNNER_LOG"),
     ):
         if given.get(key) is not None:
@@ -219,6 +227,10 @@ def runner_config(env: Mapping[str, str] | None = None, **given: Any) -> RunnerC
         interval=_seconds(env, "SCRATCHBANK_LEASE_INTERVAL", 30.0),
         lapse=_seconds(env, "SCRATCHBANK_LEASE_LAPSE", 60.0),
         ack_wait=_seconds(env, "SCRATCHBANK_ACK_WAIT", 240.0),
+        sweep_every=_seconds(env, "SCRATCHBANK_SWEEP_EVERY", 60.0, zero=True),
+        sweep_cutoff=_seconds(env, "SCRATCHBANK_SWEEP_CUTOFF", 0.0)
+        if env.get("SCRATCHBANK_SWEEP_CUTOFF")
+        else None,
         log=Path(log) if log else None,
         **more,
     )
