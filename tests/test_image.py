@@ -23,11 +23,11 @@ import pytest
 from engines import EXERCISED
 from k8s_double import running_double
 from nats_server import namespace, nats_url  # noqa: F401 - a fixture
+from runner_rigs import queue_resume
 from test_k8s_provider import NS, TEMPLATE, WORKFLOW, _bucket, creates, kubeconfig
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
-from scratchbank.application.runner import queue_resume
 from scratchbank.domain.records import (
     NodeFinished,
     RunStarted,

@@ -22,7 +22,7 @@ from engines import EXERCISED
 from k8s_double import ApiDouble, running_double
 from kubernetes import client as k8s
 from nats_server import namespace, nats_url  # noqa: F401 - a fixture
-from runner_rigs import STORY
+from runner_rigs import STORY, queue_resume
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
@@ -38,7 +38,7 @@ from scratchbank.adapters.k8s_provider import (
 from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.adapters.reference_engine import ReferenceEngine
-from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts, queue_resume
+from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts
 from scratchbank.domain.errors import (
     ExecFailed,
     PodDeleted,
