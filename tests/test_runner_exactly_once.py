@@ -9,6 +9,7 @@ chosen append (after it committed, or before).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -213,11 +214,12 @@ def test_L5_a_holder_fenced_mid_teardown_changes_nothing_in_the_store(tmp_path: 
     from scratchbank.testing.clocks import ManualClock
 
     tl = OvertakenAfterRead()
-    banked = ScratchBanked(banked=True, empty=False, unknown=False, bytes=7)
-    tl.append(RUN, [RunStarted(), banked, AttemptQueued(attempt="a1"), AttemptClaimed(attempt="a1")])
     store = InMemoryBankStore()
     (tmp_path / "bank").write_bytes(b"a bank")
-    store.put(RUN, tmp_path / "bank", sha256="")
+    sha = hashlib.sha256(b"a bank").hexdigest()
+    name = store.put(RUN, tmp_path / "bank", sha256=sha)
+    banked = ScratchBanked(banked=True, empty=False, unknown=False, bytes=6, sha256=sha, object=name)
+    tl.append(RUN, [RunStarted(), banked, AttemptQueued(attempt="a1"), AttemptClaimed(attempt="a1")])
     fenced = FencedTimeline(tl, RUN, Token("runner-a", 1, "a1"))
     fenced.announce()
     tl.armed = True
@@ -230,7 +232,7 @@ def test_L5_a_holder_fenced_mid_teardown_changes_nothing_in_the_store(tmp_path: 
             run_finished=True,
             clock=ManualClock(),
         )
-    assert store.stat(RUN) is not None
+    assert store.stat(RUN, name) is not None
     assert [r.WIRE for r in tl.read(RUN)][-1] == "lease_taken"
 
 
@@ -276,11 +278,13 @@ class LosesLeaseMidFetch:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def fetch(self, run_id: str, dest: object, *, max_bytes: int, deadline: object = None) -> object:
+    def fetch(
+        self, run_id: str, dest: object, *, max_bytes: int, name: str | None = None, deadline: object = None
+    ) -> object:
         import io
 
         buffer = io.BytesIO()
-        stored = self.inner.fetch(run_id, buffer, max_bytes=max_bytes)  # type: ignore[attr-defined]
+        stored = self.inner.fetch(run_id, buffer, max_bytes=max_bytes, name=name)  # type: ignore[attr-defined]
         data = buffer.getvalue()
         dest.write(data[:512])  # type: ignore[attr-defined]
         self.lease.lose()
