@@ -14,15 +14,19 @@ import signal
 import uuid
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from scratchbank.application.ports import Sandbox
 from scratchbank.domain.errors import ExecFailed, SandboxGone
 from scratchbank.domain.runs import check_run_id
 
-from .docker_sandbox import DockerSandbox
 from .local_sandbox import LocalSandbox
+
+try:  # the [docker] extra: only the container provider needs it (the core install has none)
+    import docker
+    import docker.errors
+
+    from .docker_sandbox import DockerSandbox
+except ImportError:  # pragma: no cover - exercised by the core-wheel test
+    pass
 
 OWNER = "owner.json"
 LABEL = "scratchbank.run"
@@ -79,6 +83,9 @@ class ContainerSandboxProvider:
     """Docker (or Podman, ``podman=True``) containers from ``image``, scratch at ``scratch``."""
 
     def __init__(self, base_url: str, image: str, *, scratch: str, podman: bool = False) -> None:
+        from .config import require_extra
+
+        require_extra("docker")
         self.client = docker.DockerClient(base_url=base_url, timeout=120)
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
