@@ -383,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except BrokenPipeError:
         return _reader_gone()
+    except PermissionError as error:  # a file or folder this user may not read: theirs to fix
+        return _report(config.denied(error, str(error.filename or "a path")), args)
     except errors.ScratchbankError as error:
         try:
             return _report(error, args)

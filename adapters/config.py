@@ -216,10 +216,21 @@ def _check_timeline_url(url: str, *, create: bool) -> None:
 
 
 def _check_sqlite(path: Path, *, create: bool) -> None:
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
-    if not create and not path.is_file():
-        raise HomeNotFound(f"no timeline at {path} (a read creates none)")
+    try:
+        if path.parent.exists() and not path.parent.is_dir():
+            raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
+        if not create and not path.is_file():
+            raise HomeNotFound(f"no timeline at {path} (a read creates none)")
+    except OSError as error:
+        raise denied(error, f"the timeline {path}") from None
+
+
+def denied(error: OSError, what: str) -> ConfigInvalid:
+    """An OSError met on a path the settings name (permissions, mostly): the user's to fix."""
+    return ConfigInvalid(
+        f"{what} cannot be read: {error.strerror or error}",
+        remedy="give this user access to it, or point the setting at one it can read",
+    )
 
 
 def _check_postgres(url: str) -> None:

@@ -220,6 +220,23 @@ class EventStoreTimeline:
             records.append(decode(obj, position=index))
         return tuple(records)
 
+    def run_ids(self) -> list[str]:
+        """Every run this store holds a record of (the operator MCP's listing), within the deadline."""
+        recorder: Any = self._recorder
+        table = recorder.events_table_name
+        schema = getattr(recorder.datastore, "schema", "")
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+
+        def select() -> list[str]:
+            with recorder.datastore.transaction(commit=False) as cursor:
+                cursor.execute(f"SELECT DISTINCT originator_id FROM {name}")
+                return [
+                    str(row["originator_id"] if isinstance(row, dict) else row[0])
+                    for row in cursor.fetchall()
+                ]
+
+        return self._within(select, TimelineUnreadable, "cannot list the runs")
+
     def _length(self, run_id: str) -> int:
         last = self._within(
             lambda: self._select(run_id, desc=True, limit=1),

@@ -239,7 +239,9 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         (a bare true forsakes nothing); force covers a changed source for this call only."""
 
         def call() -> dict[str, Any]:
-            bare = service.status(check_run_id(run), ResumeRequest(consents=Consents(force=force)))
+            check_run_id(run)
+            where = None if service.queue is not None else _sandbox(api, sandbox)  # allow-list first
+            bare = service.status(run, ResumeRequest(consents=Consents(force=force)))
             refusal = would_do(bare) or bare.assessment.decision
             consent = judge_consent(refusal, accept_scratch_loss, force=force)
             request = ResumeRequest(consents=consent.consents)
@@ -256,7 +258,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
                 raise refusal_error(would, consent.why)
             if check.assessment.decision.refused:
                 raise refusal_error(check.assessment.decision, consent.why)
-            target = Target(_sandbox(api, sandbox))
+            target = Target(where)
             outcome = service.resume(run, request, target)
             if outcome.decision.refused:
                 raise refusal_error(outcome.decision, consent.why)
@@ -336,6 +338,7 @@ def serve_http(service: ScratchService, api: ApiSettings) -> None:  # pragma: no
     import uvicorn
 
     sock = listen(api)
+    sock.listen(128)  # connections queue from here on: a client told the port may call at once
     print(
         f"scratchbank MCP on http://{api.bind}:{sock.getsockname()[1]}/mcp; every call needs the token",
         file=sys.stderr,
