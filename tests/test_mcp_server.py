@@ -172,6 +172,8 @@ def _start_http(home: Path, target: Path) -> tuple[subprocess.Popen[str], str]:
         if not line and proc.poll() is not None:
             break
     proc.kill()
+    proc.wait(30)
+    proc.stderr.close()
     raise AssertionError(f"the MCP server did not start: {line!r}")
 
 
@@ -206,6 +208,8 @@ def test_A19_over_streamable_http_behind_the_apis_guards(rig: tuple[Path, Path])
     finally:
         proc.terminate()
         proc.wait(30)
+        assert proc.stderr is not None
+        proc.stderr.close()
 
 
 def test_A19_the_consent_name_is_the_refusals_own() -> None:
