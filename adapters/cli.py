@@ -296,6 +296,8 @@ def runner_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    config.require_extra("fastapi")
+    config.require_extra("uvicorn")
     from .http_api import api_settings, serve
 
     port = config.parse_port(args.port)
@@ -305,7 +307,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def mcp_command(args: argparse.Namespace) -> int:
-    config.require_extra("mcp", "mcp")
+    config.require_extra("mcp")
+    config.require_extra("fastapi", "mcp")
     from .http_api import api_settings
     from .mcp_server import serve_http, serve_stdio
 

@@ -26,4 +26,6 @@ def test_no_test_reads_the_wall_clock_outside_a_clock_module() -> None:
     """datetime.now / date.today / time.time appear in no test (time.monotonic for deadlines is fine)."""
     files = [p for folder in ("tests", "property_tests") for p in sorted((ROOT / folder).rglob("*.py"))]
     calls = [call for path in files if path not in ALLOWED for call in _wall_clock_calls(path)]
-    assert not calls, "inject a clock (scratchbank.testing.clocks.ManualClock) instead of: " + ", ".join(calls)
+    assert not calls, "inject a clock (scratchbank.testing.clocks.ManualClock) instead of: " + ", ".join(
+        calls
+    )
