@@ -270,3 +270,22 @@ def test_the_service_closes_with_with(tmp_path: Path) -> None:
         timeline.close = lambda: (closed.append(True), original())
         service.timeline.read(RUN)
     assert closed == [True]
+
+
+def test_sizes_are_in_human_units() -> None:
+    """Sizes read 1.5 KiB / 3.0 MiB; a stage's plain line too (no raw byte counts, no '298GB/s')."""
+    import io
+
+    from scratchbank.adapters.present import human_bytes
+    from scratchbank.adapters.terminal import StageProgress
+
+    assert [human_bytes(n) for n in (10, 1536, 3 << 20, 5 << 30)] == [
+        "10 bytes",
+        "1.5 KiB",
+        "3.0 MiB",
+        "5.0 GiB",
+    ]
+    out = io.StringIO()
+    progress = StageProgress(out)
+    progress("fetch", 3 << 20, 3 << 20)
+    assert out.getvalue() == "  fetch: 3.0 MiB\n"
