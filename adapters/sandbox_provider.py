@@ -20,14 +20,6 @@ from scratchbank.domain.runs import check_run_id
 
 from .local_sandbox import LocalSandbox
 
-try:  # the [docker] extra: only the container provider needs it (the core install has none)
-    import docker
-    import docker.errors
-
-    from .docker_sandbox import DockerSandbox
-except ImportError:  # pragma: no cover - exercised by the core-wheel test
-    pass
-
 OWNER = "owner.json"
 LABEL = "scratchbank.run"
 
@@ -85,12 +77,18 @@ class ContainerSandboxProvider:
     def __init__(self, base_url: str, image: str, *, scratch: str, podman: bool = False) -> None:
         from .config import require_extra
 
-        require_extra("docker")
+        require_extra("docker")  # the [docker] extra: imported here, never by the local provider
+        import docker
+
         self.client = docker.DockerClient(base_url=base_url, timeout=120)
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
 
     def start(self, run_id: str) -> Sandbox:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         name = f"sb-run-{check_run_id(run_id)[:40]}-{uuid.uuid4().hex[:8]}"
         try:
             box = self.client.containers.run(
@@ -108,6 +106,10 @@ class ContainerSandboxProvider:
 
     def orphans(self, run_id: str) -> list[Sandbox]:
         """The run's containers another runner started (by label), still there."""
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         try:
             boxes = self.client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
         except docker.errors.DockerException as error:
@@ -121,6 +123,10 @@ class ContainerSandboxProvider:
         return found
 
     def stop(self, sandbox: Sandbox) -> None:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         if not isinstance(sandbox, DockerSandbox):
             raise TypeError(f"not a container sandbox: {sandbox!r}")
         try:
