@@ -13,6 +13,7 @@ is in the one error table (``adapters/error_table.py``, printed in the README):
 70    a bug: INTERNAL_ERROR (the traceback only with ``--log-level debug``)
 ====  ==========================================================================
 
+``status`` exits 0 when a resume with its consents would go on, 3 when it would be refused.
 ``--home``, ``--timeline``, ``--bank``, ``--queue``, ``--log-format`` and ``--log-level``
 may stand before or after the command. ``scratchbank rules R2`` says what a rule id means.
 """
