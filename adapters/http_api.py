@@ -163,6 +163,10 @@ class StatusBody(BaseModel):
     store: dict[str, Any]
     age_seconds: float | None
     resume: dict[str, Any]
+    would: dict[str, Any] | None = Field(
+        None, description="what a resume would really do when the store disagrees with the record (X4)"
+    )
+    goes_on: bool = Field(True, description="a resume with these consents would go on")
     needs_target: bool
     refusal: dict[str, Any] | None = None
 

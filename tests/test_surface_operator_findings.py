@@ -244,6 +244,13 @@ def test_finding7_status_with_the_bank_missing_says_the_resume_would_be_refused(
     assert accepted.returncode == 0
     data = json.loads(accepted.stdout)
     assert data["would"]["verdict"] == "go_on_without" and data["goes_on"] is True
+    service = open_home(home)
+    try:
+        with served(service, ApiSettings(TOKEN)) as url:
+            body = httpx.get(f"{url}/runs/{RUN}/status").json()
+    finally:
+        close(service)
+    assert body["goes_on"] is False and body["would"]["rule"] == "X4"
 
 
 # -- friction: cut echoes, global options anywhere, `with` -------------------------------------
