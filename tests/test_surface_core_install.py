@@ -57,6 +57,8 @@ def test_the_core_install_runs_the_demo(core: Path, tmp_path: Path) -> None:
     """`scratchbank demo` on the core install: every part, the run ids and how to inspect them."""
     out = _run(core / "bin" / "scratchbank", "demo", cwd=tmp_path, env=_clean_env(tmp_path))
     assert "== 3." in out and "scratchbank --home" in out and "run-1.fix" in out
+    rule = _run(core / "bin" / "scratchbank", "rules", "R2", cwd=tmp_path, env=_clean_env(tmp_path))
+    assert rule.startswith("R2: a node ran after the bank")  # the reference ships in the wheel
 
 
 def test_the_core_install_runs_the_readmes_first_example(core: Path, tmp_path: Path) -> None:
