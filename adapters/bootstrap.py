@@ -50,10 +50,14 @@ class OpenService(ScratchService):
         close(self)
 
 
-def bootstrap(settings: Settings, *, create: bool = False, clock: Clock | None = None) -> OpenService:
-    """Open the timeline, bank store and queue the settings name, and hand back the service."""
+def bootstrap(
+    settings: Settings, *, create: bool = False, clock: Clock | None = None, read_only: bool = False
+) -> OpenService:
+    """Open the timeline, bank store and queue the settings name, and hand back the service.
+    ``read_only``: for a command that only reads (``status``): the timeline is opened so
+    that nothing is written to it."""
     store = open_bank_store(settings.bank_url)
-    timeline = open_timeline(settings.timeline_url, create=create)
+    timeline = open_timeline(settings.timeline_url, create=create, read_only=read_only)
     try:
         queue = open_queue(settings.queue_url) if settings.queue_url else None
     except BaseException:

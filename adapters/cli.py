@@ -239,7 +239,7 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 def status(args: argparse.Namespace) -> int:
     from .bootstrap import bootstrap
 
-    with bootstrap(_settings(args)) as service:
+    with bootstrap(_settings(args), read_only=True) as service:
         report = service.status(args.run, _request(args))
         queued = service.queue is not None
     _print(args, status_data(report, queued=queued), status_text(report, queued=queued))

@@ -244,13 +244,15 @@ def _check_postgres(url: str) -> None:
         raise ConfigInvalid(f"the timeline URL {redact(url)!r} names no host")
 
 
-def open_timeline(url: str, *, create: bool = False) -> Timeline:
-    """The timeline the URL names. ``create`` lets an engine start a new SQLite file."""
+def open_timeline(url: str, *, create: bool = False, read_only: bool = False) -> Timeline:
+    """The timeline the URL names. ``create`` lets an engine start a new SQLite file;
+    ``read_only`` opens it for reading only (``status``: nothing is written, not even a
+    snapshot)."""
     from .event_store import EventStoreTimeline
 
     _check_timeline_url(url, create=create)
     try:
-        return EventStoreTimeline(url)
+        return EventStoreTimeline(url, read_only=read_only and not create)
     except ScratchbankError as error:
         raise type(error)(_masked(error.message, url)) from None
 

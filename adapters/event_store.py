@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from eventsourcing.persistence import (
     AggregateRecorder,
@@ -91,6 +91,16 @@ def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
     return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
 
 
+def _read_only(settings: Mapping[str, str]) -> dict[str, str]:
+    """Settings that open the store for reading only: SQLite's ``mode=ro`` URI (the file is
+    never written: a snapshot save fails quietly, as a cache's may); no CREATE TABLE."""
+    extra = {"CREATE_TABLE": "no"}
+    name = settings.get("SQLITE_DBNAME", ":memory:")
+    if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and name != ":memory:":
+        extra["SQLITE_DBNAME"] = f"file:{quote(str(Path(name).resolve()))}?mode=ro"
+    return extra
+
+
 def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
     """The recorder's method without the driver's own retry loop (eventsourcing's
     PostgreSQL recorder tries an OperationalError ten times): one call, one deadline;
@@ -146,14 +156,22 @@ class EventStoreTimeline:
     """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``."""
 
     def __init__(
-        self, url: str, *, env: Mapping[str, str] | None = None, call_seconds: float = CALL_SECONDS
+        self,
+        url: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        call_seconds: float = CALL_SECONDS,
+        read_only: bool = False,
     ) -> None:
         settings = env_for_url(url)
         settings = settings | _timeouts(settings, call_seconds) | dict(env or {})
+        if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
+            settings = settings | _read_only(settings)
         self.call_seconds = call_seconds
         try:
-            if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
-                Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
+            name = settings.get("SQLITE_DBNAME", ":memory:")
+            if name != ":memory:" and not read_only:  # an engine's first run: its folder
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, call_seconds)
             self._cutter = _Cutter(self._factory)

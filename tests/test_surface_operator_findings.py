@@ -298,3 +298,27 @@ def test_sizes_are_in_human_units() -> None:
     progress = StageProgress(out)
     progress("fetch", 3 << 20, 3 << 20)
     assert out.getvalue() == "  fetch: 3.0 MiB\n"
+
+
+def test_status_opens_the_timeline_read_only(tmp_path: Path) -> None:
+    """`status` writes nothing to the timeline: not a snapshot of a long run, not a table, and
+    the database file keeps its bytes (SQLite opened mode=ro)."""
+    import hashlib
+    import sqlite3
+    from contextlib import closing
+
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.application.resume import SNAPSHOT_EVERY
+    from scratchbank.testing.builders import node, started
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/timeline.db")
+    timeline.append(RUN, [started(), *(node(f"n{i}", "tool") for i in range(SNAPSHOT_EVERY))])
+    timeline.close()
+    db = tmp_path / "timeline.db"
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    done = cli("status", RUN, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as read:
+        snapshots = read.execute("SELECT COUNT(*) FROM stored_snapshots").fetchone()[0]
+    assert snapshots == 0, "a read saved a snapshot"
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
