@@ -83,6 +83,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.StreamBroken: _row(EXIT_UNAVAILABLE, 503, "the stream to the sandbox broke"),
     errors.RunNotFound: _row(EXIT_NOT_FOUND, 404, _NOT_FOUND),
     errors.NoRestoreTarget: _row(EXIT_REFUSED, 400, _REFUSED),
+    errors.AttemptReused: _row(EXIT_REFUSED, 409, "an attempt id used before"),
     errors.ResumeSuperseded: _row(EXIT_REFUSED, 409, "another resume holds the run"),
     errors.Fenced: _row(EXIT_REFUSED, 409, "a newer lease holder owns the run"),
     errors.SurfaceError: _row(EXIT_USAGE, 400, _BAD),
