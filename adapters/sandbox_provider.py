@@ -17,14 +17,10 @@ import signal
 import uuid
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from scratchbank.application.ports import Sandbox
 from scratchbank.domain.errors import ExecFailed, SandboxGone
 from scratchbank.domain.runs import check_run_id
 
-from .docker_sandbox import DockerSandbox
 from .local_sandbox import LocalSandbox
 
 OWNER = "owner.json"
@@ -89,11 +85,20 @@ class ContainerSandboxProvider:
     """Docker (or Podman, ``podman=True``) containers from ``image``, scratch at ``scratch``."""
 
     def __init__(self, base_url: str, image: str, *, scratch: str, podman: bool = False) -> None:
+        from .config import require_extra
+
+        require_extra("docker")  # the [docker] extra: imported here, never by the local provider
+        import docker
+
         self.client = docker.DockerClient(base_url=base_url, timeout=120)
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
 
     def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         name = f"sb-run-{check_run_id(run_id)[:40]}-{uuid.uuid4().hex[:8]}"
         try:
             box = self.client.containers.run(
@@ -111,6 +116,10 @@ class ContainerSandboxProvider:
 
     def orphans(self, run_id: str) -> list[Sandbox]:
         """The run's containers another runner started (by label), still there."""
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         try:
             boxes = self.client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
         except docker.errors.DockerException as error:
@@ -124,6 +133,10 @@ class ContainerSandboxProvider:
         return found
 
     def stop(self, sandbox: Sandbox) -> None:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         if not isinstance(sandbox, DockerSandbox):
             raise TypeError(f"not a container sandbox: {sandbox!r}")
         try:

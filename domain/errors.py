@@ -465,7 +465,7 @@ class SandboxNotAllowed(SurfaceError):
     """
 
     code = "SANDBOX_NOT_ALLOWED"
-    remedy = "name a sandbox the server allows (GET /config lists the patterns), or ask its operator"
+    remedy = "name a sandbox the server's operator allows (--allow-sandbox / SCRATCHBANK_API_SANDBOXES)"
 
 
 class HostNotAllowed(SurfaceError):
