@@ -30,11 +30,11 @@ from pathlib import Path
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import Reconciliation
 from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
-from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 

@@ -9,6 +9,7 @@ from different branches. Pure values and functions, no I/O.
 from __future__ import annotations
 
 import enum
+
 import attrs
 
 from .errors import InvalidCheckpoint

@@ -127,12 +127,13 @@ def stamped_position(state: ScratchState, request: ResumeRequest) -> Position | 
 
 def _stamped_stale(state: ScratchState, request: ResumeRequest, position: Position) -> Cause:
     """K1, K2: the resume's checkpoint holds writes its bank lacks, whatever events say."""
-    assert state.bank is not None and state.bank.checkpoint is not None
+    bank = state.bank
+    assert bank is not None  # stamped_position found one
     detail = (
         f"the run resumes from {request.checkpoint}, {position.value} of its bank's "
-        f"{state.bank.checkpoint}: nodes wrote the scratch after the bank; restoring would revert them"
+        f"{bank.checkpoint}: nodes wrote the scratch after the bank; restoring would revert them"
     )
-    return Cause(CauseKind.SCRATCH_STALE, position.rule, detail, (state.bank.evidence,))
+    return Cause(CauseKind.SCRATCH_STALE, position.rule, detail, (bank.evidence,))
 
 
 def _scratch_causes(state: ScratchState, request: ResumeRequest, position: Position | None) -> list[Cause]:

@@ -35,7 +35,9 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
     return {
         "v": SNAPSHOT_VERSION,
         "records": state.records,
-        "bank": None if bank is None else [_ev(bank.evidence), encode(bank.record), bank.current_since, _stamp(bank)],
+        "bank": None
+        if bank is None
+        else [_ev(bank.evidence), encode(bank.record), bank.current_since, _stamp(bank)],
         "stale_writes": [[_ev(w.evidence), w.node, w.on_cycle] for w in state.stale_writes],
         "unbanked": _ev(state.unbanked),
         "unbanked_reason": state.unbanked_reason,

@@ -79,7 +79,11 @@ def _read_value(kind: str, value: Any, name: str, pos: int | None) -> Any:
             raise bad("a list of strings")
         return tuple(value)
     if kind == CHECKPOINT:
-        if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) and v for v in value):
+        if (
+            not isinstance(value, list | tuple)
+            or not value
+            or not all(isinstance(v, str) and v for v in value)
+        ):
             raise bad("a checkpoint (a non-empty list of non-empty ids)")
         return Checkpoint(tuple(value))
     if kind == STATUS:

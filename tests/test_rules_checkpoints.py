@@ -88,7 +88,7 @@ def test_K4_a_rewind_to_before_the_bank_restores_it_and_says_so() -> None:
     assert "later checkpoint" in decision.explanation
 
 
-@pytest.mark.parametrize("bank_stamp, at", [(None, C2), (C1, None), (None, None)])
+@pytest.mark.parametrize(("bank_stamp", "at"), [(None, C2), (C1, None), (None, None)])
 def test_K5_without_a_stamp_on_either_side_the_events_decide_as_before(
     bank_stamp: Checkpoint | None, at: Checkpoint | None
 ) -> None:
@@ -127,7 +127,13 @@ def test_K_wire_a_stamp_survives_the_wire_and_older_records_read_unstamped() -> 
     assert decode(encode(restored)) == restored
     old = {**encode(banked()), "v": 2}
     assert decode(old) == banked()
-    old_restored = {"type": "sandbox_scratch_restored", "v": 1, "restored": True, "stale": False, "accepted": False}
+    old_restored = {
+        "type": "sandbox_scratch_restored",
+        "v": 1,
+        "restored": True,
+        "stale": False,
+        "accepted": False,
+    }
     assert decode(old_restored).checkpoint is None  # type: ignore[attr-defined]
 
 
@@ -169,10 +175,14 @@ def test_K_teardown_stamps_its_record_and_the_resume_restamps_the_restore() -> N
     timeline.append("run-1", [resumed()])  # the write of c2 lost its node_finished
     before = timeline.read("run-1")
     box = FakeSandbox({})
-    out = resume("run-1", ResumeRequest(checkpoint=C2), timeline=timeline, store=store, sandbox=box, clock=clock)
+    out = resume(
+        "run-1", ResumeRequest(checkpoint=C2), timeline=timeline, store=store, sandbox=box, clock=clock
+    )
     assert out.decision.rule == "K1" and not out.proceeds
     assert timeline.read("run-1") == before and box.files == {}  # the refusal changed nothing
-    out = resume("run-1", ResumeRequest(checkpoint=C1), timeline=timeline, store=store, sandbox=box, clock=clock)
+    out = resume(
+        "run-1", ResumeRequest(checkpoint=C1), timeline=timeline, store=store, sandbox=box, clock=clock
+    )
     assert out.proceeds and out.decision.rule == "K3" and box.files == files
     last = timeline.read("run-1")[-1]
     assert isinstance(last, ScratchRestored) and last.restored and last.checkpoint == C1
