@@ -40,6 +40,7 @@ from scratchbank.domain.resume_gate import (
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
+from . import retry
 from .bank_objects import reconcile_before_resume
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
@@ -166,6 +167,7 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
@@ -189,7 +191,7 @@ def resume(
     decision, claim = claimed
     if decision.verdict is not Verdict.RESTORE:
         return ResumeOutcome(decision, claim=claim)
-    tried = _restore_guarded(run_id, decision, store, target, progress)
+    tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
     if request.checkpoint is not None:  # ADR 0013: the restored scratch is now this checkpoint's
         outcome = attrs.evolve(outcome, record=attrs.evolve(outcome.record, checkpoint=request.checkpoint))
@@ -276,7 +278,12 @@ def _claim_records(
 
 
 def _restore_guarded(
-    run_id: str, decision: ResumeDecision, store: BankStore, target: Target, progress: Progress | None
+    run_id: str,
+    decision: ResumeDecision,
+    store: BankStore,
+    target: Target,
+    progress: Progress | None,
+    cancel: retry.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:
@@ -287,6 +294,7 @@ def _restore_guarded(
             sandbox=target.sandbox,
             host_directory=target.host_directory,
             progress=progress,
+            cancel=cancel,  # L5: a holder that lost its lease stops its restore at once
         )
     except Exception as error:  # once claimed, no path ends without its record
         return attempt_of(error)
