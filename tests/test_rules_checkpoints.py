@@ -186,3 +186,13 @@ def test_K_teardown_stamps_its_record_and_the_resume_restamps_the_restore() -> N
     assert out.proceeds and out.decision.rule == "K3" and box.files == files
     last = timeline.read("run-1")[-1]
     assert isinstance(last, ScratchRestored) and last.restored and last.checkpoint == C1
+
+
+def test_K1_the_refusal_line_names_its_rule_in_words() -> None:
+    """A K1 refusal says K1 in words from the shipped rule reference; K1-K5 are all there."""
+    from scratchbank.adapters.present import decision_text
+    from scratchbank.adapters.rules import RULES
+
+    decision = decide_resume(fold([started(), stamped(C1), resumed()]), ResumeRequest(checkpoint=C2))
+    assert any(f"K1: {RULES['K1'].title}" in line for line in decision_text(decision))
+    assert all(f"K{n}" in RULES for n in range(1, 6))
