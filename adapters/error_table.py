@@ -63,6 +63,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.TimelineConflict: _row(EXIT_UNAVAILABLE, 409, "another writer appended first"),
     errors.TimelineWriteFailed: _row(EXIT_UNAVAILABLE, 503, "the timeline refused a write"),
     errors.InvalidRunId: _row(EXIT_USAGE, 400, _BAD),
+    errors.InvalidCheckpoint: _row(EXIT_USAGE, 400, _BAD),
     errors.BankError: _row(EXIT_UNAVAILABLE, 503, "the bank store failed"),
     errors.BankGone: _row(EXIT_UNAVAILABLE, 503, "the bank is not in the store"),
     errors.BankReadFailed: _row(EXIT_UNAVAILABLE, 503, "reading the bank failed; try again"),
