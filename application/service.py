@@ -30,6 +30,7 @@ from pathlib import Path
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import AttemptReused, BankReadFailed, LockUnavailable, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import Reconciliation
@@ -366,6 +367,7 @@ class ScratchService:
         run_finished: bool,
         budgets: teardown_use_case.Budgets = teardown_use_case.Budgets(),
         execution: str | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> teardown_use_case.TeardownReport:
         """Bank (or drop) the scratch of a sandbox being torn down (T1-T20), for the
         execution this service started on the run (or ``execution``: A18), and let that
@@ -383,6 +385,7 @@ class ScratchService:
                 budgets=budgets,
                 clock=self.clock,
                 execution=held[0] if held is not None else execution,
+                checkpoint=checkpoint,
             )
         finally:
             if held is not None:

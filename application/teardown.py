@@ -36,6 +36,7 @@ from pathlib import Path
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import (
     ArchiveFailed,
     BankWriteFailed,
@@ -251,6 +252,7 @@ def bank_at_teardown(
     budgets: Budgets = Budgets(),
     clock: Clock | None = None,
     cancel: Cancel | None = None,
+    checkpoint: Checkpoint | None = None,
     execution: str | None = None,
     lock: RunLock | None = None,
     grant: LockGrant | None = None,
@@ -258,6 +260,7 @@ def bank_at_teardown(
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
     ``cancel``: the run context the lease keeper cuts (L5; module docstring).
+    ``checkpoint``: the checkpoint the run stands at, stamped on the record (ADR 0013).
     ``execution``: the execution whose sandbox this is (A18): if a newer one started, the
     teardown is superseded (named, nothing recorded, nothing deleted). None: the execution
     that is latest at its first read (records without ids keep today's meaning).
@@ -266,7 +269,16 @@ def bank_at_teardown(
     """
     try:
         return _bank_at_teardown(
-            run_id, timeline, store, sandbox, run_finished, budgets, clock or SystemClock(), cancel, execution
+            run_id,
+            timeline,
+            store,
+            sandbox,
+            run_finished,
+            budgets,
+            clock or SystemClock(),
+            cancel,
+            execution,
+            checkpoint,
         )
     finally:
         if lock is not None and grant is not None:
@@ -283,6 +295,7 @@ def _bank_at_teardown(
     clock: Clock,
     cancel: Cancel | None,
     execution: str | None,
+    checkpoint: Checkpoint | None,
 ) -> TeardownReport:
     notes: list[str] = []
     first = _first_read(timeline, run_id, execution, budgets, clock, notes)
@@ -302,7 +315,7 @@ def _bank_at_teardown(
         if lost:
             notes.append(lost)
             return TeardownReport(plan, notes=tuple(notes), superseded=lost, execution=named)
-        record = attrs.evolve(finished_record(), at=clock.now(), execution=stamp)
+        record = attrs.evolve(finished_record(), at=clock.now(), execution=stamp, checkpoint=checkpoint)
         written = _record(
             timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
         )
@@ -334,7 +347,9 @@ def _bank_at_teardown(
     if run.cut() and not run.stored:
         return _cut(plan, run.cut(), notes, tuple(tries), run)
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
-    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now(), execution=stamp)
+    record = attrs.evolve(
+        teardown_record(best, quiesce), at=clock.now(), execution=stamp, checkpoint=checkpoint
+    )
     checked = _Checked(timeline, run_id, claim, mine, execution)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
     _prune_after(store, timeline, written, clock, notes, cancel)  # T4 under A17: record first
