@@ -13,10 +13,22 @@ table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
 that stops forwarding (the server's own timeouts cannot reach us then), a watchdog
 that shuts the call's socket down a grace after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
+
+Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
+object (one process's worth); a call waits for a slot within its deadline, and the
+connection pool is sized from the same number, so load queues here instead of timing
+out in the pool. A call that found no slot (or, on SQLite, no turn at the single
+writer) by its deadline raises TimelineBusy: retryable, never R15.
+
+Snapshots (ADR 0010): an append that carries the timeline past a multiple of
+``snapshot_every`` records saves the folded state there, so a decision in a fresh
+process folds at most that many records after the latest snapshot. Reads are paged
+(``PAGE`` records per store call): a fold over them holds one page at a time.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -29,10 +41,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.persistence import (
     AggregateRecorder,
+    ConnectionUnavailableError,
     InfrastructureFactory,
     IntegrityError,
     PersistenceError,
@@ -40,9 +53,17 @@ from eventsourcing.persistence import (
 )
 
 from scratchbank.application.retry import Deadline
-from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.errors import (
+    ScratchbankError,
+    TimelineBusy,
+    TimelineConflict,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
+from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import Record, UnknownRecord
 from scratchbank.domain.runs import check_run_id
+from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
 
 from .watchdog import Watchdog
@@ -53,8 +74,30 @@ APPEND_RETRIES = 30
 CALL_SECONDS = 10.0
 #: The client-side cut comes this long after the server's own timeouts would have.
 CUT_GRACE = 2.0
+#: Store calls in flight at once per timeline (``in_flight``, or ``?in_flight=N`` on the
+#: URL): SQLite has one writer, so a handful; PostgreSQL, its pool (ADR 0010).
+IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
+#: Records per store call when reading (a fold holds one page at a time).
+PAGE = 1000
+#: An append past a multiple of this many records saves a snapshot there.
+SNAPSHOT_EVERY = 1000
 
 T = TypeVar("T")
+
+
+def in_flight_for_url(url: str) -> int:
+    """The URL's ``in_flight=N`` query, else the store's documented default (ADR 0010)."""
+    parsed = urlparse(url)
+    given = parse_qs(parsed.query).get("in_flight")
+    if given:
+        try:
+            n = int(given[-1])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"in_flight must be a whole number >= 1, not {given[-1]!r}")
+        return n
+    return IN_FLIGHT["sqlite" if parsed.scheme == "sqlite" else "postgresql"]
 
 
 def env_for_url(url: str) -> dict[str, str]:
@@ -82,13 +125,27 @@ def env_for_url(url: str) -> dict[str, str]:
     raise ValueError(f"unsupported timeline URL {url!r} (sqlite:///... or postgresql://...)")
 
 
-def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
+def _timeouts(settings: dict[str, str], seconds: float, in_flight: int) -> dict[str, str]:
     """The deadline as each backend's own settings (SQLite's busy timeout; the pool's
-    wait and the insert's ``SET LOCAL lock_timeout`` on PostgreSQL)."""
+    wait and the insert's ``SET LOCAL lock_timeout`` on PostgreSQL), and PostgreSQL's
+    pool sized from ``in_flight`` (SQLite's pool is sized once built: ``_size_pool``)."""
     whole = str(max(1, math.ceil(seconds)))
     if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
         return {"SQLITE_LOCK_TIMEOUT": whole}
-    return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
+    return {
+        "POSTGRES_CONNECT_TIMEOUT": whole,
+        "POSTGRES_LOCK_TIMEOUT": whole,
+        "POSTGRES_POOL_SIZE": str(in_flight),
+        "POSTGRES_MAX_OVERFLOW": "0",
+    }
+
+
+def _size_pool(factory: InfrastructureFactory[Any], in_flight: int, seconds: float) -> None:
+    """SQLite: eventsourcing's pool (5 + 10 connections, a fixed 5 s wait) takes the
+    slot count and the call's deadline instead (its settings have no key for them)."""
+    pool = getattr(getattr(factory, "datastore", None), "pool", None)
+    if pool is not None and hasattr(pool, "pool_timeout"):
+        pool.pool_size, pool.max_overflow, pool.pool_timeout = in_flight, 0, seconds
 
 
 def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
@@ -142,20 +199,67 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Slots:
+    """At most ``n`` holders at once; waiters are served in arrival order, each within
+    its own timeout (a plain semaphore could starve one caller past its deadline while
+    later ones run)."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._lock:
+            if self._free and not self._queue:
+                self._free -= 1
+                return True
+            turn = threading.Event()
+            self._queue.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._lock:
+            if turn.is_set():  # handed a slot just as the wait ended
+                return True
+            self._queue.remove(turn)
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._queue:
+                self._queue.popleft().set()  # the slot passes straight to the next in line
+            else:
+                self._free += 1
+
+
 class EventStoreTimeline:
-    """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``."""
+    """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``
+    and at most ``in_flight`` calls at once (module docstring)."""
 
     def __init__(
-        self, url: str, *, env: Mapping[str, str] | None = None, call_seconds: float = CALL_SECONDS
+        self,
+        url: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        call_seconds: float = CALL_SECONDS,
+        in_flight: int | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
+        self.in_flight = in_flight or in_flight_for_url(url)
         settings = env_for_url(url)
-        settings = settings | _timeouts(settings, call_seconds) | dict(env or {})
+        settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
         self.call_seconds = call_seconds
+        self.snapshot_every = snapshot_every
+        self.sqlite = settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite"
+        #: Records decoded from the store by this object (the bench and the tests count them).
+        self.records_read = 0
+        self._slots = _Slots(self.in_flight)
         try:
             if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
                 Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, call_seconds)
+            _size_pool(self._factory, self.in_flight, call_seconds)
             self._cutter = _Cutter(self._factory)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
             self._select = _once(self._recorder, "select_events")
@@ -168,25 +272,21 @@ class EventStoreTimeline:
     def close(self) -> None:
         self._factory.close()
 
-    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
-        """The latest folded state saved for the run; None when there is none or it is bad."""
-        try:
-            last = self._snapshots.select_events(check_run_id(run_id), desc=True, limit=1)
-            return (last[0].originator_version, json.loads(last[0].state)) if last else None
-        except (PersistenceError, ValueError):
-            return None
-
-    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
-        """Best effort: a snapshot is a cache, and another writer may have saved this one."""
-        state = json.dumps(data, sort_keys=True).encode()
-        with contextlib.suppress(PersistenceError):
-            self._snapshots.insert_events([StoredEvent(run_id, position, "scratchbank.snapshot", state)])
-
-    def read(self, run_id: str) -> tuple[Record, ...]:
-        return self.read_after(run_id, 0)
+    # -- every store call goes through here ----------------------------------------------
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
-        """Run one store call within the deadline; a driver error (or the cut) by name."""
+        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
+        if not self._slots.acquire(timeout=self.call_seconds):
+            raise TimelineBusy(
+                f"{what}: {self.in_flight} timeline calls in flight in this process, "
+                f"none ended within {self.call_seconds:g} s"
+            )
+        try:
+            return self._cut_at_deadline(call, fail, what)
+        finally:
+            self._slots.release()
+
+    def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
         deadline = Deadline.after(self.call_seconds + CUT_GRACE)
         with Watchdog(deadline, lambda: self._cutter.cut(thread)) as dog:
@@ -196,29 +296,90 @@ class EventStoreTimeline:
                 if dog.fired:
                     why = f"{what}: no answer within its deadline ({self.call_seconds:.0f} s): cut"
                     raise fail(why) from error
+                if self._busy(error):
+                    raise TimelineBusy(f"{what}: the store's writer stayed busy: {error}") from error
                 raise fail(f"{what}: {error}") from error
 
-    def read_after(self, run_id: str, position: int) -> tuple[Record, ...]:
-        """The records after the first ``position`` ones (a snapshot's tail)."""
+    def _busy(self, error: PersistenceError) -> bool:
+        """SQLite's single writer (eventsourcing's writer lock, or the file's lock) still
+        held at the deadline: load, not a broken store."""
+        if not self.sqlite:
+            return False
+        return isinstance(error, ConnectionUnavailableError) or "database is locked" in str(error)
+
+    # -- snapshots (SnapshotStore) ---------------------------------------------------------
+
+    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The latest folded state saved for the run; None when there is none or it is bad.
+
+        Raises TimelineBusy (a busy store is not a missing snapshot: a full read under
+        load is the last thing to start)."""
         check_run_id(run_id)
-        stored_events = self._within(
-            lambda: self._select(run_id, gt=position or None),
-            TimelineUnreadable,
-            f"cannot read run {run_id}",
-        )
-        records = []
-        for index, stored in enumerate(stored_events, start=position):
-            if stored.originator_version != index + 1:
-                raise TimelineUnreadable(
-                    f"run {run_id} has a gap before version {stored.originator_version}",
-                    position=index,
-                )
-            try:
-                obj = json.loads(stored.state)
-            except (ValueError, UnicodeDecodeError) as error:
-                raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
-            records.append(decode(obj, position=index))
-        return tuple(records)
+        try:
+            last = self._within(
+                lambda: self._snapshots.select_events(run_id, desc=True, limit=1),
+                TimelineUnreadable,
+                f"cannot read run {run_id}'s snapshot",
+            )
+            return (last[0].originator_version, json.loads(last[0].state)) if last else None
+        except (TimelineUnreadable, ValueError):
+            return None
+
+    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
+        """Best effort: a snapshot is a cache, and another writer may have saved this one."""
+        state = json.dumps(data, sort_keys=True).encode()
+        stored = [StoredEvent(run_id, position, "scratchbank.snapshot", state)]
+        with contextlib.suppress(ScratchbankError, PersistenceError):
+            self._within(
+                lambda: self._snapshots.insert_events(stored),
+                TimelineWriteFailed,
+                f"cannot save run {run_id}'s snapshot",
+            )
+
+    def _snapshot_now(self, run_id: str) -> None:
+        """Fold from the latest snapshot to the end and save the state there (after an
+        append crossed ``snapshot_every``). Never fails the append that landed."""
+        with contextlib.suppress(ScratchbankError):
+            snap = self.load_snapshot(run_id)
+            start = _trusted(snap)
+            state = fold(self.read_after(run_id, start.records if start else 0), start=start)
+            self.save_snapshot(run_id, state.records, state_to_data(state))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(self, run_id: str) -> tuple[Record, ...]:
+        return tuple(self.read_after(run_id, 0))
+
+    def read_after(self, run_id: str, position: int) -> Iterator[Record]:
+        """The records after the first ``position`` ones, a page per store call (lazily:
+        a fold over it holds one page; TimelineUnreadable is raised while iterating)."""
+        check_run_id(run_id)
+        index = position
+        while True:
+            page = self._within(
+                functools.partial(self._select, run_id, gt=index or None, limit=PAGE),
+                TimelineUnreadable,
+                f"cannot read run {run_id}",
+            )
+            for stored in page:
+                yield self._decode(run_id, stored, index)
+                index += 1
+            self.records_read += len(page)
+            if len(page) < PAGE:
+                return
+
+    def _decode(self, run_id: str, stored: StoredEvent, index: int) -> Record:
+        if stored.originator_version != index + 1:
+            raise TimelineUnreadable(
+                f"run {run_id} has a gap before version {stored.originator_version}", position=index
+            )
+        try:
+            obj = json.loads(stored.state)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
+        return decode(obj, position=index)
+
+    # -- appends -------------------------------------------------------------------------
 
     def _length(self, run_id: str) -> int:
         last = self._within(
@@ -239,6 +400,14 @@ class EventStoreTimeline:
 
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         check_run_id(run_id)
+        start = self._append(run_id, records, expected)
+        end = start + len(records)
+        if end // self.snapshot_every > start // self.snapshot_every:
+            self._snapshot_now(run_id)
+        return end
+
+    def _append(self, run_id: str, records: Sequence[Record], expected: int | None) -> int:
+        """Insert at ``expected`` (or at the end, retrying lost races); the start used."""
         for attempt in range(APPEND_RETRIES):
             if attempt:
                 # Racing writers without an expectation: back off with jitter, so that
@@ -252,7 +421,7 @@ class EventStoreTimeline:
                     TimelineWriteFailed,
                     f"cannot append to run {run_id}",
                 )
-                return start + len(records)
+                return start
             except _Conflict:
                 if expected is not None:
                     raise TimelineConflict(
@@ -265,6 +434,14 @@ class EventStoreTimeline:
             self._insert_events(stored)
         except IntegrityError:
             raise _Conflict from None
+
+
+def _trusted(snap: tuple[int, dict[str, Any]] | None) -> ScratchState | None:
+    """The snapshot's state when this build can trust it (its position is its length)."""
+    if snap is None:
+        return None
+    state = state_from_data(snap[1])
+    return state if state is not None and state.records == snap[0] else None
 
 
 class _Conflict(Exception):
