@@ -296,16 +296,20 @@ class EventStoreTimeline:
                 if dog.fired:
                     why = f"{what}: no answer within its deadline ({self.call_seconds:.0f} s): cut"
                     raise fail(why) from error
-                if self._busy(error):
+                if self._busy(error, reading=fail is TimelineUnreadable):
                     raise TimelineBusy(f"{what}: the store's writer stayed busy: {error}") from error
                 raise fail(f"{what}: {error}") from error
 
-    def _busy(self, error: PersistenceError) -> bool:
-        """SQLite's single writer (eventsourcing's writer lock, or the file's lock) still
-        held at the deadline: load, not a broken store."""
+    def _busy(self, error: PersistenceError, *, reading: bool) -> bool:
+        """SQLite under load, not broken: this process's writer lock or pool still taken
+        at the deadline, or (for a read, which R15 would otherwise refuse on) the file
+        locked by another process. An append the file's lock stopped stays a failed
+        write (T8: retried within its budget all the same)."""
         if not self.sqlite:
             return False
-        return isinstance(error, ConnectionUnavailableError) or "database is locked" in str(error)
+        return isinstance(error, ConnectionUnavailableError) or (
+            reading and "database is locked" in str(error)
+        )
 
     # -- snapshots (SnapshotStore) ---------------------------------------------------------
 
