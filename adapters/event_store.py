@@ -81,6 +81,8 @@ IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
 PAGE = 1000
 #: An append past a multiple of this many records saves a snapshot there.
 SNAPSHOT_EVERY = 1000
+#: How many runs' folded states an appender keeps (so its snapshots cost no read).
+FOLDED_RUNS = 256
 
 T = TypeVar("T")
 
@@ -254,6 +256,9 @@ class EventStoreTimeline:
         #: Records decoded from the store by this object (the bench and the tests count them).
         self.records_read = 0
         self._slots = _Slots(self.in_flight)
+        #: The folded state of the runs this object appended to last (``_after_append``).
+        self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
+        self._folded_lock = threading.Lock()
         try:
             if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
                 Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -340,14 +345,31 @@ class EventStoreTimeline:
                 f"cannot save run {run_id}'s snapshot",
             )
 
-    def _snapshot_now(self, run_id: str) -> None:
-        """Fold from the latest snapshot to the end and save the state there (after an
-        append crossed ``snapshot_every``). Never fails the append that landed."""
+    def _after_append(self, run_id: str, start: int, records: Sequence[Record]) -> None:
+        """Keep the run's folded state (this process appended it: no read), and save it as
+        a snapshot when the append crossed a multiple of ``snapshot_every``. The state of a
+        run this process did not follow is folded from the latest snapshot, and only when
+        one is due. Never fails the append that landed: a snapshot is a cache."""
+        end = start + len(records)
+        due = end // self.snapshot_every > start // self.snapshot_every
+        with self._folded_lock:
+            state = self._folded.pop(run_id, None)
         with contextlib.suppress(ScratchbankError):
-            snap = self.load_snapshot(run_id)
-            start = _trusted(snap)
-            state = fold(self.read_after(run_id, start.records if start else 0), start=start)
-            self.save_snapshot(run_id, state.records, state_to_data(state))
+            if start == 0:
+                state = fold(records)
+            elif state is not None and state.records == start:
+                state = fold(records, start=state)
+            elif due:
+                begin = _trusted(self.load_snapshot(run_id))
+                state = fold(self.read_after(run_id, begin.records if begin else 0), start=begin)
+            else:
+                return
+            if due:
+                self.save_snapshot(run_id, state.records, state_to_data(state))
+            with self._folded_lock:
+                self._folded[run_id] = state
+                while len(self._folded) > FOLDED_RUNS:
+                    self._folded.popitem(last=False)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -406,8 +428,7 @@ class EventStoreTimeline:
         check_run_id(run_id)
         start = self._append(run_id, records, expected)
         end = start + len(records)
-        if end // self.snapshot_every > start // self.snapshot_every:
-            self._snapshot_now(run_id)
+        self._after_append(run_id, start, records)
         return end
 
     def _append(self, run_id: str, records: Sequence[Record], expected: int | None) -> int:

@@ -82,3 +82,17 @@ def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) 
     state = current_state(timeline, "run-1", snapshots=timeline)
     assert state == fold(EventStoreTimeline(url).read("run-1"))
     assert sum(pages) == 3 * PAGE + 2 and max(pages) <= PAGE
+
+
+def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp_path: Path) -> None:
+    """A second process's append past the interval folds from the store, and saves the truth."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    first = EventStoreTimeline(url)
+    first.append("run-1", [started(), banked()])
+    first.append("run-1", [node(f"h{i}", "human") for i in range(SNAPSHOT_EVERY - 10)])
+    assert first.load_snapshot("run-1") is None
+    second = EventStoreTimeline(url)  # another process: it never saw the run's records
+    second.append("run-1", [node("measure", "agent")] * 20)
+    snap = second.load_snapshot("run-1")
+    assert snap is not None and snap[0] == SNAPSHOT_EVERY + 12
+    assert current_state(EventStoreTimeline(url), "run-1", snapshots=second) == fold(second.read("run-1"))
