@@ -15,8 +15,8 @@ that shuts the call's socket down a grace after the deadline. A call past it rai
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
-object (one process's worth); a call waits for a slot within its deadline, and the
-connection pool is sized from the same number, so load queues here instead of timing
+object (one process's worth); a call waits in line for a slot (``wait_seconds``), and
+the connection pool is sized from the same number, so load queues here instead of timing
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
 
@@ -77,6 +77,10 @@ CUT_GRACE = 2.0
 #: Store calls in flight at once per timeline (``in_flight``, or ``?in_flight=N`` on the
 #: URL): SQLite has one writer, so a handful; PostgreSQL, its pool (ADR 0010).
 IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
+#: How long a call may wait in line for a slot (``wait_seconds``) before TimelineBusy:
+#: longer than a call's own deadline, since a line of 200 callers at a few tens of
+#: milliseconds each is load, not an outage.
+WAIT_SECONDS = 60.0
 #: Records per store call when reading (a fold holds one page at a time).
 PAGE = 1000
 #: An append past a multiple of this many records saves a snapshot there.
@@ -245,9 +249,11 @@ class EventStoreTimeline:
         env: Mapping[str, str] | None = None,
         call_seconds: float = CALL_SECONDS,
         in_flight: int | None = None,
+        wait_seconds: float = WAIT_SECONDS,
         snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         self.in_flight = in_flight or in_flight_for_url(url)
+        self.wait_seconds = wait_seconds
         settings = env_for_url(url)
         settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
         self.call_seconds = call_seconds
@@ -281,10 +287,10 @@ class EventStoreTimeline:
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
-        if not self._slots.acquire(timeout=self.call_seconds):
+        if not self._slots.acquire(timeout=self.wait_seconds):
             raise TimelineBusy(
                 f"{what}: {self.in_flight} timeline calls in flight in this process, "
-                f"none ended within {self.call_seconds:g} s"
+                f"none ended within {self.wait_seconds:g} s"
             )
         try:
             return self._cut_at_deadline(call, fail, what)

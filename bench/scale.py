@@ -160,10 +160,23 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.local_sandbox import LocalSandbox
     from scratchbank.application.service import ScratchService, Target
+    from scratchbank.domain.errors import ScratchbankError
     from scratchbank.domain.records import ScratchBanked, ScratchRestored
     from scratchbank.testing.builders import node, started
 
-    timeline = EventStoreTimeline(timeline_url(backend, work, "runs"))
+    store_errors: Counter[str] = Counter()
+
+    class Counted(EventStoreTimeline):
+        """Counts every store call's named error (the use cases may retry or absorb it)."""
+
+        def _within(self, call: Any, fail: Any, what: str) -> Any:
+            try:
+                return super()._within(call, fail, what)
+            except ScratchbankError as error:
+                store_errors[f"{error.code} ({what.split(':')[0].split(' run ')[0]})"] += 1
+                raise
+
+    timeline = Counted(timeline_url(backend, work, "runs"))
     service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
     runs = [f"run-{i}" for i in range(n)]
     old, new = [], []
@@ -197,6 +210,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         result["false_recorded"] = false
         result["peak_mib"] = round(vm_hwm_mib(), 1)
         result["in_flight"] = timeline.in_flight
+        result["store_call_errors"] = dict(store_errors)
         return result
     finally:
         for box in old + new:
@@ -301,7 +315,7 @@ def runs_line(r: dict[str, Any]) -> str:
         f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_per_wall']:.2f} | resume {s['per_s']:6.1f}/s "
         f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_per_wall']:.2f} | "
         f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
-        f"peak {r['peak_mib']} MiB"
+        f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
     )
 
 

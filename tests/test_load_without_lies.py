@@ -119,7 +119,9 @@ def test_R15_200_teardowns_and_resumes_at_once_on_sqlite_none_refused_none_false
 
 def test_R15_a_busy_timeline_is_TIMELINE_BUSY_never_unreadable(tmp_path: Path) -> None:
     """Every call slot held past the deadline: a named retryable error, no R15, nothing written."""
-    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", call_seconds=0.2, in_flight=1)
+    timeline = EventStoreTimeline(
+        f"sqlite:///{tmp_path}/t.db", call_seconds=0.2, in_flight=1, wait_seconds=0.2
+    )
     timeline.append("run-1", [started()])
     before = timeline.read("run-1")
     assert timeline._slots.acquire(1.0)  # another caller holds the only slot
