@@ -192,15 +192,19 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         report = service.bank_at_teardown(runs[i], old[i], run_finished=False)
         if report.recorded:
             said["banked"].append(runs[i])
+        if report.record is not None and not report.record.banked:
+            return f"recorded unbanked: {report.record.reason[:60]}"
         return "ok" if report.recorded else "not recorded"
 
     def resume(i: int) -> str:
         out = service.resume(runs[i], target=Target(sandbox=new[i]))
         if out.recorded and out.restore is not None:
             said["restored"].append(runs[i])
+        if out.restore is None:
+            return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
         if not out.proceeds:
-            return out.decision.rule if out.restore is None else f"restore {out.restore.rule}"
-        return "ok" if out.restore is not None and out.recorded else "not recorded"
+            return f"restore {out.restore.rule}: {out.restore.record.reason[:60]}"
+        return "ok" if out.recorded else "restored, record not written"
 
     try:
         result = {"teardown": phase(n, teardown), "resume": phase(n, resume)}
