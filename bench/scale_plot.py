@@ -1,6 +1,8 @@
 """The curves of a ``--scale`` run as one SVG (no plotting library needed).
 
-    python bench/scale_plot.py bench/results/DATE-scale.json bench/results/DATE-scale.svg
+    python bench/scale_plot.py RESULTS.json [MORE.json ...] OUT.svg
+
+A later file's run at the same (backend, N) replaces an earlier one's (a re-run).
 
 Left: runs per second against runs at once (teardowns and resumes, each backend).
 Right: the first decision in a fresh process (cold) against the run's length, log-log.
@@ -57,8 +59,12 @@ def panel(
     return out
 
 
-def main(src: str, dest: str) -> None:
-    data = json.loads(Path(src).read_text())
+def main(srcs: list[str], dest: str) -> None:
+    files = [json.loads(Path(src).read_text()) for src in srcs]
+    data = {
+        "runs": list({(r["backend"], r["n"]): r for f in files for r in f["runs"]}.values()),
+        "decisions": [d for f in files for d in f["decisions"]],
+    }
     runs: dict[str, list[tuple[float, float]]] = {}
     for r in data["runs"]:
         if "failed" in r:
@@ -85,4 +91,4 @@ def main(src: str, dest: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:-1], sys.argv[-1])
