@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -25,6 +26,7 @@ from scratchbank.application.retry import Deadline
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.teardown import Budgets
 from scratchbank.domain.lease import LeaseTiming
+from scratchbank.domain.objects import BankStamp, StoredObject
 
 from .event_store import EventStoreTimeline
 from .fs_bank import FilesystemBankStore
@@ -52,26 +54,43 @@ class HeldBankStore:
         self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
         self.keeps_banks = inner.keeps_banks
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
         self.log.say(event="put-started", run=run_id)
         time.sleep(self.put_wait)
-        self.inner.put(run_id, archive, sha256=sha256, deadline=deadline)
+        return self.inner.put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
 
     def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
     ) -> StoredBank:
         self.log.say(event="fetch-started", run=run_id)
         time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
+        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
 
-    def delete(self, run_id: str) -> None:
-        self.inner.delete(run_id)
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        self.inner.delete(run_id, name)
 
     def sweep(self, run_id: str) -> None:
         self.inner.sweep(run_id)
 
-    def stat(self, run_id: str) -> StoredBank | None:
-        return self.inner.stat(run_id)
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        return self.inner.stat(run_id, name)
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        return self.inner.objects(run_id)
 
 
 def load_workflow(path: Path) -> tuple[Node, ...]:

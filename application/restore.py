@@ -36,6 +36,7 @@ from scratchbank.domain.errors import (
     DestinationRefused,
     ExecFailed,
     HostileArchive,
+    InvalidBankObject,
     RestoreRefused,
     SandboxGone,
     ScratchbankError,
@@ -97,6 +98,7 @@ _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankReadFailed, RestoreResult.READ_FAILED),
     (HostileArchive, RestoreResult.REFUSED_ON_HOST),
     (BankMismatch, RestoreResult.REFUSED_ON_HOST),
+    (InvalidBankObject, RestoreResult.REFUSED_ON_HOST),  # A17: a name out of the bank prefix
     (DestinationRefused, RestoreResult.REFUSED_ON_HOST),
     (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
     (TimelineUnreadable, RestoreResult.READ_FAILED),
@@ -172,7 +174,8 @@ def _produce(
     result: _Produced,
 ) -> None:
     try:
-        store.fetch(run_id, check, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
+        # A17: exactly the object the record names (None: a record from before objects had names)
+        store.fetch(run_id, check, max_bytes=cap, name=check.record.object)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
         result.sha256 = writer.finish()
         result.bytes = writer.bytes

@@ -32,12 +32,14 @@ import attrs
 
 from scratchbank.domain.errors import BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.objects import Reconciliation
 from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 
 from . import resume as resume_use_case
 from . import teardown as teardown_use_case
+from .bank_objects import unreferenced_objects
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
@@ -89,6 +91,8 @@ class StatusReport:
     store: StoreCheck
     age_seconds: float | None
     refusal: ResumeRefused | None = None  # a runner's refusal of the latest queued attempt (R12)
+    #: the run's objects no record names, sorted by N3 (None: the store could not list them)
+    unreferenced: Reconciliation | None = None
 
 
 @attrs.frozen
@@ -187,14 +191,24 @@ class ScratchService:
         """What a resume with ``request`` would do, and is the bank there as recorded."""
         assessment = self.assess(run_id, request)
         age = age_of(assessment.state, self.clock.now())
-        refusal = latest_refusal(self.timeline.read(run_id)) if self.queue is not None else None
-        return StatusReport(assessment, self._stored(assessment), age, refusal)
+        records = self.timeline.read(run_id)
+        refusal = latest_refusal(records) if self.queue is not None else None
+        return StatusReport(assessment, self._stored(assessment), age, refusal, self._loose(run_id, records))
+
+    def _loose(self, run_id: str, records: Sequence[Record]) -> Reconciliation | None:
+        """N3: the run's unreferenced objects, listed with their stamps."""
+        try:
+            return unreferenced_objects(self.store, run_id, records, fold(records))
+        except BankReadFailed as error:
+            log.info("run %s: the store could not list its bank objects: %s", run_id, error.message)
+            return None
 
     def _stored(self, assessment: Assessment) -> StoreCheck:
         if assessment.state.bank is None:
             return StoreCheck("no bank")
         try:
-            return check_stored(assessment.state, self.store.stat(assessment.run_id))
+            name = assessment.state.bank.record.object  # A17: the object the record names
+            return check_stored(assessment.state, self.store.stat(assessment.run_id, name))
         except BankReadFailed as error:
             return StoreCheck("unreadable", None, error.message)
 
