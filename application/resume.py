@@ -210,7 +210,7 @@ def _reconcile(
         return None, None
     try:
         done = reconcile_before_resume(store, timeline, run_id, clock, budget)
-    except (TimelineConflict, TimelineWriteFailed, TimelineUnreadable):
+    except (TimelineConflict, *RETRYABLE):  # a busy store too (issue 26): the gate reads again
         return None, None
     if done is None:
         return None, None
