@@ -39,6 +39,7 @@ from scratchbank.domain.resume_gate import (
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
+from . import retry
 from .bank_objects import reconcile_before_resume
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
@@ -170,6 +171,7 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
@@ -193,7 +195,7 @@ def resume(
     decision, claim = claimed
     if decision.verdict is not Verdict.RESTORE:
         return ResumeOutcome(decision, claim=claim)
-    tried = _restore_guarded(run_id, decision, store, target, progress)
+    tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
 
@@ -278,7 +280,12 @@ def _claim_records(
 
 
 def _restore_guarded(
-    run_id: str, decision: ResumeDecision, store: BankStore, target: Target, progress: Progress | None
+    run_id: str,
+    decision: ResumeDecision,
+    store: BankStore,
+    target: Target,
+    progress: Progress | None,
+    cancel: retry.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:
@@ -289,6 +296,7 @@ def _restore_guarded(
             sandbox=target.sandbox,
             host_directory=target.host_directory,
             progress=progress,
+            cancel=cancel,  # L5: a holder that lost its lease stops its restore at once
         )
     except Exception as error:  # once claimed, no path ends without its record
         return attempt_of(error)

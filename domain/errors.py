@@ -365,6 +365,18 @@ class Fenced(ScratchbankError):
     remedy = "nothing to do: a newer lease holder owns the run"
 
 
+class AttemptReused(ScratchbankError):
+    """A resume was queued with an attempt id the run was already queued for (C5).
+
+    Raised when: a caller-supplied attempt id names an earlier ``attempt_queued`` of the
+    run; nothing is written or published (the queue would de-duplicate the delivery while
+    the caller is told "queued"). Not raised for: a fresh id (``new_attempt``).
+    """
+
+    code = "ATTEMPT_REUSED"
+    remedy = "queue the resume again with a fresh attempt id (or none: one is made)"
+
+
 class SurfaceError(ScratchbankError):
     """A refusal by an operator surface (CLI, HTTP API, bootstrap) before any use case runs.
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 from nats_server import NatsServer
 from nats_server import namespace as nats_namespace
-from runner_rigs import make_rig
+from runner_rigs import make_rig, queue_resume
 
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.local_sandbox import LocalSandbox
@@ -29,7 +29,7 @@ from scratchbank.application.clock import SystemClock
 from scratchbank.application.lease_keeper import LeaseKeeper
 from scratchbank.application.ports import Sandbox
 from scratchbank.application.retry import Cancel, Deadline
-from scratchbank.application.runner import Handled, Handling, Runner, queue_resume
+from scratchbank.application.runner import Handled, Handling, Runner
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.lease import (
     HoldBudgets,
