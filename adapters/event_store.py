@@ -529,11 +529,16 @@ class EventStoreTimeline:
             return [(r["originator_id"], r["topic"], bytes(r["state"])) for r in fetched]
 
         thread = threading.get_ident()
-        with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
-            try:
-                return call()
-            except Exception as error:  # any driver's error: sqlite3, psycopg
-                raise TimelineUnreadable(f"cannot list the queued runs: {error}") from error
+        if not self._slots.acquire(timeout=self.wait_seconds):  # in line with every call (ADR 0010)
+            raise TimelineBusy(f"cannot list the queued runs: no call slot within {self.wait_seconds:g} s")
+        try:
+            with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
+                try:
+                    return call()
+                except Exception as error:  # any driver's error: sqlite3, psycopg
+                    raise TimelineUnreadable(f"cannot list the queued runs: {error}") from error
+        finally:
+            self._slots.release()
 
     def _insert(self, stored: list[StoredEvent]) -> None:
         try:
