@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from eventsourcing.persistence import (
     AggregateRecorder,
@@ -155,6 +155,16 @@ def _size_pool(factory: InfrastructureFactory[Any], in_flight: int, seconds: flo
         pool.pool_size, pool.max_overflow, pool.pool_timeout = in_flight, 0, seconds
 
 
+def _read_only(settings: Mapping[str, str]) -> dict[str, str]:
+    """Settings that open the store for reading only: SQLite's ``mode=ro`` URI (the file is
+    never written: a snapshot save fails quietly, as a cache's may); no CREATE TABLE."""
+    extra = {"CREATE_TABLE": "no"}
+    name = settings.get("SQLITE_DBNAME", ":memory:")
+    if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and name != ":memory:":
+        extra["SQLITE_DBNAME"] = f"file:{quote(str(Path(name).resolve()))}?mode=ro"
+    return extra
+
+
 def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
     """The recorder's method without the driver's own retry loop (eventsourcing's
     PostgreSQL recorder tries an OperationalError ten times): one call, one deadline;
@@ -249,6 +259,7 @@ class EventStoreTimeline:
         *,
         env: Mapping[str, str] | None = None,
         call_seconds: float = CALL_SECONDS,
+        read_only: bool = False,
         in_flight: int | None = None,
         wait_seconds: float = WAIT_SECONDS,
         snapshot_every: int = SNAPSHOT_EVERY,
@@ -257,6 +268,8 @@ class EventStoreTimeline:
         self.wait_seconds = wait_seconds
         settings = env_for_url(url)
         settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
+        if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
+            settings = settings | _read_only(settings)
         self.call_seconds = call_seconds
         self.snapshot_every = snapshot_every
         self.sqlite = settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite"
@@ -267,8 +280,9 @@ class EventStoreTimeline:
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
         try:
-            if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
-                Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
+            name = settings.get("SQLITE_DBNAME", ":memory:")
+            if name != ":memory:" and not read_only:  # an engine's first run: its folder
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, call_seconds)
             _size_pool(self._factory, self.in_flight, call_seconds)
@@ -414,6 +428,23 @@ class EventStoreTimeline:
         return decode(obj, position=index)
 
     # -- appends -------------------------------------------------------------------------
+
+    def run_ids(self) -> list[str]:
+        """Every run this store holds a record of (the operator MCP's listing), within the deadline."""
+        recorder: Any = self._recorder
+        table = recorder.events_table_name
+        schema = getattr(recorder.datastore, "schema", "")
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+
+        def select() -> list[str]:
+            with recorder.datastore.transaction(commit=False) as cursor:
+                cursor.execute(f"SELECT DISTINCT originator_id FROM {name}")
+                return [
+                    str(row["originator_id"] if isinstance(row, dict) else row[0])
+                    for row in cursor.fetchall()
+                ]
+
+        return self._within(select, TimelineUnreadable, "cannot list the runs")
 
     def _length(self, run_id: str) -> int:
         last = self._within(

@@ -316,6 +316,51 @@ class StreamBroken(SandboxError):
     remedy = "resume again; the runner redelivers"
 
 
+class SandboxNotStarted(SandboxError):
+    """A fresh sandbox for a run did not come up (a pod that never ran its container).
+
+    Raised when: a provider's start gives up; the attempt's runner redelivers (X5).
+    Nothing was claimed in the sandbox: its subclasses say why by name."""
+
+    code = "SANDBOX_NOT_STARTED"
+    remedy = "check the sandbox platform (the message names the reason); the runner redelivers"
+
+
+class PodImagePull(SandboxNotStarted):
+    """The pod's image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+
+    code = "POD_IMAGE_PULL"
+    remedy = "fix the pod template's image or its pull secret; the runner redelivers"
+
+
+class PodUnschedulable(SandboxNotStarted):
+    """No node can take the pod (PodScheduled False, reason Unschedulable)."""
+
+    code = "POD_UNSCHEDULABLE"
+    remedy = "lower the pod template's requests or its node selector, or add nodes"
+
+
+class PodEvicted(SandboxNotStarted):
+    """The node evicted the pod (phase Failed, reason Evicted), or it failed before running."""
+
+    code = "POD_EVICTED"
+    remedy = "give the pod template's node more room; the runner redelivers"
+
+
+class PodDeleted(SandboxNotStarted):
+    """The pod was deleted by someone else while it was starting."""
+
+    code = "POD_DELETED"
+    remedy = "find out who deletes the runner's pods (an operator, a controller); the runner redelivers"
+
+
+class PodStartTimeout(SandboxNotStarted):
+    """The pod's container was not running within the start deadline."""
+
+    code = "POD_START_TIMEOUT"
+    remedy = "raise SCRATCHBANK_POD_START_SECONDS or check the cluster's events; the runner redelivers"
+
+
 class RunNotFound(ScratchbankError):
     """The timeline holds no record of this run.
 
@@ -434,7 +479,7 @@ class SandboxNotAllowed(SurfaceError):
     """
 
     code = "SANDBOX_NOT_ALLOWED"
-    remedy = "name a sandbox the server allows (GET /config lists the patterns), or ask its operator"
+    remedy = "name a sandbox the server's operator allows (--allow-sandbox / SCRATCHBANK_API_SANDBOXES)"
 
 
 class HostNotAllowed(SurfaceError):
