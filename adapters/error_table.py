@@ -64,6 +64,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.TimelineWriteFailed: _row(EXIT_UNAVAILABLE, 503, "the timeline refused a write"),
     errors.TimelineBusy: _row(EXIT_UNAVAILABLE, 503, "the timeline is busy (load); call again"),
     errors.InvalidRunId: _row(EXIT_USAGE, 400, _BAD),
+    errors.InvalidCheckpoint: _row(EXIT_USAGE, 400, _BAD),
     errors.BankError: _row(EXIT_UNAVAILABLE, 503, "the bank store failed"),
     errors.BankGone: _row(EXIT_UNAVAILABLE, 503, "the bank is not in the store"),
     errors.BankReadFailed: _row(EXIT_UNAVAILABLE, 503, "reading the bank failed; try again"),

@@ -28,6 +28,7 @@ _FAMILIES = {
     "L": "the runner's lease while it banks",
     "N": "known limits, and where this project goes further",
     "A": "readings this project chose where the design is open",
+    "K": "checkpoint stamps: staleness read from the checkpoint itself (ADR 0013)",
 }
 
 
@@ -41,7 +42,7 @@ def _load() -> dict[str, Rule]:
 
 RULES: dict[str, Rule] = _load()
 
-_ID = re.compile(r"\b([TSRXCLNA]\d{1,2})\b")
+_ID = re.compile(r"\b([TSRXCLNAK]\d{1,2})\b")
 
 
 def title(rule_id: str) -> str:

@@ -26,6 +26,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── DestinationRefused        code DESTINATION_REFUSED   (X6: the host directory cannot take it)
     │   └── NoSpaceAtDestination  code NO_SPACE_AT_DESTINATION (X6: less free space than declared)
     ├── InvalidRunId              code INVALID_RUN_ID
+    ├── InvalidCheckpoint         code INVALID_CHECKPOINT    (ADR 0013: a stamp with no lineage)
     ├── RunNotFound               code RUN_NOT_FOUND         (the timeline has never seen the run)
     ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
@@ -133,6 +134,18 @@ class InvalidRunId(ScratchbankError):
 
     code = "INVALID_RUN_ID"
     remedy = "use the run id the engine assigned: letters, digits, '.', '_' and '-' only"
+
+
+class InvalidCheckpoint(ScratchbankError):
+    """An engine handed a checkpoint stamp that names no lineage (ADR 0013).
+
+    Raised when: a ``Checkpoint`` is built from an empty lineage or one holding an empty
+    or non-string id. Not raised for: a checkpoint read from the wire (that is
+    TimelineUnreadable, A6).
+    """
+
+    code = "INVALID_CHECKPOINT"
+    remedy = "hand the run's checkpoint ids from its start, oldest first, none of them empty"
 
 
 class BankError(ScratchbankError):

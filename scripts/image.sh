@@ -17,6 +17,11 @@ mkdir -p "$SB_CACHE"
 t0=$(date +%s)
 
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+    if [ ! -s "$SB_CACHE/python-rootfs.tar" ] && [ -s "$SB_CACHE/gnu-rootfs.tar" ] \
+        && tar -tf "$SB_CACHE/gnu-rootfs.tar" ./usr/bin/python3 >/dev/null 2>&1; then
+        # the GNU test image's rootfs (scripts/services.sh) has Python: one debootstrap for both
+        ln -f "$SB_CACHE/gnu-rootfs.tar" "$SB_CACHE/python-rootfs.tar"
+    fi
     if [ ! -s "$SB_CACHE/python-rootfs.tar" ]; then
         command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
         dir=$(mktemp -d)
