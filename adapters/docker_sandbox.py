@@ -23,7 +23,7 @@ from docker.utils.socket import frames_iter
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
 from .watchdog import Feeder, Watchdog
@@ -128,8 +128,8 @@ class DockerSandbox(ScriptedSandbox):
                     writer.start()
                 try:
                     _read_frames(sock, output)
-                except StreamBroken:
-                    if not self._exited_unread(exec_id, writer):
+                except StreamBroken as error:
+                    if isinstance(error, OutputOverBound) or not self._exited_unread(exec_id, writer):
                         raise
                 if writer is not None:
                     writer.exec_ended()
