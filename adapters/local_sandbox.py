@@ -24,7 +24,7 @@ from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
 from .watchdog import Feeder, Watchdog
 
 CHUNK = 1 << 20
@@ -42,9 +42,16 @@ class _Pump(Feeder):
     """Copies one stream to another. A failing source (not the peer closing early) is kept
     in ``error`` and cuts the command, so that nobody waits for bytes that will not come."""
 
-    def __init__(self, src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool, dog: Watchdog) -> None:
+    def __init__(
+        self,
+        src: IO[bytes],
+        dst: IO[bytes] | ByteSink,
+        close_dst: bool,
+        dog: Watchdog,
+        close_src: bool = False,
+    ) -> None:
         super().__init__(src, dog)
-        self.dst, self.close_dst = dst, close_dst
+        self.dst, self.close_dst, self.close_src = dst, close_dst, close_src
 
     def run(self) -> None:
         # Into a command's stdin, each chunk goes at once: a source that waits between
@@ -65,6 +72,10 @@ class _Pump(Feeder):
             if self.close_dst:
                 with contextlib.suppress(OSError):
                     self.dst.close()  # type: ignore[union-attr]
+            if self.close_src:  # a command's output pipe: closed by its reader only (a
+                # close from another thread would wait for this read to return)
+                with contextlib.suppress(OSError):
+                    self.src.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -128,8 +139,8 @@ class LocalSandbox(ScriptedSandbox):
         errors.close()
         return "unshare did not start in time"
 
-    def _argv(self, source: str, args: Sequence[str]) -> list[str]:
-        cmd = ["sh", "-c", source, "scratchbank", *args]
+    def _argv(self, source: str, args: Sequence[str], token: str | None = None) -> list[str]:
+        cmd = command(source, args, token)
         if self.ns_pid is None:
             return cmd
         if self._init is None or self._init.poll() is not None:
@@ -157,9 +168,10 @@ class LocalSandbox(ScriptedSandbox):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
         deadline = deadline_of(deadline, EXEC_SECONDS)
-        argv = self._argv(source, args)
+        argv = self._argv(source, args, token)
         direct_in = stdin is not None and _real_file(stdin)
         direct_out = stdout is not None and _real_file(stdout)
         output = Output(stdout)
@@ -218,20 +230,21 @@ def _drive(
         pumps.append(_Pump(stdin, proc.stdin, True, dog))
     if not direct_out:
         assert proc.stdout is not None
-        pumps.append(_Pump(proc.stdout, _Into(output.stdout), False, dog))  # type: ignore[arg-type]
+        pumps.append(_Pump(proc.stdout, _Into(output.stdout), False, dog, close_src=True))  # type: ignore[arg-type]
     assert proc.stderr is not None
-    pumps.append(_Pump(proc.stderr, _Into(output.stderr), False, dog))  # type: ignore[arg-type]
+    pumps.append(_Pump(proc.stderr, _Into(output.stderr), False, dog, close_src=True))  # type: ignore[arg-type]
     for p in pumps:
         p.start()
     code = proc.wait()
     for p in pumps:  # one blocked on a stalled source is not waited for, nor stdin's once
         # the command has ended (nobody reads it: a source waiting on the host, as a
-        # restore's verdict does, would otherwise hold the call until its deadline)
+        # restore's verdict does, would otherwise hold the call until its deadline); an
+        # output pipe a detached child still holds is left to its reader, which ends
+        # once the call's reap (ScriptedSandbox.call) has ended that child
         p.join(timeout=0.2 if dog.fired or p.close_dst else max(1.0, dog.deadline.left()))
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
     return pumps, code
 
 

@@ -37,6 +37,7 @@ from scratchbank.domain.errors import (
     ArchiveFailed,
     OutputOverBound,
     RestoreRefused,
+    SandboxGone,
     ScratchbankError,
     StreamBroken,
 )
@@ -50,6 +51,30 @@ QUIESCE, ARCHIVE, RESTORE = script("quiesce.sh"), script("archive.sh"), script("
 LIST = RESTORE  # ``restore.sh list SCRATCH``: the tree in the stage's NUL-safe format
 #: quiesce, archive and continue in one exec (T11-T16): bank.sh over the other two's functions
 BANK = "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + "\n" + ARCHIVE + "\n" + script("bank.sh")
+
+#: The variable that marks every process of one call (``ScriptedSandbox.call``).
+TOKEN_VAR = "SCRATCHBANK_EXEC"
+#: After a cut: end every process whose environment carries the call's token, by a fresh
+#: exec (its own shell and pipeline carry no token). /proc/PID/environ is the
+#: environment a process was started with: a script cannot shed it by unsetting a variable.
+REAP = f"""me=$$
+for d in /proc/[0-9]*; do
+    p=${{d#/proc/}}
+    [ "$p" = "$me" ] && continue
+    tr '\\000' '\\n' <"$d/environ" 2>/dev/null | grep -qx "{TOKEN_VAR}=$1" && kill -KILL "$p" 2>/dev/null
+done
+exit 0
+"""
+#: how long a reap may take after a cut (on top of the cut call's deadline)
+REAP_SECONDS = 5.0
+
+
+def command(source: str, args: Sequence[str], token: str | None = None) -> list[str]:
+    """The argv of a script's exec: ``sh -c source scratchbank args...``, started by
+    ``env`` with the call's token in its environment when there is one (every transport)."""
+    head = ["env", f"{TOKEN_VAR}={token}"] if token else []
+    return [*head, "sh", "-c", source, "scratchbank", *args]
+
 
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
@@ -284,6 +309,42 @@ class ScriptedSandbox(abc.ABC):
     def _quiet(self, what: str) -> Bounded:
         return Bounded(self.quiet_bytes, what)
 
+    def call(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> ExecResult:
+        """``run`` a script as one cancellable unit: it starts with a token in its
+        environment (inherited by every process it starts, a child that detached with
+        setsid too), and when the call is cut or fails, a fresh exec ends every process
+        that carries the token (REAP): nothing a cut call started keeps writing the
+        scratch. A sandbox that is gone needs no reaping."""
+        token = secrets.token_hex(8)
+        try:
+            return self.run(
+                source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
+            )
+        except SandboxGone:
+            raise
+        except Exception:
+            self._reap(token, user)
+            raise
+
+    def _reap(self, token: str, user: str | None) -> None:
+        with contextlib.suppress(Exception):
+            self.run(
+                REAP,
+                [token],
+                stdout=self._quiet("the reaper's output"),
+                user=user,
+                deadline=Deadline.after(REAP_SECONDS),
+            )
+
     @abc.abstractmethod
     def run(
         self,
@@ -294,8 +355,10 @@ class ScriptedSandbox(abc.ABC):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
-        """Run ``sh -c source scratchbank args...`` in the sandbox.
+        """Run ``command(source, args, token)`` in the sandbox (``sh -c source scratchbank
+        args...``, under ``env TOKEN_VAR=token`` when a token is given).
 
         Streams ``stdin`` in and ``stdout`` out when given (else stdout is captured);
         raises SandboxGone when the sandbox no longer exists, ExecFailed when the command
@@ -312,7 +375,7 @@ class ScriptedSandbox(abc.ABC):
         args = ["stop", str(budget_seconds), str(wait_seconds)]
         report = Bounded(self.report_bytes, "the quiesce report")
         try:
-            done = self.run(QUIESCE, args, stdout=report, user=self.admin_user, deadline=deadline)
+            done = self.call(QUIESCE, args, stdout=report, user=self.admin_user, deadline=deadline)
         except OutputOverBound as error:  # what it stopped is unknown: the watchdog continues
             return QuiesceReport(False, False, (error.message,))
         lines = report.getvalue().decode("utf-8", "replace").splitlines()
@@ -320,13 +383,13 @@ class ScriptedSandbox(abc.ABC):
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         out = self._quiet("the continue step's output")
-        self.run(QUIESCE, ["cont"], stdout=out, user=self.admin_user, deadline=deadline)
+        self.call(QUIESCE, ["cont"], stdout=out, user=self.admin_user, deadline=deadline)
 
     def archive(
         self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
     ) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
-        done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
+        done = self.call(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
         return archive_report(done.exit_code, done.stderr)
 
     def quiesce_and_archive(
@@ -345,7 +408,7 @@ class ScriptedSandbox(abc.ABC):
         head = QuiesceHead(dest)
         args = [self.facts.scratch, "z" if compress else "raw", str(budget_seconds), str(wait_seconds)]
         try:
-            done = self.run(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
+            done = self.call(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
         except ScratchbankError as error:
             if head.report is None:
                 raise
@@ -377,7 +440,7 @@ class ScriptedSandbox(abc.ABC):
             bound = listing_bound(entries) if entries is not None else self.list_bytes
             out = Bounded(bound, "the restore's listing", keep=raw)
             try:
-                done = self.run(RESTORE, args, stdin=framed, stdout=out)  # type: ignore[arg-type]
+                done = self.call(RESTORE, args, stdin=framed, stdout=out)  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -401,7 +464,7 @@ class ScriptedSandbox(abc.ABC):
         stayed behind (or "")."""
         with tempfile.TemporaryFile() as modes:
             write_modes(dir_modes, modes)
-            done = self.run(
+            done = self.call(
                 RESTORE,
                 ["commit", self.facts.scratch, staged.token],
                 stdin=FramedStream(modes),  # type: ignore[arg-type]
@@ -441,7 +504,7 @@ class ScriptedSandbox(abc.ABC):
                 committed=lambda: stdin.committed,
             )
             try:
-                done = self.run(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
+                done = self.call(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -485,7 +548,7 @@ class ScriptedSandbox(abc.ABC):
 
     def _discard(self, token: str) -> None:
         with contextlib.suppress(ScratchbankError):
-            self.run(
+            self.call(
                 RESTORE, ["discard", self.facts.scratch, token], stdout=self._quiet("the discard's output")
             )
 
@@ -494,7 +557,7 @@ class ScriptedSandbox(abc.ABC):
         Its listing is bounded by ``list_bytes`` (no manifest to go by): OutputOverBound."""
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
             out = Bounded(self.list_bytes, "the scratch's listing", keep=raw)
-            done = self.run(LIST, ["list", self.facts.scratch], stdout=out, user=self.admin_user)
+            done = self.call(LIST, ["list", self.facts.scratch], stdout=out, user=self.admin_user)
             if done.exit_code != 0:
                 return []
             raw.seek(0)

@@ -19,9 +19,11 @@ import pytest
 from hostile import end, gz, member, ustar
 from rigs import CONTAINERS, ENGINES, Rig, rig
 from test_escape_sandbox import fingerprint, restore
+from test_sandboxes import frozen
 
 from scratchbank.adapters.scripted import QUIESCE, FramedStream
-from scratchbank.domain.errors import OutputOverBound, RestoreRefused
+from scratchbank.application.retry import Deadline
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
 from scratchbank.testing.hostile import HostileSandbox, check_hostile_sandbox, flood, shadow
 
 #: the engines a restore or a transport bound applies to (the K8s double on its own namespace)
@@ -82,7 +84,7 @@ def test_F2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Ri
     box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
     nul = flood(3 << 20, stream=2, byte="\\000\\033")
     hostile = HostileSandbox(box.sandbox, f"tar() {{ {nul}; return 2; }}")
-    done = hostile.run("tar", [])
+    done = hostile.call("tar", [])
     assert len(done.stderr) <= 64 << 10
     with pytest.raises(ArchiveFailed) as caught:
         hostile.archive(io.BytesIO(), compress=False, verify=False)
@@ -132,7 +134,12 @@ def test_F4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> N
 def test_F5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> None:
     """PID 1 renames itself ``sleep`` and keeps writing: unquiesced on its record,
     whatever it calls itself."""
-    loop = "printf sleep > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; while :; do echo x >> /tmp/iterion-scratch/w; sleep 0.01; done"
+    # builtins only: a writer that forked a sleep would wait on it once it is stopped
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = (
+        "printf sleep > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+        f"while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
+    )
     with rig(engine, command=["sh", "-c", loop]) as r:
         _wait_for(r, f"{r.scratch}/w")
         assert r.sh("cat /proc/1/comm").strip() == "sleep"
@@ -169,6 +176,23 @@ def test_F6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine
         with pytest.raises(RestoreRefused):
             r.sandbox.stage_restore(io.BytesIO(big + end()), compressed=False, listing=listing)
         assert fingerprint(r) == before
+
+
+# -- 7. a cut call ends everything it started ---------------------------------------------
+def test_F7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
+    """A call cut at its deadline whose script started a writer that detached (setsid)
+    and holds its stdout, and one that stayed in its group: after the cut neither writes."""
+    box.sh(f"mkdir -p {box.scratch}")
+    held, grouped = f"{box.scratch}/held", f"{box.scratch}/grouped"
+    loop = "while :; do echo x >> {}; sleep 0.05; done"
+    source = (
+        f"setsid sh -c '{loop.format(held)}' & sh -c '{loop.format(grouped)}' </dev/null >/dev/null 2>&1 & "
+        "sleep 1000"
+    )
+    with pytest.raises((StreamBroken, ExecFailed)):
+        box.sandbox.call(source, [], deadline=Deadline.after(3))
+    assert frozen(box, held, 0.5), "the detached writer outlived the cut"
+    assert frozen(box, grouped, 0.5), "the grouped writer outlived the cut"
 
 
 # -- 5 (build). the kit runs on every engine -----------------------------------------------

@@ -237,7 +237,8 @@ quiesce_stop() {
         if [ -n "$wd" ] && (set -C && : >"$wd/armed") 2>/dev/null; then
             detach=""
             command -v setsid >/dev/null 2>&1 && detach=setsid
-            $detach sh -c "$WATCHDOG" watchdog "$budget" "$wd" </dev/null >/dev/null 2>&1 &
+            # not the call's: a reap after a cut must leave the watchdog running
+            SCRATCHBANK_EXEC=watchdog $detach sh -c "$WATCHDOG" watchdog "$budget" "$wd" </dev/null >/dev/null 2>&1 &
             say "watchdog $!"
         else
             say "watchdog none"

@@ -72,8 +72,24 @@ class HostileSandbox(ScriptedSandbox):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
         return self.inner.run(
+            source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
+        )
+
+    def call(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> ExecResult:
+        """Every script call, with the hostile commands defined ahead of the script."""
+        return super().call(
             self.preamble + source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline
         )
 
