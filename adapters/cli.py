@@ -53,6 +53,7 @@ EXIT_CODES: dict[type[errors.ScratchbankError], int] = {
     errors.ConfigInvalid: EXIT_USAGE,
     errors.InvalidRunId: EXIT_USAGE,
     errors.NoRestoreTarget: EXIT_REFUSED,
+    errors.AttemptReused: EXIT_REFUSED,
     errors.ResumeSuperseded: EXIT_REFUSED,
     errors.Fenced: EXIT_REFUSED,
     errors.RunNotFound: EXIT_NOT_FOUND,

@@ -23,15 +23,18 @@ from pathlib import Path
 import attrs
 
 from scratchbank.application.ports import Sandbox, Timeline
-from scratchbank.application.runner import Runner, RunnerSettings, Verdicts, queue_resume
+from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
 from scratchbank.application.runner_ports import EngineEnd
+from scratchbank.application.service import ScratchService
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import NodeFinished, ResumeRefused, RunResumed, RunStarted, ScratchBanked
+from scratchbank.domain.resume_gate import ResumeRequest
 
 from .event_store import EventStoreTimeline
 from .fs_bank import FilesystemBankStore
 from .inprocess import InProcessLease, InProcessQueue
+from .memory import InMemoryBankStore
 from .present import decision_text
 from .reference_engine import Node, ReferenceEngine
 from .sandbox_provider import LocalSandboxProvider
@@ -89,13 +92,16 @@ class Demo:
 
     def resume(self, run: str, attempt: str, consents: Consents = Consents()) -> None:
         """The operator's resume (CLI or HTTP): the surface judges, publishes, hears the engine."""
-        decision, delivery = queue_resume(self.timeline, self.queue, run, attempt, consents)
-        if delivery is None:
+        service = ScratchService(
+            self.timeline, InMemoryBankStore(), queue=self.queue, verdicts=self.verdicts, verdict_wait=120
+        )
+        queued = service.queue_resume(run, ResumeRequest(consents=consents), attempt=attempt)
+        if queued.attempt is None:
             say("   the surface refuses:")
-            for line in decision_text(decision):
+            for line in decision_text(queued.decision):
                 say("     " + line)
             return
-        heard = self.verdicts.wait(delivery, timeout=120)
+        heard = queued.decision if queued.heard else None
         say(f"   {attempt}: published; the engine's verdict (R11):")
         for line in decision_text(heard) if heard is not None else ["(none heard)"]:
             say("     " + line)

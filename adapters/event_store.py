@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -164,6 +165,7 @@ class EventStoreTimeline:
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
             raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
         self.url = url
+        self._outbox_indexed = False
 
     def close(self) -> None:
         self._factory.close()
@@ -259,6 +261,79 @@ class EventStoreTimeline:
                         f"run {run_id}: another writer appended past {expected} records"
                     ) from None
         raise TimelineConflict(f"run {run_id}: lost {APPEND_RETRIES} append races in a row")
+
+    def queued_unclaimed(self, before: datetime) -> list[str]:
+        """The outbox (L4, issue #19): runs whose latest queueing (``attempt_queued``, or the
+        orphan sweeper's republication) no claim followed, published at or before ``before``.
+
+        One query on the events table, served by a partial index on the three topics
+        (created here once, on SQLite and PostgreSQL alike): a row is listed while no later
+        queueing, claim or sweep of its run exists. Parked runs and publications after
+        ``before`` are left out here; the sweeper judges each listed run from its records.
+        Raises TimelineUnreadable.
+        """
+        out = []
+        for run_id, topic, state in self._outbox_rows():
+            try:
+                wire = json.loads(state)
+            except (ValueError, UnicodeDecodeError):
+                out.append(str(run_id))  # the sweeper's read names what is wrong with it
+                continue
+            if topic == TOPIC_PREFIX + "orphan_swept" and wire.get("parked") is True:
+                continue
+            at = self._outbox_time(wire.get("at"))
+            if at is None or at <= before:
+                out.append(str(run_id))
+        return sorted(out)
+
+    @staticmethod
+    def _outbox_time(value: object) -> datetime | None:
+        if not isinstance(value, str):
+            return None
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+    def _outbox_rows(self) -> list[tuple[str, str, bytes]]:
+        from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept
+
+        datastore = self._factory.datastore  # type: ignore[attr-defined]
+        table = self._recorder.events_table_name  # type: ignore[attr-defined]
+        postgres = hasattr(datastore, "schema")
+        if postgres:
+            table = f'"{datastore.schema}"."{table}"'
+        topics = ", ".join(
+            f"'{TOPIC_PREFIX}{kind.WIRE}'" for kind in (AttemptQueued, AttemptClaimed, OrphanSwept)
+        )
+        index = (
+            f"CREATE INDEX IF NOT EXISTS sb_outbox_idx ON {table} (topic, originator_id) "
+            f"WHERE topic IN ({topics})"
+        )
+        queueings = ", ".join(f"'{TOPIC_PREFIX}{kind.WIRE}'" for kind in (AttemptQueued, OrphanSwept))
+        query = (
+            f"SELECT q.originator_id, q.topic, q.state FROM {table} q WHERE q.topic IN ({queueings}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {table} l WHERE l.originator_id = q.originator_id "
+            f"AND l.originator_version > q.originator_version AND l.topic IN ({topics}))"
+        )
+
+        def call() -> list[tuple[str, str, bytes]]:
+            if not self._outbox_indexed:
+                with datastore.transaction(commit=True) as curs:
+                    curs.execute(index)
+                self._outbox_indexed = True
+            with datastore.transaction(commit=False) as curs:
+                curs.execute(query)
+                fetched = curs.fetchall()
+            return [(r["originator_id"], r["topic"], bytes(r["state"])) for r in fetched]
+
+        thread = threading.get_ident()
+        with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
+            try:
+                return call()
+            except Exception as error:  # any driver's error: sqlite3, psycopg
+                raise TimelineUnreadable(f"cannot list the queued runs: {error}") from error
 
     def _insert(self, stored: list[StoredEvent]) -> None:
         try:

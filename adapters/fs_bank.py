@@ -1,26 +1,56 @@
-"""Banks on a filesystem: ``<root>/runs/<id>/scratch-bank.tgz`` (T3).
+"""Banks on a filesystem, as content-named, create-only objects (A17, ADR 0006).
 
-Writes go to a temporary file in the run's folder, are fsynced, then renamed over the
-real name, and the folder is fsynced: a crash leaves the old bank or the new one,
-never half of one. Run ids are validated so that none can address a path outside
-its own folder.
+Layout beneath ``<root>/runs/<id>/``: ``banks/<sha256>.tgz`` (the object) and
+``banks/<sha256>.tgz.stamp`` (its stamp, JSON). The legacy fixed key
+``scratch-bank.tgz`` (T3, before ADR 0006) is still read, and deleted once no record
+needs it.
+
+A put copies the archive (hashing it on the way) to a temporary ``.put-*.part`` in the
+run's ``banks/`` folder and fsyncs it, writes the stamp, then hard-links the temporary
+file to the object's name: the link fails when the name exists, so nothing is ever
+replaced; an existing name is the same content (idempotent). The folder is fsynced. A
+crash leaves at most a temporary file, which ``delete`` and ``sweep`` remove. Run ids
+and object names are validated so that none can address a path outside its run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from scratchbank.application.ports import StoredBank
 from scratchbank.application.retry import Deadline
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
-from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, HostileArchive
+from scratchbank.domain.errors import (
+    BankGone,
+    BankReadFailed,
+    BankWriteFailed,
+    HostileArchive,
+    InvalidBankObject,
+)
+from scratchbank.domain.objects import (
+    BankStamp,
+    StoredObject,
+    check_object_name,
+    object_name,
+    stamp_fields,
+    stamp_of,
+)
 from scratchbank.domain.runs import check_run_id
 
+#: The legacy fixed key (T3), read for records that name no object.
 BANK_NAME = "scratch-bank.tgz"
+BANKS = "banks"
+STAMP = ".stamp"
+#: Temporary files of puts: in the run's banks folder (new) and the run's folder (legacy).
+TEMP_GLOBS = ((BANKS, ".put-*.part"), ("", ".bank-*.part"))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -32,12 +62,13 @@ def _fsync_dir(path: Path) -> None:
 
 
 class FilesystemBankStore:
-    """Banks as files under ``root`` (a BankStore): ``<root>/runs/<id>/scratch-bank.tgz``.
+    """Banks as files under ``root`` (a BankStore): ``<root>/runs/<id>/banks/<sha256>.tgz``.
 
-    ``put`` is atomic (temporary file, fsync, rename, fsync of the folder); ``fetch``
-    streams and digests; ``stat`` reads size and SHA-256 without copying; ``sweep``
-    removes the run's folder. Run ids that could leave their folder are refused
-    (InvalidRunId). The root is created on the first ``put``, never by a read.
+    ``put`` is create-only (temporary file, fsync, stamp, hard link, fsync of the folder);
+    ``fetch`` streams and digests; ``stat`` reads size and SHA-256 without copying;
+    ``objects`` lists the run's objects with their stamps; ``sweep`` removes the run's
+    folder. Run ids and names that could leave their folder are refused (InvalidRunId,
+    InvalidBankObject). The root is created on the first ``put``, never by a read.
     """
 
     keeps_banks = True
@@ -48,32 +79,65 @@ class FilesystemBankStore:
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / check_run_id(run_id)
 
-    def path(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / BANK_NAME
+    def path(self, run_id: str, name: str | None = None) -> Path:
+        """The file holding the named object (None: the legacy key)."""
+        if name is None:
+            return self.run_dir(run_id) / BANK_NAME
+        return self.run_dir(run_id) / check_object_name(name)
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        """Atomic replace; ``deadline`` is accepted for the port (a local disk has no transport)."""
-        folder = self.run_dir(run_id)
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
+        """Create-only; ``deadline`` is accepted for the port (a local disk has no transport)."""
+        name = object_name(sha256)
+        final = self.path(run_id, name)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".bank-", suffix=".part", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as out, open(archive, "rb") as src:
-                    shutil.copyfileobj(src, out, CHUNK)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, folder / BANK_NAME)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            _fsync_dir(folder)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if not final.exists():
+                self._create(final, archive, sha256, stamp)
         except OSError as error:
-            raise BankWriteFailed(f"filesystem bank for {run_id}: {error}") from error
+            raise BankWriteFailed(f"filesystem bank {name} for {run_id}: {error}") from error
+        return name
+
+    def _create(self, final: Path, archive: Path, sha256: str, stamp: BankStamp | None) -> None:
+        folder = final.parent
+        fd, tmp = tempfile.mkstemp(prefix=".put-", suffix=".part", dir=folder)
+        try:
+            digest = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out, open(archive, "rb") as src:
+                while chunk := src.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            if digest.hexdigest() != sha256:
+                raise BankWriteFailed(f"{archive} is not the archive {sha256} names (it changed on the host)")
+            if stamp is not None:
+                _write_stamp(final, stamp)
+            # create-only: never replaces an object; an existing name is the same content
+            # (another put created it first)
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, final)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        _fsync_dir(folder)
 
     def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
     ) -> StoredBank:
-        path = self.path(run_id)
+        path = self.path(run_id, name)
         try:
             with open(path, "rb") as src:
                 size, digest = copy_hashed(src.read, dest.write, limit=max_bytes)
@@ -85,11 +149,24 @@ class FilesystemBankStore:
             raise BankReadFailed(f"reading {path}: {error}") from error
         return StoredBank(size, digest)
 
-    def delete(self, run_id: str) -> None:
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        """Remove one object and its stamp, and every dead put's temporary file of the run."""
+        path = self.path(run_id, name)
         try:
-            self.path(run_id).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            if name is not None:
+                Path(f"{path}{STAMP}").unlink(missing_ok=True)
+            self._remove_temporaries(run_id)
         except OSError as error:
-            raise BankWriteFailed(f"deleting the bank of {run_id}: {error}") from error
+            raise BankWriteFailed(f"deleting the bank {name or BANK_NAME} of {run_id}: {error}") from error
+
+    def _remove_temporaries(self, run_id: str) -> None:
+        """A put whose process died leaves its temporary file; a live one loses it and
+        fails its link (BankWriteFailed: tried again, T10)."""
+        folder = self.run_dir(run_id)
+        for sub, pattern in TEMP_GLOBS:
+            for temp in (folder / sub).glob(pattern) if (folder / sub).is_dir() else ():
+                temp.unlink(missing_ok=True)
 
     def sweep(self, run_id: str) -> None:
         try:
@@ -99,9 +176,9 @@ class FilesystemBankStore:
         except OSError as error:
             raise BankWriteFailed(f"sweeping {run_id}: {error}") from error
 
-    def stat(self, run_id: str) -> StoredBank | None:
-        """Size and SHA-256 of the run's bank file; None when there is none."""
-        path = self.path(run_id)
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        """Size and SHA-256 of the named object; None when there is none."""
+        path = self.path(run_id, name)
         try:
             with open(path, "rb") as src:
                 size, digest = copy_hashed(src.read, lambda _chunk: 0, limit=None)
@@ -110,3 +187,53 @@ class FilesystemBankStore:
         except OSError as error:
             raise BankReadFailed(f"reading {path}: {error}") from error
         return StoredBank(size, digest)
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        """The run's objects with their stamps (the legacy key first, with none)."""
+        folder = self.run_dir(run_id)
+        found: list[StoredObject] = []
+        try:
+            legacy = folder / BANK_NAME
+            if legacy.is_file():
+                found.append(StoredObject(None, legacy.stat().st_size))
+            banks = folder / BANKS
+            for path in sorted(banks.glob("*.tgz")) if banks.is_dir() else ():
+                name = f"{BANKS}/{path.name}"
+                try:
+                    check_object_name(name)
+                except InvalidBankObject:
+                    continue  # not a bank object (nothing we wrote): never listed, never deleted
+                found.append(StoredObject(name, path.stat().st_size, _read_stamp(path)))
+        except FileNotFoundError:
+            return found
+        except OSError as error:
+            raise BankReadFailed(f"listing {folder}: {error}") from error
+        return found
+
+
+def _write_stamp(final: Path, stamp: BankStamp) -> None:
+    """The stamp beside the object, in place before the object is linked (ADR 0006)."""
+    target = Path(f"{final}{STAMP}")
+    fd, tmp = tempfile.mkstemp(prefix=".put-", suffix=".part", dir=final.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(stamp_fields(stamp), out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            if not final.exists():  # a dead put's stamp of the same content: ours is as good
+                os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _read_stamp(path: Path) -> BankStamp | None:
+    try:
+        fields = json.loads(Path(f"{path}{STAMP}").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
+        return None
+    return stamp_of(fields)

@@ -75,6 +75,7 @@ STATUS: dict[type[errors.ScratchbankError], int] = {
     errors.SandboxNotAllowed: 403,
     errors.RunNotFound: 404,
     errors.HomeNotFound: 404,
+    errors.AttemptReused: 409,
     errors.ResumeSuperseded: 409,
     errors.TimelineConflict: 409,
     errors.Fenced: 409,

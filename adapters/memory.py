@@ -11,7 +11,7 @@ import io
 import json
 import tarfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,6 +32,7 @@ from scratchbank.domain.errors import (
     SandboxGone,
     TimelineConflict,
 )
+from scratchbank.domain.objects import BankStamp, StoredObject, check_object_name, object_name
 from scratchbank.domain.records import Record
 from scratchbank.domain.runs import check_run_id
 
@@ -58,42 +59,128 @@ class InMemoryTimeline:
             return len(current)
 
 
+class _LegacyBanks(MutableMapping[str, bytes]):
+    """``InMemoryBankStore.banks``: each run's legacy fixed key (a bank recorded before
+    objects had names), as a dict, so tests seed a bank the way they always did."""
+
+    def __init__(self, objects: dict[str, dict[str | None, bytes]]) -> None:
+        self._objects = objects
+
+    def __getitem__(self, run_id: str) -> bytes:
+        return self._objects.get(run_id, {})[None]
+
+    def __setitem__(self, run_id: str, data: bytes) -> None:
+        self._objects.setdefault(check_run_id(run_id), {})[None] = data
+
+    def __delitem__(self, run_id: str) -> None:
+        del self._objects.get(run_id, {})[None]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([run for run, named in self._objects.items() if None in named])
+
+    def __len__(self) -> int:
+        return sum(1 for named in self._objects.values() if None in named)
+
+
 class InMemoryBankStore:
-    """A BankStore in a dict. ``keeps_banks=False`` models a store that keeps none (T20)."""
+    """A BankStore in a dict of runs -> object name -> bytes (None: the legacy key), with
+    the stamps beside. Create-only as the persistent stores are. ``keeps_banks=False``
+    models a store that keeps none (T20)."""
 
     def __init__(self, *, keeps_banks: bool = True) -> None:
         self.keeps_banks = keeps_banks
-        self.banks: dict[str, bytes] = {}
+        self.stored: dict[str, dict[str | None, bytes]] = {}
+        self.stamps: dict[tuple[str, str], BankStamp] = {}
+        self.banks = _LegacyBanks(self.stored)
         self.puts = 0
+        self._lock = threading.Lock()
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
         check_run_id(run_id)
         if not self.keeps_banks:
             raise BankWriteFailed("this store keeps no bank")
-        self.banks[run_id] = archive.read_bytes()
-        self.puts += 1
+        name = object_name(sha256)
+        data = archive.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise BankWriteFailed(f"{archive} is not the archive {sha256} names")
+        with self._lock:
+            named = self.stored.setdefault(run_id, {})
+            if name not in named:  # create-only: the same name is the same content
+                named[name] = data
+                if stamp is not None:
+                    self.stamps[(run_id, name)] = stamp
+            self.puts += 1
+        return name
+
+    def only(self, run_id: str) -> bytes | None:
+        """The bytes of the run's one object (None: it has none); ValueError when it has
+        several. For tests that bank once and read back what was kept."""
+        named = self.stored.get(run_id, {})
+        if len(named) > 1:
+            raise ValueError(f"run {run_id} has {len(named)} bank objects: {sorted(map(str, named))}")
+        return next(iter(named.values()), None)
+
+    def bank(self, run_id: str, name: str | None = None) -> bytes | None:
+        """The bytes of the named object (None: the legacy key), or None: for tests."""
+        return self.stored.get(run_id, {}).get(name if name is None else check_object_name(name))
 
     def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
     ) -> StoredBank:
         check_run_id(run_id)
-        data = self.banks.get(run_id)
+        data = self.bank(run_id, name)
         if data is None:
-            raise BankGone(f"no bank for run {run_id}")
+            raise BankGone(f"no bank {name or 'at the legacy key'} for run {run_id}")
         if len(data) > max_bytes:
             raise HostileArchive(f"bank for {run_id} is over {max_bytes} bytes")
         dest.write(data)
         return StoredBank(len(data), hashlib.sha256(data).hexdigest())
 
-    def delete(self, run_id: str) -> None:
-        self.banks.pop(check_run_id(run_id), None)
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        check_run_id(run_id)
+        with self._lock:
+            named = self.stored.get(run_id, {})
+            named.pop(name if name is None else check_object_name(name), None)
+            if name is not None:
+                self.stamps.pop((run_id, name), None)
+            if not named:
+                self.stored.pop(run_id, None)
 
     def sweep(self, run_id: str) -> None:
-        self.delete(run_id)
+        check_run_id(run_id)
+        with self._lock:
+            self.stored.pop(run_id, None)
+            for key in [k for k in self.stamps if k[0] == run_id]:
+                del self.stamps[key]
 
-    def stat(self, run_id: str) -> StoredBank | None:
-        data = self.banks.get(check_run_id(run_id))
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        data = self.bank(check_run_id(run_id), name)
         return None if data is None else StoredBank(len(data), hashlib.sha256(data).hexdigest())
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        check_run_id(run_id)
+        with self._lock:
+            named = dict(self.stored.get(run_id, {}))
+            stamps = dict(self.stamps)
+        legacy = [StoredObject(None, len(named[None]))] if None in named else []
+        return legacy + [
+            StoredObject(name, len(data), stamps.get((run_id, name)))
+            for name, data in sorted((n, d) for n, d in named.items() if n is not None)
+        ]
 
 
 class FakeSandbox:

@@ -4,11 +4,12 @@ Deliveries: a stream ``SB_RESUMES`` on ``sb.resume.<run>``; each publication car
 ``Nats-Msg-Id: <run>.<attempt>`` so a publisher that sends twice queues once; runners
 share one durable pull consumer (explicit acks, an ack wait, a redelivery count).
 
-Leases (ADR 0005): the key-value bucket ``sb_leases``, one key per run holding
-``{holder, expires}``. Taking a lease is a compare-and-set on the key's revision
-(``create`` when absent, ``update(last=rev)`` when lapsed), so of two runners exactly
-one wins; the revision is a stream sequence that only grows, so the revision a
-holder took the lease at is its fencing token.
+Leases (ADR 0005, ADR 0011): the key-value bucket ``sb_leases``, one key per run, with
+the lapse as the bucket's TTL: the server ages each value and drops it when nobody
+refreshed it in time, so expiry is read from the server's clock, never a runner's.
+Taking a lease is ``create`` (refused while a live value is there), so of two runners
+exactly one wins; a refresh is ``update(last=rev)``. The revision is a stream sequence
+that only grows, so the revision a holder took the lease at is its fencing token.
 
 The runner is synchronous: one event loop runs in a thread of its own and every
 call is handed to it. Every client error is translated here (QueueUnavailable,
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import threading
-import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -30,10 +31,11 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
+from scratchbank.application.clock import Clock, SystemClock
 from scratchbank.application.runner_ports import LeaseGrant, ResumeDelivery
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.errors import LeaseLost, QueueUnavailable
@@ -188,37 +190,53 @@ class NatsDeliveryQueue:
 
 
 class NatsKvLease:
-    """A Lease on the JetStream key-value store: compare-and-set on the key's revision."""
+    """A Lease on the JetStream key-value store, expiring by the server's clock (ADR 0011).
 
-    def __init__(self, conn: NatsConnection, *, lapse: float = 60.0, namespace: str = "sb") -> None:
+    The bucket's TTL is the lapse: the server ages every value and drops one nobody
+    refreshed within it. Taking the lease is ``create`` (refused while the key holds a
+    live value: KeyWrongLastSequenceError), a refresh ``update(last=revision)`` (resets
+    the server-side age; refused once the lease lapsed or was taken), a release
+    ``delete(last=revision)``. No holder's clock is compared with another's: ``clock``
+    only stamps the value for an operator reading it. The token is the revision the
+    lease was taken at (the bucket's stream sequence: it only grows).
+    """
+
+    def __init__(
+        self,
+        conn: NatsConnection,
+        *,
+        lapse: float = 60.0,
+        namespace: str = "sb",
+        bucket: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.conn, self.lapse = conn, lapse
-        self.bucket = names(namespace)[3]
+        self.clock = clock or SystemClock()
+        self.bucket = bucket or names(namespace)[3]
         self.kv: KeyValue = self.conn.call(self._bucket())
 
     async def _bucket(self) -> KeyValue:
+        config = KeyValueConfig(bucket=self.bucket, history=1, ttl=self.lapse, storage=StorageType.FILE)
         try:
+            return await self.conn.js.create_key_value(config)
+        except nats.js.errors.BadRequestError:  # there with another lapse (an older deployment's)
+            stream = f"KV_{self.bucket}"
+            info = await self.conn.js.stream_info(stream)
+            window = min(info.config.duplicate_window or self.lapse, self.lapse)
+            await self.conn.js.update_stream(
+                dataclasses.replace(info.config, max_age=self.lapse, duplicate_window=window)
+            )
             return await self.conn.js.key_value(self.bucket)
-        except nats.js.errors.BucketNotFoundError:
-            return await self.conn.js.create_key_value(bucket=self.bucket, history=1)
 
     def _value(self, holder: str) -> bytes:
-        return json.dumps({"holder": holder, "expires": time.time() + self.lapse}).encode()
+        """Who holds it, and when it last said so (by its own clock: read by people only)."""
+        return json.dumps({"holder": holder, "at": self.clock.now().isoformat()}).encode()
 
     async def _acquire(self, key: str, holder: str) -> int | None:
         try:
-            entry = await self.kv.get(key)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            try:
-                return await self.kv.create(key, self._value(holder))
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return None
-        held = json.loads(entry.value or b"{}")
-        if float(held.get("expires", 0)) > time.time():
-            return None
-        try:
-            return await self.kv.update(key, self._value(holder), last=entry.revision)
+            return await self.kv.create(key, self._value(holder))
         except nats.js.errors.KeyWrongLastSequenceError:
-            return None
+            return None  # a live value: held (the server has not aged it out)
 
     def acquire(self, run_id: str, holder: str) -> LeaseGrant | None:
         rev = self.conn.call(self._acquire(check_run_id(run_id), holder))
@@ -228,7 +246,9 @@ class NatsKvLease:
         try:
             return await self.kv.update(grant.run_id, self._value(grant.holder), last=grant.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
-            raise LeaseLost(f"run {grant.run_id}: the lease of {grant.holder} was taken or let go") from None
+            raise LeaseLost(
+                f"run {grant.run_id}: the lease of {grant.holder} lapsed on the server, was taken or let go"
+            ) from None
 
     def refresh(self, grant: LeaseGrant) -> LeaseGrant:
         rev = self.conn.call(self._refresh(grant))

@@ -9,6 +9,7 @@ from scratchbank.application.resume import ResumeOutcome
 from scratchbank.application.service import Queued, StatusReport, StoreCheck
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, ScratchState
+from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision
@@ -183,7 +184,31 @@ def status_data(report: StatusReport) -> dict[str, Any]:
         "resume": decision_data(a.decision),
         "needs_target": a.needs_target,
         "refusal": refusal_data(report.refusal),
+        "unreferenced": unreferenced_data(report.unreferenced),
     }
+
+
+def unreferenced_data(found: Reconciliation | None) -> dict[str, Any] | None:
+    """N3: the run's bank objects no record names, with their stamps, and what a resume
+    would make of them (record the one proved the latest execution's; refuse on the rest)."""
+    if found is None:
+        return None
+
+    def one(o: StoredObject, fate: str) -> dict[str, Any]:
+        stamp = o.stamp
+        return {
+            "object": o.name,
+            "bytes": o.bytes,
+            "fate": fate,
+            "execution": None if stamp is None else stamp.execution,
+            "sha256": None if stamp is None else stamp.sha256,
+            "at": None if stamp is None or stamp.at is None else stamp.at.isoformat(),
+        }
+
+    record = [] if found.record is None else [one(found.record, "recorded by the next resume (N3)")]
+    unproven = [one(o, "refuses the next resume (BANK_UNRECORDED)") for o in found.unproven]
+    others = [one(o, "an earlier execution's: swept past the bound") for o in found.others]
+    return {"latest_execution": found.latest_execution, "objects": record + unproven + others}
 
 
 def refusal_data(refusal: ResumeRefused | None) -> dict[str, Any] | None:
@@ -231,4 +256,9 @@ def status_text(report: StatusReport) -> list[str]:
         lines.append(f"  hint: {r.hint}")
     if a.needs_target:
         lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
+    loose = unreferenced_data(report.unreferenced)
+    for o in loose["objects"] if loose else ():
+        where = o["object"] or "(legacy key)"
+        size = f"{o['bytes']} bytes, execution {o['execution']}"
+        lines.append(f"  unrecorded bank object {where} ({size}): {o['fate']}")
     return lines

@@ -4,9 +4,12 @@ by URL, banks on disk, local sandboxes and the reference engine, wired from argu
     python -m scratchbank.adapters.runner_process --nats nats://... \\
         --timeline postgresql://... --banks DIR --sandboxes DIR --workflow FILE.json
 
-Each delivery it handles is one JSON line on ``--log`` (or stdout). ``--slow-put`` and
-``--slow-fetch`` hold the bank store for that many seconds first, announcing it on the
-log, so that fault tests can kill the process in the middle of a teardown or a restore.
+Each delivery it handles is one JSON line on ``--log`` (or stdout). Every
+``--sweep-every`` seconds (0: never) it runs the orphan sweeper under the sweeper's
+lease (one sweeper at a time across runner processes): runs the timeline lists as
+queued and unclaimed past ``--sweep-cutoff`` (default: the lease arithmetic's, L4) are
+published again or parked, each with its record; each sweep is a JSON line too.
+(Fault tests hold its bank store from outside: ``tests/held_runner.py``.)
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
-from scratchbank.application.ports import BankStore, StoredBank
-from scratchbank.application.retry import Deadline
+from scratchbank.application.orphans import Sweeper
+from scratchbank.application.ports import BankStore
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
+from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.teardown import Budgets
-from scratchbank.domain.lease import LeaseTiming
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
 
 from .event_store import EventStoreTimeline
 from .fs_bank import FilesystemBankStore
@@ -43,35 +47,6 @@ class Log:
         with self.lock:
             self.out.write(json.dumps(event, sort_keys=True, default=str) + "\n")
             self.out.flush()
-
-
-class HeldBankStore:
-    """A bank store that waits before each put or fetch, saying so (for fault tests)."""
-
-    def __init__(self, inner: FilesystemBankStore, log: Log, *, put: float, fetch: float) -> None:
-        self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
-        self.keeps_banks = inner.keeps_banks
-
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        self.log.say(event="put-started", run=run_id)
-        time.sleep(self.put_wait)
-        self.inner.put(run_id, archive, sha256=sha256, deadline=deadline)
-
-    def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
-    ) -> StoredBank:
-        self.log.say(event="fetch-started", run=run_id)
-        time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
-
-    def delete(self, run_id: str) -> None:
-        self.inner.delete(run_id)
-
-    def sweep(self, run_id: str) -> None:
-        self.inner.sweep(run_id)
-
-    def stat(self, run_id: str) -> StoredBank | None:
-        return self.inner.stat(run_id)
 
 
 def load_workflow(path: Path) -> tuple[Node, ...]:
@@ -98,8 +73,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=30.0)
     p.add_argument("--lapse", type=float, default=60.0)
     p.add_argument("--ack-wait", type=float, default=240.0)
-    p.add_argument("--slow-put", type=float, default=0.0)
-    p.add_argument("--slow-fetch", type=float, default=0.0)
+    p.add_argument("--sweep-every", type=float, default=60.0)
+    p.add_argument("--sweep-cutoff", type=float, default=None)
     p.add_argument("--log", type=Path)
     return p.parse_args(argv)
 
@@ -110,14 +85,38 @@ def build(args: argparse.Namespace, log: Log) -> tuple[Runner, NatsConnection, E
     lease = NatsKvLease(conn, lapse=args.lapse, namespace=args.namespace)
     timeline = EventStoreTimeline(args.timeline)
     store: BankStore = FilesystemBankStore(args.banks)
-    if args.slow_put or args.slow_fetch:
-        store = HeldBankStore(FilesystemBankStore(args.banks), log, put=args.slow_put, fetch=args.slow_fetch)
     timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
     settings = RunnerSettings(args.holder, timing=timing, teardown=teardown)
     engine = ReferenceEngine(load_workflow(args.workflow), timeline)
     provider = LocalSandboxProvider(args.sandboxes)
     return Runner(queue, lease, timeline, store, provider, engine, settings), conn, timeline
+
+
+def build_sweeper(
+    args: argparse.Namespace, queue: DeliveryQueue, conn: NatsConnection, timeline: EventStoreTimeline
+) -> Sweeper:
+    """The orphan sweeper on this process's queue, its own lease bucket and the timeline's outbox."""
+    lease = NatsKvLease(conn, lapse=args.lapse, bucket=f"{args.namespace}_sweeper")
+    timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
+    cutoff = sweeper_cutoff(HoldBudgets(), timing) if args.sweep_cutoff is None else args.sweep_cutoff
+    return Sweeper(lease, timeline, timeline, queue, args.holder, cutoff)
+
+
+def sweep_on_schedule(sweeper: Sweeper, every: float, stop: threading.Event, log: Log) -> None:
+    """Sweep every ``every`` seconds until stopped; a sweep's failure is said, never fatal."""
+    while not stop.wait(every):
+        try:
+            report = sweeper.sweep_once()
+        except Exception as error:
+            log.say(event="sweep-error", error=f"{type(error).__name__}: {error}")
+            continue
+        if report.held:
+            swept = [
+                {"run": s.run_id, "sweep": s.verdict.sweep.value if s.verdict else None, "acted": s.acted}
+                for s in report.swept
+            ]
+            log.say(event="sweep", holder=sweeper.holder, swept=swept, detail=report.detail)
 
 
 def _said(log: Log, handling: Handling) -> None:
@@ -138,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     runner, conn, timeline = build(args, log)
+    if args.sweep_every > 0:
+        sweeper = build_sweeper(args, runner.queue, conn, timeline)
+        threading.Thread(
+            target=sweep_on_schedule, args=(sweeper, args.sweep_every, stop, log), name="sweeper", daemon=True
+        ).start()
     log.say(event="ready", holder=args.holder)
     while not stop.is_set():
         try:

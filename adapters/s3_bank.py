@@ -1,41 +1,63 @@
-"""Banks in any S3-compatible store: ``<prefix>/sessions/<run>/scratch.tgz`` (T3).
+"""Banks in any S3-compatible store: ``<prefix>/sessions/<run>/banks/<sha256>.tgz`` (A17).
 
-Uploads stream from the host file (multipart past 8 MiB) with the archive's SHA-256
-kept as object metadata; reads stream to the caller's file, recompute the digest and
-compare. Only S3's ``NoSuchKey`` means the bank is gone: a bare 404, a missing
-bucket, a 5xx or a network error means "read again" (X4 vs X5).
+Objects are content-named and created once: one PutObject with ``If-None-Match: *``
+(412 PreconditionFailed on an existing key: the same name is the same content, the put
+succeeds; ADR 0006). The object's stamp (run, execution, bytes, sha256, manifest digest,
+time) rides as its metadata, written in the same request. The legacy fixed key
+``sessions/<run>/scratch.tgz`` (T3) is still read for records that name no object.
+Reads stream to the caller's file, recompute the digest and compare. Only S3's
+``NoSuchKey`` means the bank is gone: a bare 404, a missing bucket, a 5xx or a network
+error means "read again" (X4 vs X5).
 
 Deadlines: a fetch arms a watchdog that shuts the body's socket down at its deadline
 (a server or proxy that stops sending mid-object fails the read at once, as
-BankReadFailed); a put runs as a transfer the caller waits on until its deadline, then
-cancels (BankWriteFailed). botocore's own ``read_timeout`` bounds each request the
-watchdog cannot reach (headers that never come).
+BankReadFailed); a put runs in a thread the caller waits on until its deadline
+(BankWriteFailed); a put that lands after it only leaves an object no record names,
+never a replaced one (create-only). botocore's own ``read_timeout`` bounds each request
+the watchdog cannot reach (headers that never come).
 """
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import threading
-import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import quote, unquote
 
 import boto3
-from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from s3transfer.manager import TransferManager  # type: ignore[import-untyped]
 
 from scratchbank.application.ports import StoredBank
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.application.streams import TooLarge, copy_hashed
-from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, HostileArchive
+from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
+from scratchbank.domain.errors import (
+    BankGone,
+    BankReadFailed,
+    BankWriteFailed,
+    HostileArchive,
+    InvalidBankObject,
+)
+from scratchbank.domain.objects import (
+    BankStamp,
+    StoredObject,
+    check_object_name,
+    object_name,
+    stamp_fields,
+    stamp_of,
+)
 from scratchbank.domain.runs import check_run_id
 
 from .watchdog import Watchdog
 
-MULTIPART = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=4)
 DIGEST_KEY = "sha256"
+#: The legacy fixed key (T3), read for records that name no object.
+LEGACY_NAME = "scratch.tgz"
+#: What S3 answers a create-only put whose key exists (AWS, MinIO, moto: 412).
+EXISTS = ("PreconditionFailed", "412")
 #: A call given no deadline ends by this many seconds.
 CALL_SECONDS = 600.0
 #: botocore's per-request read timeout (headers that never come, a body that stalls).
@@ -47,13 +69,14 @@ def _code(error: ClientError) -> str:
 
 
 class S3BankStore:
-    """Banks in an S3 bucket (a BankStore): ``<prefix>/sessions/<run>/scratch.tgz``.
+    """Banks in an S3 bucket (a BankStore): ``<prefix>/sessions/<run>/banks/<sha256>.tgz``.
 
     Works against any S3 endpoint (AWS, MinIO, moto's server; ``endpoint_url`` or
-    AWS_ENDPOINT_URL) with boto3's usual credentials. The archive's SHA-256 rides as
-    object metadata; ``fetch`` recomputes and compares it, ``stat`` reads it with the
-    size from a one-byte ranged GET (so NoSuchKey and NoSuchBucket stay apart). Only
-    NoSuchKey means the bank is gone; anything else is BankReadFailed (read again).
+    AWS_ENDPOINT_URL) with boto3's usual credentials. Puts are create-only (If-None-Match);
+    the stamp and the archive's SHA-256 ride as object metadata; ``fetch`` recomputes and
+    compares it, ``stat`` reads it with the size from a one-byte ranged GET (so NoSuchKey
+    and NoSuchBucket stay apart). Only NoSuchKey means the bank is gone; anything else is
+    BankReadFailed (read again).
     """
 
     keeps_banks = True
@@ -68,36 +91,84 @@ class S3BankStore:
         )
         self.client = client or boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
 
-    def key(self, run_id: str) -> str:
-        key = f"sessions/{check_run_id(run_id)}/scratch.tgz"
-        return f"{self.prefix}/{key}" if self.prefix else key
+    def folder(self, run_id: str) -> str:
+        """The run's own prefix, with its trailing slash."""
+        folder = f"sessions/{check_run_id(run_id)}/"
+        return f"{self.prefix}/{folder}" if self.prefix else folder
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        where = f"s3://{self.bucket}/{self.key(run_id)}"
+    def key(self, run_id: str, name: str | None = None) -> str:
+        """The key of the named object (None: the legacy ``scratch.tgz``)."""
+        return self.folder(run_id) + (LEGACY_NAME if name is None else check_object_name(name))
+
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
+        name = object_name(sha256)
+        key = self.key(run_id, name)
+        where = f"s3://{self.bucket}/{key}"
         deadline = deadline_of(deadline, CALL_SECONDS)
-        extra = {"Metadata": {DIGEST_KEY: sha256}}
-        manager = TransferManager(self.client, MULTIPART)
-        finished = False
+        _check_digest(archive, sha256, where)
+        fields = {**(stamp_fields(stamp) if stamp is not None else {}), DIGEST_KEY: sha256}
+        metadata = {k: quote(v, safe="") for k, v in fields.items()}
+        done: dict[str, BaseException | None] = {}
+
+        def create() -> None:
+            try:
+                with open(archive, "rb") as body:
+                    self.client.put_object(
+                        Bucket=self.bucket, Key=key, Body=body, Metadata=metadata, IfNoneMatch="*"
+                    )
+                done["error"] = None
+            except BaseException as error:  # handed to the caller's thread
+                done["error"] = error
+
+        worker = threading.Thread(target=create, name=f"s3-put-{run_id}", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline.left()))
+        if "error" not in done:
+            raise BankWriteFailed(
+                f"{where}: the upload did not end within its deadline (it may land later, unnamed)"
+            )
+        error = done["error"]
+        if error is None:
+            return name
+        if isinstance(error, ClientError) and _code(error) in EXISTS:
+            self._same_content(run_id, name, sha256, where)
+            return name
+        if isinstance(error, BotoCoreError | ClientError | OSError):
+            raise BankWriteFailed(f"{where}: {error}") from error
+        raise BankWriteFailed(f"{where}: {error}") from error
+
+    def _same_content(self, run_id: str, name: str, sha256: str, where: str) -> None:
+        """An existing object of this name: the same content unless its own stamp says not."""
         try:
-            future = manager.upload(str(archive), self.bucket, self.key(run_id), extra_args=extra)
-            _wait(future, deadline, where)
-            finished = True
-        except (BotoCoreError, ClientError, OSError) as error:
-            raise BankWriteFailed(f"{where}: {error}") from error
-        except BankWriteFailed:
-            raise
-        except Exception as error:  # s3transfer's failures and friends
-            raise BankWriteFailed(f"{where}: {error}") from error
-        finally:
-            _close(manager, finished=finished)
+            head = self.client.head_object(Bucket=self.bucket, Key=self.key(run_id, name))
+        except (BotoCoreError, ClientError) as error:
+            raise BankWriteFailed(f"{where}: exists, and could not be read back: {error}") from error
+        kept = unquote(str(head.get("Metadata", {}).get(DIGEST_KEY, sha256)))
+        if kept != sha256:
+            raise BankWriteFailed(f"{where}: exists with another digest ({kept}); not replaced")
 
     def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
     ) -> StoredBank:
-        where = f"s3://{self.bucket}/{self.key(run_id)}"
+        key = self.key(run_id, name)
+        where = f"s3://{self.bucket}/{key}"
         deadline = deadline_of(deadline, CALL_SECONDS)
         try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(run_id))
+            got = self.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
             if _code(error) == "NoSuchKey":
                 raise BankGone(f"no bank at {where}") from None
@@ -118,18 +189,20 @@ class S3BankStore:
         if dog.fired:
             raise BankReadFailed(f"{where}: the read did not end within its deadline: cut")
         kept = got.get("Metadata", {}).get(DIGEST_KEY)
-        if kept is not None and kept != digest:
+        if kept is not None and unquote(kept) != digest:
             raise BankReadFailed(f"{where}: checksum mismatch (stored {kept}, read {digest})")
         return StoredBank(size, digest)
 
-    def delete(self, run_id: str) -> None:
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        """One object (its stamp is its metadata). A put writes no temporary object."""
+        key = self.key(run_id, name)
         try:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key(run_id))
+            self.client.delete_object(Bucket=self.bucket, Key=key)
         except (BotoCoreError, ClientError) as error:
-            raise BankWriteFailed(f"deleting {self.key(run_id)}: {error}") from error
+            raise BankWriteFailed(f"deleting {key}: {error}") from error
 
     def sweep(self, run_id: str) -> None:
-        folder = self.key(run_id).rsplit("/", 1)[0] + "/"
+        folder = self.folder(run_id)
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
             for page in pages:
@@ -138,11 +211,12 @@ class S3BankStore:
         except (BotoCoreError, ClientError) as error:
             raise BankWriteFailed(f"sweeping {folder}: {error}") from error
 
-    def stat(self, run_id: str) -> StoredBank | None:
-        """Size and SHA-256 of the run's object; None on NoSuchKey (nothing else)."""
-        where = f"s3://{self.bucket}/{self.key(run_id)}"
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        """Size and SHA-256 of the named object; None on NoSuchKey (nothing else)."""
+        key = self.key(run_id, name)
+        where = f"s3://{self.bucket}/{key}"
         try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(run_id), Range="bytes=0-0")
+            got = self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-0")
             got["Body"].close()
         except ClientError as error:
             if _code(error) == "NoSuchKey":
@@ -154,27 +228,52 @@ class S3BankStore:
         kept = got.get("Metadata", {}).get(DIGEST_KEY)
         if kept is None:
             with open("/dev/null", "wb") as sink:
-                return self.fetch(run_id, sink, max_bytes=size)
-        return StoredBank(size, str(kept))
+                return self.fetch(run_id, sink, max_bytes=size, name=name)
+        return StoredBank(size, unquote(str(kept)))
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        """The run's objects with their stamps (one listing, one HEAD per bank object)."""
+        folder = self.folder(run_id)
+        found: list[StoredObject] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    listed = self._listed(run_id, str(obj["Key"])[len(folder) :], int(obj.get("Size", 0)))
+                    if listed is not None:
+                        found.append(listed)
+        except (BotoCoreError, ClientError) as error:
+            raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: {error}") from error
+        return found
+
+    def _listed(self, run_id: str, rest: str, size: int) -> StoredObject | None:
+        if rest == LEGACY_NAME:
+            return StoredObject(None, size)
+        try:
+            name = check_object_name(rest)
+        except InvalidBankObject:
+            return None  # not a bank object: never listed, never deleted by housekeeping
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self.key(run_id, name))
+        except ClientError as error:
+            if _code(error) in ("NoSuchKey", "404"):
+                return None  # deleted since the listing
+            raise
+        fields = {str(k): unquote(str(v)) for k, v in head.get("Metadata", {}).items()}
+        return StoredObject(name, size, stamp_of(fields))
 
 
-def _wait(future: Any, deadline: Deadline, where: str) -> None:
-    """Wait for a transfer until its deadline; past it, cancel it and say so."""
-    while not future.done():
-        if deadline.passed():
-            future.cancel()
-            raise BankWriteFailed(f"{where}: the upload did not end within its deadline: cancelled")
-        time.sleep(min(0.05, max(0.001, deadline.left())))
-    future.result()
-
-
-def _close(manager: TransferManager, *, finished: bool) -> None:
-    """Shut a transfer manager down; one with a request still in flight is left to end
-    in the background (its own read timeout), never waited on past the deadline."""
-    if finished:
-        manager.shutdown()
-        return
-    threading.Thread(target=manager.shutdown, kwargs={"cancel": True}, daemon=True).start()
+def _check_digest(archive: Path, sha256: str, where: str) -> None:
+    """A content-named object holds the content its name says: the file is hashed first."""
+    digest = hashlib.sha256()
+    try:
+        with open(archive, "rb") as src:
+            while chunk := src.read(CHUNK):
+                digest.update(chunk)
+    except OSError as error:
+        raise BankWriteFailed(f"{where}: {error}") from error
+    if digest.hexdigest() != sha256:
+        raise BankWriteFailed(f"{where}: {archive} is not the archive its name says (it changed on the host)")
 
 
 def _shut(body: Any) -> None:

@@ -6,7 +6,18 @@ in place of the timeline. Its first append carries the holder's token in a
 saw, a prefix it checked holds no newer token. Of two holders racing, the stale one
 either lands before the new holder's first record (its append was at exactly that
 position) or its append conflicts, it re-reads, meets the newer token and is refused
-``Fenced``. This works on every Timeline adapter, with no schema change.
+``Fenced``. This works on every Timeline adapter, with no schema change. The token rides the
+holder's store writes too (``FencedBankStore``): a put or delete first reads the fence
+and is refused ``Fenced`` once a newer holder wrote, so a holder cut off mid-teardown
+never replaces the bank its successor's takeover stores.
+
+An append whose reply is lost (``TimelineWriteFailed``, ``TimelineUnreadable``: the
+store may have committed it) is settled by reading, never by guessing
+(``settle_append``): the batch found at its position is ours and landed; other records
+there are a conflict (or ``Fenced`` past a newer token); nothing there means it did
+not land and the error stands. A claim whose reply was lost therefore carries on as
+the claim it is, with its delivery's consents (C4), instead of meeting itself on
+redelivery as "already claimed".
 
 The resume and teardown use cases claim by position (application/recording.py): each
 counts its own records to know where its next append must land. A fenced timeline
@@ -20,15 +31,42 @@ without is theirs to read (their own ``ResumeSuperseded`` or lost teardown).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 
-from scratchbank.domain.errors import Fenced, TimelineConflict
+from scratchbank.domain.errors import Fenced, TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import LeaseTaken, Record
 
-from .ports import Timeline
+from .ports import BankStore, StoredBank, Timeline
+from .retry import Deadline
 
 APPEND_TRIES = 20
+
+#: An append's reply was lost: the store may or may not have committed it.
+LOST_REPLY = (TimelineWriteFailed, TimelineUnreadable)
+
+
+def settle_append(
+    timeline: Timeline, run_id: str, records: Sequence[Record], at: int, lost: Exception
+) -> int:
+    """An append at ``at`` whose reply was ``lost``: read what the store holds and settle it.
+
+    Returns the length past our batch when the batch is found at ``at`` (it landed);
+    raises TimelineConflict when other records sit there, and ``lost`` again when
+    nothing does (it did not land) or the store cannot be read.
+    """
+    try:
+        held = tuple(timeline.read(run_id))
+    except TimelineUnreadable:
+        raise lost from None
+    if held[at : at + len(records)] == tuple(records):
+        return at + len(records)
+    if len(held) > at:
+        raise TimelineConflict(f"run {run_id}: another writer appended past {at} records") from lost
+    raise lost
 
 
 @attrs.frozen
@@ -111,10 +149,65 @@ class FencedTimeline:
     def _append_at(self, run_id: str, records: Sequence[Record], at: int) -> int:
         batch = self._batch(records)
         try:
-            length = self.inner.append(run_id, batch, expected=at)
+            try:
+                length = self.inner.append(run_id, batch, expected=at)
+            except LOST_REPLY as lost:  # settled by reading, never by guessing
+                length = settle_append(self.inner, run_id, batch, at, lost)
         except TimelineConflict:
             self._checked(run_id)  # raises Fenced when a newer holder wrote
             raise
         self.announced, self.position = True, length
         self.writes += 1
         return length
+
+
+class FencedBankStore:
+    """The bank store as one lease holder writes it: each put, delete and sweep reads the
+    fence first and is refused ``Fenced`` past a newer token (reads pass through)."""
+
+    def __init__(self, inner: BankStore, fenced: FencedTimeline) -> None:
+        self.inner, self.fenced = inner, fenced
+        self.keeps_banks = inner.keeps_banks
+
+    def _check(self, run_id: str) -> None:
+        self.fenced._own(run_id)
+        newer = newer_token(self.fenced.inner.read(run_id), self.fenced.token)
+        if newer is not None:
+            raise _refuse(run_id, newer, self.fenced.token)
+
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
+        self._check(run_id)
+        return self.inner.put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
+
+    def fetch(
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> StoredBank:
+        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
+
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        self._check(run_id)
+        self.inner.delete(run_id, name)
+
+    def sweep(self, run_id: str) -> None:
+        self._check(run_id)
+        self.inner.sweep(run_id)
+
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        return self.inner.stat(run_id, name)
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        return self.inner.objects(run_id)

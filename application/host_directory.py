@@ -366,7 +366,9 @@ def restore_into_host_directory(
     failure to remove the old tree is a note, never a refusal."""
     limits = Limits(host_directory=True)
     with tempfile.TemporaryFile() as fetched:  # the compressed bank (within the cap), read twice
-        store.fetch(run_id, fetched, max_bytes=cap)
+        store.fetch(
+            run_id, fetched, max_bytes=cap, name=bank.record.object
+        )  # A17: the object the record names
         total = _passes(bank, fetched, limits, cap)
         check_free_space(target, max(bank.record.manifest_bytes or 0, total))
         refuse_mount_points(target)

@@ -6,18 +6,37 @@ sweeper reads each run it is given, asks the domain (``judge_orphan``) and eithe
 publishes the queued attempt's delivery again (same attempt, same consents: the same
 resume) or parks the run for the operator. Its record is appended at the version it
 read, as every claim is: a runner that claimed the run in between wins, and the
-sweeper writes and publishes nothing. The record lands before the publication; a
-publication lost after it is aged from the record and ends in the park.
+sweeper writes and publishes nothing. The record lands before the publication (a lost
+reply of it is settled by reading); the publication is tried again within its own
+deadline (a queue restarting), and one lost past it is aged from the record and ends
+in the park.
+
+The outbox (issue #19): ``Sweeper`` is what a runner process runs on a schedule. It
+sweeps only while it holds the sweeper's lease (one sweeper at a time across runners,
+the lease refreshed before each run it sweeps: a sweeper that lost it stops), and it
+asks the timeline which runs to look at (``OutboxListing.queued_unclaimed``: queued
+and unclaimed since before the cutoff), so a run whose publication was lost, whose
+deliveries all met a held lease, or that nobody ever delivered is found.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
 
 import attrs
 
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.errors import (
+    LeaseLost,
+    QueueUnavailable,
+    ScratchbankError,
+    TimelineConflict,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
 from scratchbank.domain.lease import (
     HoldBudgets,
     LeaseTiming,
@@ -29,8 +48,15 @@ from scratchbank.domain.lease import (
 from scratchbank.domain.records import OrphanSwept
 
 from .clock import Clock, SystemClock
+from .fencing import LOST_REPLY, settle_append
 from .ports import Timeline
-from .runner_ports import DeliveryQueue, ResumeDelivery
+from .runner_ports import DeliveryQueue, Lease, LeaseGrant, ResumeDelivery
+
+#: The sweeper's lease key (a name no run id can take: run ids start with a letter or digit
+#: and the key lives in a bucket of its own).
+SWEEPER_KEY = "sweeper"
+#: How long the sweeper tries to hand one republication to the queue (a restarting server).
+PUBLISH_SECONDS = 30.0
 
 
 @attrs.frozen
@@ -74,12 +100,88 @@ def _sweep_one(
         at=clock.now(), attempt=queued.attempt, parked=verdict.sweep is Sweep.PARK, reason=verdict.reason
     )
     try:
-        timeline.append(run_id, [record], expected=len(records))
+        try:
+            timeline.append(run_id, [record], expected=len(records))
+        except LOST_REPLY as lost:  # settled by reading, never by guessing
+            settle_append(timeline, run_id, [record], len(records), lost)
     except TimelineConflict:
         return Swept(run_id, verdict, detail="the run moved since it was read: left to that writer")
     except (TimelineWriteFailed, TimelineUnreadable) as error:
         return Swept(run_id, verdict, detail=f"{error.code}: {error.message}; swept again next time")
     if verdict.sweep is Sweep.REPUBLISH:
         consents = Consents(force=queued.force, accept_scratch_loss=queued.accept_scratch_loss)
-        queue.publish(ResumeDelivery(run_id, queued.attempt, consents, verdict.republished))
+        delivery = ResumeDelivery(run_id, queued.attempt, consents, verdict.republished)
+        unpublished = _publish(queue, delivery, clock)
+        if unpublished is not None:
+            return Swept(run_id, verdict, detail=f"{unpublished}; recorded, aged from its record to the park")
     return Swept(run_id, verdict, acted=True, detail=verdict.reason)
+
+
+def _publish(queue: DeliveryQueue, delivery: ResumeDelivery, clock: Clock) -> str | None:
+    """Hand the delivery to the queue within PUBLISH_SECONDS (the same message id each try:
+    a try that landed unseen is de-duplicated); None once it did, else why not."""
+    end = clock.monotonic() + PUBLISH_SECONDS
+    pause = 0.2
+    while True:
+        try:
+            queue.publish(delivery)
+            return None
+        except QueueUnavailable as error:
+            if end - clock.monotonic() <= pause:
+                return f"{error.code}: {error.message}"
+            clock.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+class OutboxListing(Protocol):
+    """The timeline's outbox: runs queued and unclaimed since at or before ``before``."""
+
+    def queued_unclaimed(self, before: datetime) -> Sequence[str]: ...
+
+
+@attrs.frozen
+class SweepReport:
+    """One sweep: ``held`` False when another sweeper held the lease (nothing was looked at)."""
+
+    held: bool
+    swept: tuple[Swept, ...] = ()
+    detail: str = ""
+
+
+@attrs.define
+class Sweeper:
+    """The orphan sweeper a runner process runs on a schedule, under the sweeper's lease."""
+
+    lease: Lease
+    listing: OutboxListing
+    timeline: Timeline
+    queue: DeliveryQueue
+    holder: str
+    cutoff: float = attrs.field(factory=lambda: sweeper_cutoff(HoldBudgets(), LeaseTiming()))
+    clock: Clock = attrs.Factory(SystemClock)
+    republishes: int = 1
+
+    def sweep_once(self) -> SweepReport:
+        """Take the sweeper's lease or leave it to its holder; list, sweep each run; let go."""
+        grant = self.lease.acquire(SWEEPER_KEY, self.holder)
+        if grant is None:
+            return SweepReport(False, detail="another runner holds the sweeper's lease")
+        out: list[Swept] = []
+        try:
+            before = self.clock.now() - timedelta(seconds=self.cutoff)
+            for run_id in self.listing.queued_unclaimed(before):
+                grant = self._still_held(grant)
+                out.append(
+                    _sweep_one(run_id, self.timeline, self.queue, self.cutoff, self.clock, self.republishes)
+                )
+            return SweepReport(True, tuple(out))
+        except ScratchbankError as error:  # the lease lost, the listing unreadable: the next sweep
+            return SweepReport(
+                True, tuple(out), f"{error.code}: {error.message}; stopped, swept again next time"
+            )
+        finally:
+            with contextlib.suppress(LeaseLost, ScratchbankError):
+                self.lease.release(grant)
+
+    def _still_held(self, grant: LeaseGrant) -> LeaseGrant:
+        return self.lease.refresh(grant)  # LeaseLost: another sweeper took over; stop

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 import attrs
 
 from scratchbank.domain.errors import ScratchbankError
+from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import Record
 
 from .retry import Deadline
@@ -56,36 +57,62 @@ class StoredBank:
 
 
 class BankStore(Protocol):
-    """Where banks are kept, one per run (T3: swept with the run).
+    """Where banks are kept: content-named, create-only objects beneath each run (A17,
+    ADR 0006), swept with the run (T3).
+
+    An object's ``name`` is ``banks/<sha256>.tgz`` relative to its run; ``None`` names
+    the run's legacy fixed key (a bank recorded before objects had names).
 
     Contract (``scratchbank.testing.contracts.check_bank_store``):
-    - ``put`` replaces the run's bank atomically from a host file: a reader sees the old
-      bank or the new one, never a part; failures raise BankWriteFailed, and so does a
-      put still unfinished at its ``deadline`` (None: the store's own default).
-    - ``fetch`` streams the bank into ``dest`` and returns its size and digest; it raises
-      BankGone only when the store says the bank does not exist, BankReadFailed for any
-      failure a later read may cure (and on a checksum the store kept that does not
-      match, and at its ``deadline``), HostileArchive past ``max_bytes`` (it never reads
-      more than max + 1).
-    - ``delete`` and ``sweep`` are idempotent.
-    - ``stat`` says what the store holds for the run (size and SHA-256) without handing
-      the bytes over, or None when it holds nothing; BankReadFailed when it cannot tell.
+    - ``put`` creates the object named by ``sha256`` from a host file and returns its
+      name; it never replaces an object (create-only: S3 ``If-None-Match``, a hard link on
+      files); an existing object of that name is the same content and the put succeeds
+      (idempotent). A reader sees the whole object or none. ``stamp`` is kept with the
+      object (N3). Failures raise BankWriteFailed, and so does a put still unfinished at
+      its ``deadline`` (None: the store's own default); a put that lands after it only
+      leaves an object no record names.
+    - ``fetch`` streams exactly the named object into ``dest`` and returns its size and
+      digest; BankGone only when the store says it does not exist, BankReadFailed for
+      any failure a later read may cure (a kept checksum that does not match, its
+      ``deadline``), HostileArchive past ``max_bytes`` (never reads more than max + 1),
+      InvalidBankObject for a name that is not a bank object's.
+    - ``delete`` removes one object (and any dead put's temporary file of the run);
+      ``sweep`` removes everything of the run. Both are idempotent.
+    - ``stat`` says what the store holds under a name (size and SHA-256) without
+      handing the bytes over, or None; BankReadFailed when it cannot tell.
+    - ``objects`` lists the run's objects with their stamps (the legacy key with none).
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 
     keeps_banks: bool
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None: ...
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str: ...
 
     def fetch(
-        self, run_id: str, dest: BinaryIO, *, max_bytes: int, deadline: Deadline | None = None
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
     ) -> StoredBank: ...
 
-    def delete(self, run_id: str) -> None: ...
+    def delete(self, run_id: str, name: str | None = None) -> None: ...
 
     def sweep(self, run_id: str) -> None: ...
 
-    def stat(self, run_id: str) -> StoredBank | None: ...
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None: ...
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]: ...
 
 
 @attrs.frozen

@@ -23,9 +23,9 @@ import contextlib
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 import attrs
 
@@ -36,6 +36,8 @@ from scratchbank.domain.errors import (
     DestinationRefused,
     ExecFailed,
     HostileArchive,
+    InvalidBankObject,
+    LeaseLost,
     OutputOverBound,
     RestoreRefused,
     SandboxGone,
@@ -54,9 +56,12 @@ from .host_directory import restore_into_host_directory
 from .listing import load_listing
 from .manifest import Manifest
 from .ports import BankStore, Decide, RestoresInOneExec, Sandbox, StagedRestore
+from .retry import Cancel
 from .tarstream import CanonicalWriter, Limits, dir_modes
 
 __all__ = ["Progress", "restore_bank"]
+
+T = TypeVar("T")
 
 #: gzip level of the canonical stream into a sandbox (None: plain tar). Measured here
 #: (18 MiB / 2,901 files, local sandbox, 5 interleaved runs): plain 6.1 s median, level 1
@@ -75,18 +80,33 @@ def restore_bank(
     cap: int = CAP_BYTES,
     progress: Progress | None = None,
     gzip_level: int | None = STREAM_GZIP_LEVEL,
+    cancel: Cancel | None = None,
 ) -> RestoreAttempt:
-    """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6)."""
+    """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6).
+
+    ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
+    member or chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
+    nothing is fetched.
+    """
     assert decision.bank is not None
     if sandbox is None and host_directory is None:
         return RestoreAttempt(RestoreResult.NO_SANDBOX, detail="the resume runs without a sandbox")
+    if cancel is not None and cancel.is_set():
+        return attempt_of(_cut(cancel))
     try:
         if host_directory is not None:
             got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
             return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
         assert sandbox is not None
         return _into_sandbox(
-            run_id, decision.bank, sandbox, store=store, cap=cap, progress=progress, gzip_level=gzip_level
+            run_id,
+            decision.bank,
+            sandbox,
+            store=store,
+            cap=cap,
+            progress=progress,
+            gzip_level=gzip_level,
+            cancel=cancel,
         )
     except ScratchbankError as error:
         return attempt_of(error)
@@ -99,6 +119,7 @@ _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
     (BankReadFailed, RestoreResult.READ_FAILED),
     (HostileArchive, RestoreResult.REFUSED_ON_HOST),
     (BankMismatch, RestoreResult.REFUSED_ON_HOST),
+    (InvalidBankObject, RestoreResult.REFUSED_ON_HOST),  # A17: a name out of the bank prefix
     (DestinationRefused, RestoreResult.REFUSED_ON_HOST),
     (RestoreRefused, RestoreResult.REFUSED_IN_SANDBOX),
     (TimelineUnreadable, RestoreResult.READ_FAILED),
@@ -164,6 +185,24 @@ class _Produced:
     bytes: int = 0
 
 
+def _cut(cancel: Cancel) -> LeaseLost:
+    return LeaseLost(f"the restore was cut: {cancel.why or 'the run context was cancelled'}")
+
+
+def _unless_cut(cancel: Cancel | None, call: Callable[[T], None]) -> Callable[[T], None]:
+    """``call``, refusing (LEASE_LOST) once the run context is cut (L5): the check's member
+    and data callbacks ride it, so the bank's stream stops at its next member or chunk."""
+    if cancel is None:
+        return call
+
+    def guarded(item: T) -> None:
+        if cancel.is_set():
+            raise _cut(cancel)
+        call(item)
+
+    return guarded
+
+
 def _produce(
     run_id: str,
     check: BankCheck,
@@ -174,7 +213,8 @@ def _produce(
     result: _Produced,
 ) -> None:
     try:
-        store.fetch(run_id, check, max_bytes=cap)  # type: ignore[arg-type]  # fetch only writes
+        # A17: exactly the object the record names (None: a record from before objects had names)
+        store.fetch(run_id, check, max_bytes=cap, name=check.record.object)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
         result.sha256 = writer.finish()
         result.bytes = writer.bytes
@@ -186,13 +226,24 @@ def _produce(
 
 @contextlib.contextmanager
 def _pipeline(
-    run_id: str, bank: Bank, store: BankStore, cap: int, progress: Progress | None, gzip_level: int | None
+    run_id: str,
+    bank: Bank,
+    store: BankStore,
+    cap: int,
+    progress: Progress | None,
+    gzip_level: int | None,
+    cancel: Cancel | None = None,
 ) -> Iterator[tuple[BinaryIO, _Produced, BankCheck, _PipeOut, threading.Thread]]:
     read_fd, write_fd = os.pipe()
     out = _PipeOut(write_fd)
     writer = CanonicalWriter(out, gzip_level=gzip_level, writable_dirs=True)  # type: ignore[arg-type]
     check = BankCheck(
-        bank.record, limits=Limits(), cap=cap, on_member=writer.member, on_data=writer.data, progress=progress
+        bank.record,
+        limits=Limits(),
+        cap=cap,
+        on_member=_unless_cut(cancel, writer.member),
+        on_data=_unless_cut(cancel, writer.data),
+        progress=progress,
     )
     result = _Produced()
     thread = threading.Thread(
@@ -217,14 +268,23 @@ def _into_sandbox(
     cap: int,
     progress: Progress | None,
     gzip_level: int | None,
+    cancel: Cancel | None = None,
 ) -> RestoreAttempt:
-    with _pipeline(run_id, bank, store, cap, progress, gzip_level) as (src, result, check, out, thread):
+    with _pipeline(run_id, bank, store, cap, progress, gzip_level, cancel) as (
+        src,
+        result,
+        check,
+        out,
+        thread,
+    ):
         refused: list[RestoreAttempt] = []
 
         def decide(staged: StagedRestore, listing: BinaryIO) -> Iterable[tuple[str, int]] | None:
             """The host's verdict on the staged tree: the stream whole, then the listing."""
             thread.join()  # the stream has ended: the producer has too
             verdict = _verdict(result, out, None, staged)
+            if verdict is None and cancel is not None and cancel.is_set():  # L5: never committed once cut
+                verdict = attempt_of(_cut(cancel))
             if verdict is None:
                 comparison = load_listing(check.log, listing)
                 if comparison.same:

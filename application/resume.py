@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 
 from scratchbank.domain.errors import (
+    BankUnrecorded,
     NoRestoreTarget,
     ResumeSuperseded,
     RunNotFound,
@@ -33,11 +34,14 @@ from scratchbank.domain.resume_gate import (
     ResumeDecision,
     ResumeRequest,
     Verdict,
+    Where,
     decide_resume,
     refuse_unreadable,
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
+from . import retry
+from .bank_objects import reconcile_before_resume
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
 from .recording import Claim, append_at
@@ -163,6 +167,7 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
@@ -175,15 +180,47 @@ def resume(
     """
     clock = clock or SystemClock()
     target = Target(sandbox, host_directory, without_sandbox)
-    claimed = _claim(run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget)
+    unrecorded, origin = _reconcile(run_id, request, timeline, store, clock, record_budget)
+    if unrecorded is not None:
+        return unrecorded
+    claimed = _claim(
+        run_id, request, timeline, workflow, snapshots, target, attempt, clock, record_budget, origin=origin
+    )
     if isinstance(claimed, ResumeOutcome):
         return claimed
     decision, claim = claimed
     if decision.verdict is not Verdict.RESTORE:
         return ResumeOutcome(decision, claim=claim)
-    tried = _restore_guarded(run_id, decision, store, target, progress)
+    tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
+
+
+def _reconcile(
+    run_id: str, request: ResumeRequest, timeline: Timeline, store: BankStore, clock: Clock, budget: float
+) -> tuple[ResumeOutcome | None, int | None]:
+    """N3 (ADR 0006), engine-side only: record the unrecorded bank provably the latest
+    execution's own teardown; refuse by name (BANK_UNRECORDED) on one that may be but
+    cannot be proved, unless this call accepts the scratch's loss. A conflict on the
+    record means the run moved: the gate reads it again. Also returns the version this
+    first read saw: an execution that starts after it took the run from this resume (C7)."""
+    if request.where is not Where.ENGINE:
+        return None, None
+    try:
+        done = reconcile_before_resume(store, timeline, run_id, clock, budget)
+    except (TimelineConflict, TimelineWriteFailed, TimelineUnreadable):
+        return None, None
+    if done is None:
+        return None, None
+    if not done.found.unproven or request.consents.accept_scratch_loss:
+        return None, done.version
+    named = ", ".join(o.name or "(the legacy key)" for o in done.found.unproven)
+    why = (
+        f"bank object(s) {named} are stored but no record names them, and they cannot be proved to be "
+        f"the latest execution's ({done.found.latest_execution}) own teardown; resuming would ignore them"
+    )
+    refused = ResumeDecision(Verdict.REFUSE, "N3", why, code=BankUnrecorded.code)
+    return ResumeOutcome(refused, recorded=False), done.version
 
 
 def _claim(
@@ -196,6 +233,8 @@ def _claim(
     attempt: str | None,
     clock: Clock,
     budget: float,
+    *,
+    origin: int | None = None,
 ) -> ResumeOutcome | tuple[ResumeDecision, Claim]:
     """Read, decide, claim at the version read; after a conflict read and decide again.
 
@@ -203,7 +242,6 @@ def _claim(
     read (another resume's claim) means this resume lost the run (ResumeSuperseded);
     anything else (a teardown's record, an unrelated record) is decided on afresh.
     """
-    origin: int | None = None
     for _ in range(DECIDE_AGAIN):
         gate = _gate(timeline, run_id, request, workflow, snapshots)
         if gate.version == 0:
@@ -238,7 +276,12 @@ def _claim_records(
 
 
 def _restore_guarded(
-    run_id: str, decision: ResumeDecision, store: BankStore, target: Target, progress: Progress | None
+    run_id: str,
+    decision: ResumeDecision,
+    store: BankStore,
+    target: Target,
+    progress: Progress | None,
+    cancel: retry.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:
@@ -249,6 +292,7 @@ def _restore_guarded(
             sandbox=target.sandbox,
             host_directory=target.host_directory,
             progress=progress,
+            cancel=cancel,  # L5: a holder that lost its lease stops its restore at once
         )
     except Exception as error:  # once claimed, no path ends without its record
         return attempt_of(error)

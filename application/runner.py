@@ -9,9 +9,12 @@ Per delivery (C3-C8, R10-R12, L1-L5):
    The engine's gate runs before the claim (R10): a refusal is written to the run's
    log with the hint of ``remedy()`` (R12, C10) and told to an in-process waiter (R11).
 4. The claim, from the very status read (C7): ``lease_taken`` + ``attempt_claimed``
-   appended at that position. Lost to a newer attempt -> acked, nothing more (C6).
+   appended at that position. Lost to a newer attempt -> acked, nothing more (C6). A
+   claim whose reply was lost is settled by reading (the fenced timeline): found at its
+   position, it carries on as this delivery's claim, with its consents (C4).
 5. A new sandbox, the resume (restore), the engine, the teardown's bank, the sandbox
-   torn down: every write through the fenced timeline, the lease refreshed all along
+   torn down: every write through the fenced timeline (and every store write through
+   the fenced store, ``FencedBankStore``), the lease refreshed all along
    on its interval and let go past a ceiling (L1, L2, L5). The resume claims the run
    again by position (``run_resumed`` at the version it read) through that same
    fenced timeline: a resume that loses its claim (ResumeSuperseded) is acked with
@@ -33,7 +36,7 @@ from collections.abc import Callable
 
 import attrs
 
-from scratchbank.domain.consent import Consents, Delivery, DeliveryVerdict, admit
+from scratchbank.domain.consent import Delivery, DeliveryVerdict, admit
 from scratchbank.domain.errors import (
     Fenced,
     LeaseLost,
@@ -46,19 +49,18 @@ from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for, orphan_may_bank
 from scratchbank.domain.records import (
     AttemptClaimed,
-    AttemptQueued,
     ResumeRefused,
     RunStatus,
     RunStatusChanged,
 )
 from scratchbank.domain.remedy import remedy
-from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
+from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Where, decide_resume
 
 from .clock import Clock, SystemClock
-from .fencing import FencedTimeline, Token
+from .fencing import FencedBankStore, FencedTimeline, Token
 from .lease_keeper import LeaseKeeper
 from .ports import BankStore, Sandbox, Timeline
-from .resume import ResumeOutcome, check_resume, resume
+from .resume import ResumeOutcome, resume
 from .runner_ports import (
     DeliveryQueue,
     Engine,
@@ -196,12 +198,13 @@ class Runner:
     def _under_lease(self, inbound: Inbound, grant: LeaseGrant, keeper: LeaseKeeper) -> Handling:
         d = inbound.delivery
         fenced = FencedTimeline(self.timeline, d.run_id, Token(grant.holder, grant.token, d.attempt))
+        store = FencedBankStore(self.store, fenced)  # the token rides the store writes too
         records = fenced.read(d.run_id)
         verdict = admit(records, fold(records), d.attempt, d.consents)
         dropped = _dropped(inbound, verdict, "under the lease")
         if dropped is not None:
             return dropped
-        if self._take_over(d.run_id, fenced, keeper):
+        if self._take_over(d.run_id, fenced, store, keeper):
             if keeper.cancel.is_set():  # L5: cut while taking over: the next holder's again
                 return Handling(Handled.LET_GO, d, f"{keeper.note}; cut while taking over (L5)")
             records = fenced.read(d.run_id)
@@ -214,9 +217,11 @@ class Runner:
         claimed = self._claim(inbound, fenced, len(records))
         if claimed is not None:
             return claimed
-        return self._carry_on(inbound, fenced, request, keeper)
+        return self._carry_on(inbound, fenced, store, request, keeper)
 
-    def _take_over(self, run_id: str, fenced: FencedTimeline, keeper: LeaseKeeper) -> int:
+    def _take_over(
+        self, run_id: str, fenced: FencedTimeline, store: FencedBankStore, keeper: LeaseKeeper
+    ) -> int:
         """Bank (when safe) and stop the sandboxes a lapsed holder left, before the claim.
 
         A bank cut by this holder's own run context (L5) leaves its sandbox, again.
@@ -230,7 +235,7 @@ class Runner:
                     report = bank_at_teardown(
                         run_id,
                         timeline=fenced,
-                        store=self.store,
+                        store=store,
                         sandbox=orphan,
                         run_finished=False,
                         budgets=self.settings.teardown,
@@ -270,17 +275,22 @@ class Runner:
         return _redeliver(inbound, RETRY_SOON, "lost the claim race; read again on redelivery")
 
     def _carry_on(
-        self, inbound: Inbound, fenced: FencedTimeline, request: ResumeRequest, keeper: LeaseKeeper
+        self,
+        inbound: Inbound,
+        fenced: FencedTimeline,
+        store: FencedBankStore,
+        request: ResumeRequest,
+        keeper: LeaseKeeper,
     ) -> Handling:
         """A new sandbox; the resume (restore); the engine; the teardown's bank; torn down."""
         d = inbound.delivery
         sandbox = self.sandboxes.start(d.run_id)
         report: TeardownReport | None = None
         try:
-            stopped = self._resume(inbound, fenced, request, sandbox)
+            stopped = self._resume(inbound, fenced, store, request, sandbox, keeper)
             if stopped is not None:
                 return stopped
-            end, report = self._engine_then_bank(d, fenced, sandbox, keeper)
+            end, report = self._engine_then_bank(d, fenced, store, sandbox, keeper)
         finally:
             if report is None or not report.sandbox_left:
                 self.sandboxes.stop(sandbox)
@@ -290,20 +300,46 @@ class Runner:
         return _acked(inbound, Handled.RAN, keeper.note, end=end, teardown=report)
 
     def _resume(
-        self, inbound: Inbound, fenced: FencedTimeline, request: ResumeRequest, sandbox: Sandbox
+        self,
+        inbound: Inbound,
+        fenced: FencedTimeline,
+        store: FencedBankStore,
+        request: ResumeRequest,
+        sandbox: Sandbox,
+        keeper: LeaseKeeper,
     ) -> Handling | None:
-        """The resume use case; a Handling when the run does not go on past it."""
+        """The resume use case; a Handling when the run does not go on past it.
+
+        L5: the lease's cancel rides the restore; a holder cut off during it stops at
+        once (the staged tree discarded, its X5 record written through the fence unless
+        a newer holder wrote) and leaves the delivery to the next holder, unacked.
+        """
         d = inbound.delivery
         try:
             outcome = resume(
-                d.run_id, request, timeline=fenced, store=self.store, sandbox=sandbox, attempt=d.attempt
+                d.run_id,
+                request,
+                timeline=fenced,
+                store=store,
+                sandbox=sandbox,
+                attempt=d.attempt,
+                cancel=keeper.cancel,
             )
         except ResumeSuperseded as error:  # C6: the resume lost its claim; it wrote nothing more
             return _acked(inbound, Handled.SUPERSEDED, f"{error.code}: {error.message}")
+        if keeper.cancel.is_set():
+            keeper.engine_cut = True  # the attempt is not over: the next holder carries it on
+            recorded = "recorded" if outcome.recorded else "not recorded"
+            return Handling(Handled.LET_GO, d, f"{keeper.note}; cut during the resume ({recorded}, L5)")
         return None if outcome.proceeds else _restore_parked(inbound, outcome)
 
     def _engine_then_bank(
-        self, d: ResumeDelivery, fenced: FencedTimeline, sandbox: Sandbox, keeper: LeaseKeeper
+        self,
+        d: ResumeDelivery,
+        fenced: FencedTimeline,
+        store: FencedBankStore,
+        sandbox: Sandbox,
+        keeper: LeaseKeeper,
     ) -> tuple[EngineEnd, TeardownReport]:
         """The engine, then the teardown's bank under the same lease (L1, L2)."""
         end = self.engine.continue_run(d.run_id, sandbox=sandbox, timeline=fenced, cancel=keeper.cancel)
@@ -311,7 +347,7 @@ class Runner:
         report = bank_at_teardown(
             d.run_id,
             timeline=fenced,
-            store=self.store,
+            store=store,
             sandbox=sandbox,
             run_finished=end is EngineEnd.FINISHED,
             budgets=self.settings.teardown,
@@ -366,35 +402,3 @@ def _restore_parked(inbound: Inbound, outcome: ResumeOutcome) -> Handling:
     if restore is not None and restore.park is not None and restore.park.code is None:
         return _redeliver(inbound, RETRY_SOON, f"the restore failed on the way (X5): {detail}")
     return _acked(inbound, Handled.PARKED_ON_RESTORE, detail, decision=outcome.decision)
-
-
-def queue_resume(
-    timeline: Timeline,
-    queue: DeliveryQueue,
-    run_id: str,
-    attempt: str,
-    consents: Consents = Consents(),
-    *,
-    source_changed: bool = False,
-    clock: Clock | None = None,
-) -> tuple[ResumeDecision, ResumeDelivery | None]:
-    """The surface's side (R9, R10, C5): judge, then queue the run and publish a delivery.
-
-    A refusal from a record the latest execution wrote is the surface's own: nothing is
-    queued. Otherwise the run is queued for ``attempt`` (``attempt_queued``) and the
-    delivery published; the engine judges again under the run's lock.
-    """
-    request = ResumeRequest(consents=consents, source_changed=source_changed, where=Where.SURFACE)
-    decision = check_resume(timeline, run_id, request)
-    if decision.verdict is Verdict.REFUSE:
-        return decision, None
-    queued = AttemptQueued(
-        at=(clock or SystemClock()).now(),  # the orphan sweeper ages the queue from it (L4)
-        attempt=attempt,
-        force=consents.force,
-        accept_scratch_loss=consents.accept_scratch_loss,
-    )
-    timeline.append(run_id, [queued])
-    delivery = ResumeDelivery(run_id, attempt, consents)
-    queue.publish(delivery)
-    return decision, delivery

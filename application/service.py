@@ -30,14 +30,17 @@ from pathlib import Path
 
 import attrs
 
-from scratchbank.domain.errors import BankReadFailed, RunNotFound
+from scratchbank.domain.errors import AttemptReused, BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.objects import Reconciliation
 from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 
+from . import fencing
 from . import resume as resume_use_case
 from . import teardown as teardown_use_case
+from .bank_objects import unreferenced_objects
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, StoredBank, Timeline
 from .restore import Progress
@@ -89,6 +92,8 @@ class StatusReport:
     store: StoreCheck
     age_seconds: float | None
     refusal: ResumeRefused | None = None  # a runner's refusal of the latest queued attempt (R12)
+    #: the run's objects no record names, sorted by N3 (None: the store could not list them)
+    unreferenced: Reconciliation | None = None
 
 
 @attrs.frozen
@@ -115,6 +120,12 @@ def latest_refusal(records: Sequence[Record]) -> ResumeRefused | None:
         if isinstance(record, AttemptQueued):
             return None
     return None
+
+
+def _check_fresh(records: Sequence[Record], run_id: str, attempt: str) -> None:
+    """C5: a caller-supplied attempt id the run was already queued for is refused by name."""
+    if any(isinstance(r, AttemptQueued) and r.attempt == attempt for r in records):
+        raise AttemptReused(f"run {run_id} was already queued for attempt {attempt!r}; nothing was queued")
 
 
 def new_attempt() -> str:
@@ -187,14 +198,24 @@ class ScratchService:
         """What a resume with ``request`` would do, and is the bank there as recorded."""
         assessment = self.assess(run_id, request)
         age = age_of(assessment.state, self.clock.now())
-        refusal = latest_refusal(self.timeline.read(run_id)) if self.queue is not None else None
-        return StatusReport(assessment, self._stored(assessment), age, refusal)
+        records = self.timeline.read(run_id)
+        refusal = latest_refusal(records) if self.queue is not None else None
+        return StatusReport(assessment, self._stored(assessment), age, refusal, self._loose(run_id, records))
+
+    def _loose(self, run_id: str, records: Sequence[Record]) -> Reconciliation | None:
+        """N3: the run's unreferenced objects, listed with their stamps."""
+        try:
+            return unreferenced_objects(self.store, run_id, records, fold(records))
+        except BankReadFailed as error:
+            log.info("run %s: the store could not list its bank objects: %s", run_id, error.message)
+            return None
 
     def _stored(self, assessment: Assessment) -> StoreCheck:
         if assessment.state.bank is None:
             return StoreCheck("no bank")
         try:
-            return check_stored(assessment.state, self.store.stat(assessment.run_id))
+            name = assessment.state.bank.record.object  # A17: the object the record names
+            return check_stored(assessment.state, self.store.stat(assessment.run_id, name))
         except BankReadFailed as error:
             return StoreCheck("unreadable", None, error.message)
 
@@ -231,8 +252,10 @@ class ScratchService:
     ) -> Queued:
         """Judge as a surface, then queue the run and publish its delivery (module docstring).
 
-        Raises RunNotFound (nothing written), TimelineConflict when the run moved between
-        the judgement and the queueing (nothing queued), QueueUnavailable.
+        Raises RunNotFound (nothing written), AttemptReused (a caller-supplied attempt id
+        the run was already queued for: nothing written), TimelineConflict when the run
+        moved between the judgement and the queueing (nothing queued), QueueUnavailable
+        (queued, not published: the outbox sweeper publishes it past its cutoff).
         """
         if self.queue is None:
             raise TypeError("queue_resume needs a queue (SCRATCHBANK_QUEUE)")
@@ -243,6 +266,8 @@ class ScratchService:
         log.info("run %s: the surface judges %s (%s)", run_id, decision.verdict.value, decision.rule)
         if decision.refused:
             return Queued(run_id, decision)
+        if attempt is not None:
+            _check_fresh(self.timeline.read(run_id), run_id, attempt)
         delivery = self._publish(run_id, request, attempt or new_attempt(), at=state.records)
         if self.verdicts is None:
             return Queued(run_id, decision, delivery.attempt)
@@ -259,9 +284,12 @@ class ScratchService:
             force=consents.force,
             accept_scratch_loss=consents.accept_scratch_loss,
         )
-        self.timeline.append(run_id, [queued], expected=at)
+        try:
+            self.timeline.append(run_id, [queued], expected=at)
+        except fencing.LOST_REPLY as lost:  # settled by reading: published only once known queued
+            fencing.settle_append(self.timeline, run_id, [queued], at, lost)
         delivery = ResumeDelivery(run_id, attempt, consents)
-        self.queue.publish(delivery)
+        self.queue.publish(delivery)  # lost: the run stays queued; the outbox sweeper publishes it
         log.info("run %s: attempt %s queued and published", run_id, attempt)
         return delivery
 

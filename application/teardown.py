@@ -18,6 +18,11 @@ a bank that reached the store before the cut is recorded on the record's own
 budget (the fence refuses it once a newer holder wrote). A teardown cut before
 anything reached the store records nothing (``TeardownReport.cut``): the sandbox
 is left to the next holder's takeover, which banks it (``orphan_may_bank``).
+
+Bank objects (A17, ADR 0006): the put creates a content-named object stamped with this
+teardown's execution and never replaces one; the record names it. Nothing is deleted
+before the record lands: T4 (empty), T5 (finished) and a newer bank then prune what no
+record needs (``bank_objects.prune``), never after a cut.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.objects import BankStamp, execution_label
 from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.domain.teardown import (
     CAP_BYTES,
@@ -57,6 +63,7 @@ from scratchbank.domain.teardown import (
     teardown_record,
 )
 
+from .bank_objects import prune
 from .clock import Clock, SystemClock
 from .host_archive import ArchiveFacts, HostArchive
 from .ports import (
@@ -136,6 +143,13 @@ class _Run:
     stored: bool = False  # did any store write (an upload) land before a cut?
     #: has this try left processes stopped for the host to continue (T14)?
     left_stopped: bool = False
+    #: the execution this teardown banks, as stamped on its object (N3, ADR 0006)
+    execution: str = ""
+
+    def stamp(self, facts: ArchiveFacts) -> BankStamp:
+        """What the object says of itself in the store (N3)."""
+        manifest = facts.manifest.sha256 if facts.manifest else ""
+        return BankStamp(self.run_id, self.execution, facts.bytes, facts.sha256, manifest, self.clock.now())
 
     def cut(self) -> str:
         """Why the run context was cancelled (L5), or "" while it was not."""
@@ -192,12 +206,9 @@ def bank_at_teardown(
     if cancel is not None and cancel.is_set():
         return _cut(plan, cancel.why or "the run context was cancelled", notes)
     if plan.action is TeardownAction.DROP:
-        try:
-            store.delete(run_id)
-        except BankWriteFailed as error:
-            notes.append(f"could not delete the finished run's bank: {error.message}")
         record = attrs.evolve(finished_record(), at=clock.now())
         written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
+        _prune_after(store, timeline, written, clock, notes, cancel)  # T5 under A17: record first
         return TeardownReport(plan, record, written.recorded, notes=tuple(notes), superseded=written.lost)
     work = Path(tempfile.mkdtemp(prefix="scratchbank-bank-"))
     run = _Run(
@@ -212,6 +223,7 @@ def bank_at_teardown(
         notes,
         claim=claim,
         cancel=cancel,
+        execution=execution_label(state),
     )
     try:
         tries, best = _tries(run, plan)
@@ -219,14 +231,10 @@ def bank_at_teardown(
         shutil.rmtree(work, ignore_errors=True)
     if run.cut() and not run.stored:
         return _cut(plan, run.cut(), notes, tuple(tries), run)
-    if best.seen is Seen.EMPTY and not run.cut() and not _lost_since_read(run):
-        try:
-            store.delete(run_id)  # T4
-        except BankWriteFailed as error:
-            notes.append(f"could not delete the previous bank: {error.message}")
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
     record = attrs.evolve(teardown_record(best, quiesce), at=clock.now())
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
+    _prune_after(store, timeline, written, clock, notes, cancel)  # T4 under A17: record first
     return TeardownReport(
         plan,
         record,
@@ -239,6 +247,21 @@ def bank_at_teardown(
         written.lost,
         run.cut(),
     )
+
+
+def _prune_after(
+    store: BankStore,
+    timeline: Timeline,
+    written: Written,
+    clock: Clock,
+    notes: list[str],
+    cancel: Cancel | None,
+) -> None:
+    """A17: once this teardown's record landed, delete what no record needs (T4's previous
+    bank, T5's, a bank the new one replaced); never before it, never after a cut (L5)."""
+    if written.after is None or (cancel is not None and cancel.is_set()):
+        return
+    prune(store, timeline, written.after, clock, notes)
 
 
 def _cut(
@@ -496,7 +519,13 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
             return False, lost
         try:
             run.uploads += 1
-            run.store.put(run.run_id, facts.path, sha256=facts.sha256, deadline=run.call_deadline())
+            run.store.put(
+                run.run_id,
+                facts.path,
+                sha256=facts.sha256,
+                stamp=run.stamp(facts),
+                deadline=run.call_deadline(),
+            )
             run.stored = True
             return True, ""
         except BankWriteFailed as error:
@@ -533,6 +562,8 @@ class Written:
 
     recorded: bool
     lost: str = ""
+    #: the claim past the record, once it landed (the prune re-reads against it)
+    after: Claim | None = None
 
 
 def _record(
@@ -555,8 +586,8 @@ def _record(
     for _ in range(DECIDE_AGAIN):
         try:
             at = claim if claim is not None else _version(timeline, run_id, budget, pauses)
-            append_at(timeline, at, [record], budget=budget, pauses=pauses)
-            return Written(True)
+            after = append_at(timeline, at, [record], budget=budget, pauses=pauses)
+            return Written(True, after=after)
         except RETRYABLE as error:
             notes.append(f"the record was not written within its budget: {error.message}")
             return Written(False)

@@ -136,7 +136,8 @@ class Rig:
 
     def fetch_bank(self) -> int:
         with open(self.bank_file, "wb") as f:
-            return int(self.store.fetch("run-b", f, max_bytes=self.budgets.cap_bytes).bytes)
+            name = next(o.name for o in self.store.objects("run-b") if o.name is not None)
+            return int(self.store.fetch("run-b", f, max_bytes=self.budgets.cap_bytes, name=name).bytes)
 
     def restore(self) -> None:
         out = resume(

@@ -11,6 +11,8 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   ├── BankReadFailed        code BANK_READ_FAILED      (X5: read again)
     │   ├── BankWriteFailed       code BANK_WRITE_FAILED     (T8/T10: retry may cure)
     │   ├── BankMismatch          code BANK_MISMATCH         (X4: not the bank the record names)
+    │   ├── InvalidBankObject     code INVALID_BANK_OBJECT   (A17: a name outside the run's bank prefix)
+    │   ├── BankUnrecorded        code BANK_UNRECORDED       (N3: a stored bank no record names, unproven)
     │   └── HostileArchive        code HOSTILE_ARCHIVE       (X2/X4: refused on the host)
     │       └── UnreadableArchive code ARCHIVE_UNREADABLE    (X2/X4/T6: the parser itself failed)
     ├── SandboxError
@@ -161,6 +163,37 @@ class BankMismatch(BankError):
 
     code = "BANK_MISMATCH"
     remedy = "relaunch the run fresh, or resume accepting the scratch's loss"
+
+
+class InvalidBankObject(BankError):
+    """A bank object's name that is not ``banks/<sha256>.tgz`` (A17, ADR 0006).
+
+    Raised when: a record, a caller or a store listing names an object outside the run's
+    bank prefix (a path, another run's key, a digest that is not 64 hex digits). Not raised
+    for: a record without a name (it names the legacy key).
+    """
+
+    code = "INVALID_BANK_OBJECT"
+    remedy = "the record or the store was altered; repair the timeline or relaunch the run fresh"
+
+
+class BankUnrecorded(BankError):
+    """A stored bank that no record names and that cannot be proved to be the latest
+    execution's own teardown (N3, ADR 0006): resuming would ignore it in silence.
+
+    Raised when: an engine-side resume finds, while the latest execution wrote no teardown
+    record, two or more unrecorded objects stamped by that execution, or one whose stamp
+    names no execution. Not raised for: exactly one such object stamped by the latest
+    execution (it is recorded), nor for unrecorded objects of earlier executions (shown by
+    ``status``, swept past the bound).
+    """
+
+    code = "BANK_UNRECORDED"
+    remedy = (
+        "look at the named objects with `status`; delete from the store those that are not the "
+        "run's latest scratch and resume again, or resume accepting the scratch's loss "
+        "(--accept-scratch-loss) to go on without them"
+    )
 
 
 class HostileArchive(BankError):
@@ -335,6 +368,18 @@ class Fenced(ScratchbankError):
 
     code = "FENCED"
     remedy = "nothing to do: a newer lease holder owns the run"
+
+
+class AttemptReused(ScratchbankError):
+    """A resume was queued with an attempt id the run was already queued for (C5).
+
+    Raised when: a caller-supplied attempt id names an earlier ``attempt_queued`` of the
+    run; nothing is written or published (the queue would de-duplicate the delivery while
+    the caller is told "queued"). Not raised for: a fresh id (``new_attempt``).
+    """
+
+    code = "ATTEMPT_REUSED"
+    remedy = "queue the resume again with a fresh attempt id (or none: one is made)"
 
 
 class SurfaceError(ScratchbankError):

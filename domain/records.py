@@ -118,6 +118,8 @@ class ScratchBanked(Record):
     """
 
     WIRE = "sandbox_scratch_banked"
+    #: v2 (ADR 0006): ``object`` names the bank object; v1 records read as naming the legacy key
+    VERSION = 2
     banked: bool = wire(BOOL)
     empty: bool = wire(BOOL)
     unknown: bool = wire(BOOL)
@@ -132,6 +134,9 @@ class ScratchBanked(Record):
     manifest_entries: int | None = wire(INT, required=False)
     manifest_bytes: int | None = wire(INT, required=False)
     manifest_sha256: str | None = wire(STR, required=False)
+    #: the bank object this record names (A17, ADR 0006): ``banks/<sha256>.tgz`` beneath
+    #: the run; None on a record written before objects had names (v1): the legacy key
+    object: str | None = wire(STR, required=False)
 
     def outcomes(self) -> int:
         """How many of the exclusive outcomes this record claims (valid: 0 or 1)."""

@@ -6,7 +6,7 @@ so the hint is derived from the refusal itself, never written by a surface.
 
 from __future__ import annotations
 
-from .errors import TimelineUnreadable
+from .errors import BankUnrecorded, TimelineUnreadable
 from .resume_gate import RESUME_INVALID, SCRATCH_NOT_PORTABLE, CauseKind, ResumeDecision
 
 _LOSS = (
@@ -39,6 +39,8 @@ def remedy(decision: ResumeDecision) -> str:
         if decision.keep_accept_scratch_loss:
             hint += "; keep --accept-scratch-loss"
         return hint
+    if decision.code == BankUnrecorded.code:
+        return BankUnrecorded.remedy  # N3, ADR 0006
     if decision.refused:
         return TimelineUnreadable.remedy
     return ""

@@ -12,6 +12,7 @@ import enum
 import attrs
 
 from .fold import Evidence, ScratchState
+from .objects import object_name
 from .records import ScratchBanked
 
 #: T20: the most a bank may hold, compressed.
@@ -158,6 +159,7 @@ def _outcome_record(final: TryOutcome) -> ScratchBanked:
         manifest_entries=archive.manifest_entries,
         manifest_bytes=archive.manifest_bytes,
         manifest_sha256=archive.manifest_sha256,
+        object=object_name(archive.sha256),  # A17: the record names the object it banked
     )
 
 

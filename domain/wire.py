@@ -10,6 +10,7 @@ decide a resume wrongly. Older versions are brought forward by upcasters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -34,10 +35,14 @@ from .records import (
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 #: (wire name, from version) -> function turning that version's fields into the next's.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    # ADR 0006: a v1 teardown record names no object; it reads as naming the legacy key.
+    ("sandbox_scratch_banked", 1): lambda data: data,
+}
 
 _BY_WIRE: dict[str, type[Record]] = {cls.WIRE: cls for cls in KNOWN_RECORDS}
 _RESERVED = ("type", "v")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _wire_name(field: attrs.Attribute[Any]) -> str:
@@ -156,6 +161,19 @@ def _check_invariants(record: Record, position: int | None) -> None:
             )
         if record.banked and record.bytes == 0:
             raise TimelineUnreadable("sandbox_scratch_banked is banked with 0 bytes", position=position)
+        if record.object is not None and not _names_its_digest(record):
+            raise TimelineUnreadable(
+                "sandbox_scratch_banked names an object that is not banks/<its sha256>.tgz", position=position
+            )
+
+
+def _names_its_digest(record: ScratchBanked) -> bool:
+    """A17: a record's object is the bank its own digest names, beneath the run's bank prefix."""
+    return (
+        record.banked
+        and record.object == f"banks/{record.sha256}.tgz"
+        and _HEX64.fullmatch(record.sha256 or "") is not None
+    )
 
 
 def encode(record: Record) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown
 from scratchbank.domain import fold
 from scratchbank.domain.errors import ArchiveFailed, BankWriteFailed, ExecFailed, SandboxGone, StreamBroken
+from scratchbank.domain.objects import BankStamp
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.testing.builders import resumed, started
 from scratchbank.testing.clocks import ManualClock
@@ -51,11 +52,19 @@ class FlakyStore(InMemoryBankStore):
         super().__init__(keeps_banks=keeps)
         self.fail_puts = fail_puts
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
         if self.fail_puts:
             self.fail_puts -= 1
             raise BankWriteFailed("store blip")
-        super().put(run_id, archive, sha256=sha256, deadline=deadline)
+        return super().put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
 
 
 @attrs.frozen
@@ -161,15 +170,15 @@ class Teardowns(RuleBasedStateMachine):
     def _check(self, rec: ScratchBanked, said: Said, store: FlakyStore) -> None:
         if said.banked:
             assert rec.banked, (rec, said)
-            assert rec.sha256 == hashlib.sha256(store.banks["run-1"]).hexdigest()
+            assert rec.sha256 == hashlib.sha256(store.only("run-1")).hexdigest()
             assert bool(rec.raced) == (said.banked == "raced"), (rec, said)
-            self.bank = store.banks["run-1"]
+            self.bank = store.only("run-1")
         elif said.seen == EMPTY:
-            assert rec.empty and "run-1" not in store.banks, rec  # T4
+            assert rec.empty and store.only("run-1") is None, rec  # T4
             self.bank = None
         elif said.seen == UNKNOWN:
             assert rec.unknown, (rec, said)  # T19: the earlier bank stays, and still decides
-            assert store.banks.get("run-1") == self.bank
+            assert store.only("run-1") == self.bank
         else:
             assert rec.files_unbanked and rec.reason, (rec, said)  # R1 will refuse: named why
             key = {"cap": "cap", "keeps no bank": "keeps no bank", "upload": "upload", "tar": "tar"}[said.why]

@@ -39,16 +39,18 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], BankSto
 
 
 def test_stat_says_what_the_store_holds_or_none(make: Callable[[], BankStore], tmp_path: Path) -> None:
-    """stat: None, then the size and digest put, then None after delete; bad ids refused."""
+    """stat: None, then the size and digest put under its name, then None after delete; bad ids refused."""
     store = make()
-    assert store.stat("run-1") is None
     archive = tmp_path / "a.tgz"
     archive.write_bytes(b"x" * 3000)
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    store.put("run-1", archive, sha256=digest)
-    assert store.stat("run-1") == StoredBank(3000, digest)
-    store.delete("run-1")
-    assert store.stat("run-1") is None
+    name = f"banks/{digest}.tgz"
+    assert store.stat("run-1", name) is None
+    assert store.put("run-1", archive, sha256=digest) == name
+    assert store.stat("run-1", name) == StoredBank(3000, digest)
+    assert store.stat("run-1") is None  # the legacy key holds nothing: nothing is put there
+    store.delete("run-1", name)
+    assert store.stat("run-1", name) is None
     with pytest.raises(InvalidRunId):
         store.stat("../etc")
 

@@ -6,7 +6,9 @@ import hashlib
 import io
 import os
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from unittest import mock
 
 import boto3
 import pytest
@@ -14,8 +16,9 @@ import pytest
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.application.ports import BankStore
+from scratchbank.application.ports import BankStore, StoredBank
 from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed
+from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.testing.contracts import BankStoreContract
 
 
@@ -55,31 +58,131 @@ class TestS3BankStore(BankStoreContract):
         return S3BankStore(new_bucket(self.endpoint), "team/x", client=s3_client(self.endpoint))
 
 
-def test_T3_filesystem_layout_and_no_half_bank_under_the_real_name(tmp_path: Path) -> None:
+def _src(tmp: Path, data: bytes, name: str = "a.tgz") -> tuple[Path, str]:
+    src = tmp / name
+    src.write_bytes(data)
+    return src, hashlib.sha256(data).hexdigest()
+
+
+STAMP = BankStamp(
+    "run-1", "@4", 4, hashlib.sha256(b"data").hexdigest(), "", datetime(2026, 12, 1, tzinfo=UTC)
+)
+
+
+def test_A17_filesystem_layout_an_object_its_stamp_and_no_half_bank(tmp_path: Path) -> None:
+    """runs/<id>/banks/<sha256>.tgz beside its stamp; a failed put leaves nothing behind."""
     store = FilesystemBankStore(tmp_path)
-    src = tmp_path / "a.tgz"
-    src.write_bytes(b"old")
-    store.put("run-1", src, sha256="")
-    assert (tmp_path / "runs/run-1/scratch-bank.tgz").read_bytes() == b"old"
-    missing = tmp_path / "vanished.tgz"
+    src, digest = _src(tmp_path, b"data")
+    assert store.put("run-1", src, sha256=digest, stamp=STAMP) == f"banks/{digest}.tgz"
+    banks = tmp_path / "runs/run-1/banks"
+    assert (banks / f"{digest}.tgz").read_bytes() == b"data"
+    assert sorted(os.listdir(banks)) == [f"{digest}.tgz", f"{digest}.tgz.stamp"]
     with pytest.raises(BankWriteFailed):
-        store.put("run-1", missing, sha256="")
-    assert (tmp_path / "runs/run-1/scratch-bank.tgz").read_bytes() == b"old"
-    assert os.listdir(tmp_path / "runs/run-1") == ["scratch-bank.tgz"]
+        store.put("run-1", tmp_path / "vanished.tgz", sha256="b" * 64)
+    assert sorted(os.listdir(banks)) == [f"{digest}.tgz", f"{digest}.tgz.stamp"]
+
+
+def test_A17_files_are_create_only_an_existing_name_is_never_replaced(tmp_path: Path) -> None:
+    """A put onto a name that exists keeps what is there (create-only, idempotent)."""
+    store = FilesystemBankStore(tmp_path)
+    src, digest = _src(tmp_path, b"data")
+    there = tmp_path / "runs/run-1/banks" / f"{digest}.tgz"
+    there.parent.mkdir(parents=True)
+    there.write_bytes(b"what was there first")
+    assert store.put("run-1", src, sha256=digest) == f"banks/{digest}.tgz"
+    assert there.read_bytes() == b"what was there first"
+
+
+def test_A17_files_link_into_place_and_a_racing_link_never_replaces(tmp_path: Path) -> None:
+    """Two puts of one name past their existence check: the second's link loses, the first stays."""
+    store = FilesystemBankStore(tmp_path)
+    src, digest = _src(tmp_path, b"data")
+    there = tmp_path / "runs/run-1/banks" / f"{digest}.tgz"
+    real_link = os.link
+
+    def racing_link(tmp: str, final: Path) -> None:
+        if Path(final) == there and not there.exists():
+            there.write_bytes(b"the racing put's")  # another put linked between check and link
+        real_link(tmp, final)
+
+    with mock.patch("scratchbank.adapters.fs_bank.os.link", racing_link):
+        store.put("run-1", src, sha256=digest)
+    assert there.read_bytes() == b"the racing put's"
+    assert [p.name for p in there.parent.iterdir() if p.name.endswith(".part")] == []
+
+
+def test_A17_a_dead_puts_temp_file_is_removed_by_delete_and_by_sweep(tmp_path: Path) -> None:
+    """A put whose process died leaves a temp file; delete and sweep take it (and legacy ones)."""
+    store = FilesystemBankStore(tmp_path)
+    src, digest = _src(tmp_path, b"data")
+    name = store.put("run-1", src, sha256=digest)
+    run = tmp_path / "runs/run-1"
+    dead = [run / "banks/.put-dead.part", run / ".bank-dead.part"]
+    for temp in dead:
+        temp.write_bytes(b"half")
+    store.delete("run-1", name)
+    assert [t.exists() for t in dead] == [False, False]
+    store.put("run-1", src, sha256=digest)
+    (run / "banks/.put-dead2.part").write_bytes(b"half")
+    store.sweep("run-1")
+    assert not run.exists()
+
+
+def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_files(tmp_path: Path) -> None:
+    """A bank put before objects had names is fetched, stat'ed and listed at its old key."""
+    store = FilesystemBankStore(tmp_path)
+    legacy = tmp_path / "runs/run-1/scratch-bank.tgz"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(b"old")
+    out = io.BytesIO()
+    assert store.fetch("run-1", out, max_bytes=10).bytes == 3 and out.getvalue() == b"old"
+    assert store.stat("run-1") == StoredBank(3, hashlib.sha256(b"old").hexdigest())
+    assert list(store.objects("run-1")) == [StoredObject(None, 3)]
+    store.delete("run-1")
+    assert not legacy.exists()
 
 
 @pytest.mark.s3
-def test_T3_s3_layout_under_the_prefix(s3_endpoint: str, tmp_path: Path) -> None:
+def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: str, tmp_path: Path) -> None:
+    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
     store = S3BankStore(bucket, "/team/x/", client=client)
-    src = tmp_path / "a.tgz"
-    src.write_bytes(b"data")
-    store.put("run-1", src, sha256=hashlib.sha256(b"data").hexdigest())
+    src, digest = _src(tmp_path, b"data")
+    store.put("run-1", src, sha256=digest, stamp=STAMP)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-    assert keys == ["team/x/sessions/run-1/scratch.tgz"]
+    assert keys == [f"team/x/sessions/run-1/banks/{digest}.tgz"]
     head = client.head_object(Bucket=bucket, Key=keys[0])
-    assert head["Metadata"]["sha256"] == hashlib.sha256(b"data").hexdigest()
+    assert head["Metadata"]["sha256"] == digest and head["Metadata"]["execution"] == "%404"
+    assert list(store.objects("run-1")) == [StoredObject(f"banks/{digest}.tgz", 4, STAMP)]
+
+
+@pytest.mark.s3
+def test_A17_s3_puts_are_create_only_on_the_real_server(s3_endpoint: str, tmp_path: Path) -> None:
+    """If-None-Match: an object already under the name is never replaced (412 from the server)."""
+    bucket = new_bucket(s3_endpoint)
+    client = s3_client(s3_endpoint)
+    store = S3BankStore(bucket, client=client)
+    src, digest = _src(tmp_path, b"data")
+    key = store.key("run-1", f"banks/{digest}.tgz")
+    client.put_object(Bucket=bucket, Key=key, Body=b"other", Metadata={"sha256": "f" * 64})
+    with pytest.raises(BankWriteFailed, match="another digest"):
+        store.put("run-1", src, sha256=digest)
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == b"other"
+    client.put_object(Bucket=bucket, Key=key, Body=b"data", Metadata={"sha256": digest})
+    assert store.put("run-1", src, sha256=digest) == f"banks/{digest}.tgz"  # idempotent
+
+
+@pytest.mark.s3
+def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_s3(s3_endpoint: str) -> None:
+    """sessions/<run>/scratch.tgz is still fetched for a record that names no object."""
+    bucket = new_bucket(s3_endpoint)
+    client = s3_client(s3_endpoint)
+    store = S3BankStore(bucket, "p", client=client)
+    client.put_object(Bucket=bucket, Key="p/sessions/run-1/scratch.tgz", Body=b"old")
+    out = io.BytesIO()
+    assert store.fetch("run-1", out, max_bytes=10).bytes == 3 and out.getvalue() == b"old"
+    assert list(store.objects("run-1")) == [StoredObject(None, 3)]
 
 
 @pytest.mark.s3
@@ -121,7 +224,7 @@ def test_s3_checksum_kept_with_the_object_is_verified_on_read(s3_endpoint: str, 
 
 
 @pytest.mark.s3
-def test_T10_large_archive_goes_multipart_and_streams_back(s3_endpoint: str, tmp_path: Path) -> None:
+def test_T10_a_large_archive_streams_up_and_back(s3_endpoint: str, tmp_path: Path) -> None:
     store = S3BankStore(new_bucket(s3_endpoint), client=s3_client(s3_endpoint))
     src = tmp_path / "big.tgz"
     block = os.urandom(1 << 20)
@@ -129,8 +232,8 @@ def test_T10_large_archive_goes_multipart_and_streams_back(s3_endpoint: str, tmp
         for _ in range(20):
             f.write(block)
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    store.put("run-big", src, sha256=digest)
+    name = store.put("run-big", src, sha256=digest)
     out = tmp_path / "back.tgz"
     with open(out, "wb") as f:
-        got = store.fetch("run-big", f, max_bytes=1 << 30)
+        got = store.fetch("run-big", f, max_bytes=1 << 30, name=name)
     assert got.sha256 == digest and got.bytes == 20 << 20

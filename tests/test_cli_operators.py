@@ -112,7 +112,7 @@ def test_status_checks_the_bank_is_in_the_store_as_recorded(tmp_path: Path) -> N
     assert status["store"]["sha256"] == status["state"]["bank"]["sha256"]
     # the teardown wrote `at` from its clock, so a real bank's age is known (finding 3)
     assert status["state"]["bank"]["written"] is not None and status["age_seconds"] >= 0
-    archive = tmp_path / "banks" / "runs" / RUN / "scratch-bank.tgz"
+    archive = tmp_path / "banks" / "runs" / RUN / "banks" / f"{status['state']['bank']['sha256']}.tgz"
     archive.write_bytes(archive.read_bytes() + b"\0")
     assert json.loads(cli("status", RUN, "--json", home=tmp_path).stdout)["store"]["verdict"] == "differs"
     archive.unlink()

@@ -23,7 +23,7 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.application.ports import QuiesceReport, Sandbox
-from scratchbank.domain.errors import ArchiveFailed
+from scratchbank.domain.errors import ArchiveFailed, BankGone
 from scratchbank.testing.contracts import SandboxContract, check_bank_store, check_timeline
 
 
@@ -151,11 +151,11 @@ def test_T15_tar_runs_untranslated_whatever_the_callers_locale(
 
 
 def test_check_bank_store_memory(tmp_path: Path) -> None:
-    assert len(check_bank_store(lambda _: InMemoryBankStore(), tmp_path)) >= 7
+    assert len(check_bank_store(lambda _: InMemoryBankStore(), tmp_path)) >= 11
 
 
 def test_check_bank_store_filesystem(tmp_path: Path) -> None:
-    assert len(check_bank_store(lambda folder: FilesystemBankStore(folder / "banks"), tmp_path)) >= 7
+    assert len(check_bank_store(lambda folder: FilesystemBankStore(folder / "banks"), tmp_path)) >= 11
 
 
 def test_check_bank_store_s3(tmp_path: Path, s3_endpoint: str) -> None:
@@ -174,7 +174,7 @@ def test_check_bank_store_s3(tmp_path: Path, s3_endpoint: str) -> None:
         client.create_bucket(Bucket=bucket)
         return S3BankStore(bucket, "team", client=client)
 
-    assert len(check_bank_store(make, tmp_path)) >= 7
+    assert len(check_bank_store(make, tmp_path)) >= 11
 
 
 def test_check_timeline_memory_and_sqlite(tmp_path: Path) -> None:
@@ -187,13 +187,25 @@ def test_the_checkers_catch_a_store_that_breaks_the_contract(tmp_path: Path) -> 
     """A store that answers an empty bank for a missing one is caught (never BankGone)."""
 
     class Lenient(InMemoryBankStore):
-        def fetch(self, run_id, dest, *, max_bytes, deadline=None):  # type: ignore[no-untyped-def]
-            if run_id not in self.banks:
+        def fetch(self, run_id, dest, *, max_bytes, name=None, deadline=None):  # type: ignore[no-untyped-def]
+            if name is None and run_id not in self.banks:
                 self.banks[run_id] = b""
-            return super().fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
+            return super().fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
 
     with pytest.raises(pytest.fail.Exception, match=r"DID NOT RAISE .*BankGone"):
         check_bank_store(lambda _: Lenient(), tmp_path)
+
+
+def test_A17_the_checkers_catch_a_store_whose_put_replaces_the_runs_bank(tmp_path: Path) -> None:
+    """A store keeping one bank per run (a put drops the others) fails the contract."""
+
+    class OnePerRun(InMemoryBankStore):
+        def put(self, run_id, archive, *, sha256, stamp=None, deadline=None):  # type: ignore[no-untyped-def]
+            self.sweep(run_id)
+            return super().put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
+
+    with pytest.raises(BankGone):
+        check_bank_store(lambda _: OnePerRun(), tmp_path)
 
 
 del docker  # imported for the rigs' engines (skips cleanly when a service is missing)

@@ -110,7 +110,7 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
             timeline = InMemoryTimeline()
             src = tmp_path / "bank.tgz"
             src.write_bytes(data)
-            store.put("run-h", src, sha256="")
+            name = store.put("run-h", src, sha256=hashlib.sha256(data).hexdigest())
             timeline.append(
                 "run-h",
                 [
@@ -121,6 +121,7 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
                         unknown=False,
                         bytes=len(data),
                         sha256=hashlib.sha256(data).hexdigest(),
+                        object=name,
                     ),
                 ],
             )

@@ -217,8 +217,8 @@ def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the
     store = FilesystemBankStore(tmp_path / "banks")
     earlier = tmp_path / "earlier.tgz"
     earlier.write_bytes(gzip.compress(raw_tar(files=2)))
-    store.put("run-1", earlier, sha256=hashlib.sha256(earlier.read_bytes()).hexdigest())
-    before = hashlib.sha256(store.path("run-1").read_bytes()).hexdigest()
+    name = store.put("run-1", earlier, sha256=hashlib.sha256(earlier.read_bytes()).hexdigest())
+    before = hashlib.sha256(store.path("run-1", name).read_bytes()).hexdigest()
     timeline = InMemoryTimeline()
     timeline.append("run-1", [started()])
     box = FakeSandbox({"noise.bin": os.urandom(512 << 10)})
@@ -228,4 +228,4 @@ def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the
     assert report.record is not None and not report.record.banked
     assert "could not keep the archive" in report.record.reason
     assert len(report.tries) == Budgets().bank_tries
-    assert hashlib.sha256(store.path("run-1").read_bytes()).hexdigest() == before
+    assert hashlib.sha256(store.path("run-1", name).read_bytes()).hexdigest() == before

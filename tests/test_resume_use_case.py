@@ -32,7 +32,7 @@ from scratchbank.domain.errors import (
     StreamBroken,
     TimelineWriteFailed,
 )
-from scratchbank.domain.records import NodeFinished, Record, RunResumed, ScratchRestored
+from scratchbank.domain.records import NodeFinished, Record, RunResumed, ScratchBanked, ScratchRestored
 from scratchbank.testing.builders import node, resumed, started
 from scratchbank.testing.clocks import ManualClock
 
@@ -100,7 +100,7 @@ def test_R10_the_surface_defers_while_the_latest_execution_may_still_bank() -> N
 def test_X4_a_bank_that_is_gone_parks_scratch_not_portable_and_holds() -> None:
     w = World()
     w.park()
-    w.store.banks.clear()
+    w.store.sweep("run-1")
     out, _ = w.resume()
     assert out.restore is not None and out.restore.park is not None
     assert out.restore.park.code == SCRATCH_NOT_PORTABLE and out.restore.hold
@@ -125,12 +125,14 @@ def test_X4_a_bank_replaced_without_its_record_is_never_restored_as_recorded() -
     w.timeline.append("run-1", [])
     other = World()
     other.park({"other": b"unrecorded"})
-    w.store.banks["run-1"] = other.store.banks["run-1"]
+    bank = fold(w.timeline.read("run-1")).bank
+    assert bank is not None and bank.record.object is not None
+    w.store.stored["run-1"][bank.record.object] = other.store.only("run-1") or b""  # changed in the store
     out, box = w.resume()
     assert out.restore is not None and out.restore.park is not None
     assert "BANK_MISMATCH" in out.restore.record.reason and box.files == {}
     w.store.sweep("run-1")
-    assert "run-1" not in w.store.banks  # swept with the run
+    assert w.store.objects("run-1") == []  # swept with the run
 
 
 def test_X4_the_sandbox_refusing_the_bank_parks_with_the_code() -> None:
@@ -333,14 +335,14 @@ def interloped(cut_in: list[Record]) -> tuple[World, Interloper]:
 
 def test_C7_a_resume_that_lost_its_claim_to_another_resume_writes_nothing() -> None:
     w, timeline = interloped([])
-    records, banks = timeline.read("run-1"), dict(w.store.banks)
+    records, banks = timeline.read("run-1"), w.store.objects("run-1")
     timeline.cut_in = [resumed("other")]
     box = FakeSandbox({})
     with pytest.raises(ResumeSuperseded) as raised:
         resume("run-1", ResumeRequest(), timeline=timeline, store=w.store, sandbox=box)
     assert raised.value.code == "RESUME_SUPERSEDED" and box.files == {}  # nothing restored
     assert timeline.read("run-1") == (*records, resumed("other"))  # only the winner's claim
-    assert w.store.banks == banks
+    assert w.store.objects("run-1") == banks
 
 
 def test_C7_a_conflict_that_took_nothing_is_read_and_decided_again() -> None:
@@ -358,7 +360,8 @@ def test_C7_a_teardown_recorded_first_is_decided_on_again() -> None:
     other = World()
     other.park({"newer": b"bank"})
     newer = other.timeline.read("run-1")[-1]
-    w.store.banks["run-1"] = other.store.banks["run-1"]
+    assert isinstance(newer, ScratchBanked) and newer.object is not None
+    w.store.stored["run-1"][newer.object] = other.store.bank("run-1", newer.object) or b""
     timeline.cut_in = [newer]
     box = FakeSandbox({})
     out = resume("run-1", ResumeRequest(), timeline=timeline, store=w.store, sandbox=box)
@@ -425,13 +428,13 @@ class FaultyStore(InMemoryBankStore):
         super().__init__()
         self.fault, self.corrupt = fault, corrupt
 
-    def fetch(self, run_id, dest, *, max_bytes, deadline=None):  # type: ignore[no-untyped-def]
+    def fetch(self, run_id, dest, *, max_bytes, name=None, deadline=None):  # type: ignore[no-untyped-def]
         if self.fault is not None:
             raise self.fault
         if self.corrupt:
             dest.write(b"\x1f\x8b" + b"\x00" * 64)
             return StoredBank(66, "0" * 64)
-        return super().fetch(run_id, dest, max_bytes=max_bytes, deadline=deadline)
+        return super().fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
 
 
 class FaultySandbox(FakeSandbox):

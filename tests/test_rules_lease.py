@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 from nats_server import NatsServer
 from nats_server import namespace as nats_namespace
-from runner_rigs import make_rig
+from runner_rigs import make_rig, queue_resume
 
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.local_sandbox import LocalSandbox
@@ -29,7 +29,7 @@ from scratchbank.application.clock import SystemClock
 from scratchbank.application.lease_keeper import LeaseKeeper
 from scratchbank.application.ports import Sandbox
 from scratchbank.application.retry import Cancel, Deadline
-from scratchbank.application.runner import Handled, Handling, Runner, queue_resume
+from scratchbank.application.runner import Handled, Handling, Runner
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.lease import (
     HoldBudgets,
@@ -44,6 +44,7 @@ from scratchbank.domain.lease import (
     teardown_ceiling,
     unwind_ceiling,
 )
+from scratchbank.domain.objects import BankStamp
 from scratchbank.domain.records import LeaseTaken, NodeFinished, RunStarted, ScratchBanked
 from scratchbank.testing.builders import banked, started
 
@@ -231,7 +232,7 @@ def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_conti
         assert report.cut.startswith("the refresh failed") and report.sandbox_left
         assert not report.recorded and report.record is None
         assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing recorded
-        assert "run-1" not in store.banks  # nothing stored
+        assert store.only("run-1") is None  # nothing stored
         assert report.quiesce is not None and report.quiesce.quiesced
         assert box.continues == 1 and "T" not in _states(box)  # T14: continued all the same
     finally:
@@ -245,9 +246,18 @@ class CutAfterPut(InMemoryBankStore):
         super().__init__()
         self.cancel = cancel
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
-        super().put(run_id, archive, sha256=sha256, deadline=deadline)
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
+        name = super().put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
         self.cancel.cut("past the post-engine ceiling: the lease was let go (L5)")
+        return name
 
 
 def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() -> None:
@@ -262,7 +272,7 @@ def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() 
     )
     assert report.cut and report.recorded and not report.sandbox_left
     last = timeline.read("run-1")[-1]
-    assert isinstance(last, ScratchBanked) and last.banked and "run-1" in store.banks
+    assert isinstance(last, ScratchBanked) and last.banked and store.only("run-1") is not None
 
 
 def test_L5_a_teardown_already_cut_touches_neither_the_sandbox_nor_the_store() -> None:

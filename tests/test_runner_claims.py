@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, types
+from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, queue_resume, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.fencing import FencedTimeline, Token
 from scratchbank.application.resume import resume
-from scratchbank.application.runner import Handled, queue_resume
+from scratchbank.application.runner import Handled
 from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain.errors import Fenced

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, types
+from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, queue_resume, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.adapters.reference_engine import Node
 from scratchbank.application.ports import Sandbox
-from scratchbank.application.runner import Handled, queue_resume
+from scratchbank.application.runner import Handled
 from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.errors import ExecFailed

@@ -21,11 +21,10 @@ from pathlib import Path
 import attrs
 import pytest
 from nats_server import NatsServer, namespace
-from runner_rigs import types
+from runner_rigs import queue_resume, types
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
-from scratchbank.application.runner import queue_resume
 from scratchbank.domain.records import (
     AttemptClaimed,
     LeaseTaken,
@@ -47,6 +46,7 @@ WORKFLOW = [
     {"name": "measure", "kind": "agent", "command": "test -f clone/README.md && test -f built.txt"},
 ]
 DEADLINE = 90.0
+RUNNER = "scratchbank.adapters.runner_process"
 
 
 @attrs.define
@@ -62,10 +62,11 @@ class Cluster:
 
     def runner(self, holder: str, **opts: float) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.tmp / f"{holder}.log"
+        held = any(name in opts for name in ("slow_put", "slow_fetch"))
+        entry = [str(Path(__file__).with_name("held_runner.py"))] if held else ["-m", RUNNER]
         argv = [
             sys.executable,
-            "-m",
-            "scratchbank.adapters.runner_process",
+            *entry,
             *("--nats", self.nats.url, "--namespace", self.ns, "--timeline", self.pg),
             *("--banks", str(self.tmp / "banks"), "--sandboxes", str(self.tmp / "sandboxes")),
             *("--workflow", str(self.tmp / "workflow.json"), "--holder", holder, "--log", str(log)),

@@ -10,13 +10,14 @@ import boto3
 import pytest
 from engines import EXERCISED
 from nats_server import namespace, nats_url  # noqa: F401 - a fixture
+from runner_rigs import queue_resume
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
 from scratchbank.adapters.reference_engine import Node, ReferenceEngine
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.sandbox_provider import ContainerSandboxProvider
-from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts, queue_resume
+from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import NodeFinished, RunStarted, ScratchBanked, ScratchRestored
 

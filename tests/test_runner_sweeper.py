@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, types
+from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, queue_resume, types
 
 from scratchbank.adapters.inprocess import InProcessQueue
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.orphans import sweep_orphans
-from scratchbank.application.runner import Handled, queue_resume
+from scratchbank.application.runner import Handled
 from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.domain.consent import Consents
 from scratchbank.domain.lease import HoldBudgets, LeaseTiming, Sweep, judge_orphan, sweeper_cutoff

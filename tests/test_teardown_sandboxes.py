@@ -89,7 +89,7 @@ def test_T11_T14_a_quiesced_clean_bank_is_one_exec_and_leaves_processes_running(
         assert report.quiesce is not None
         assert report.quiesce.quiesced
         assert report.quiesce.stopped >= 1
-        assert "run-1" in store.banks
+        assert store.only("run-1") is not None
         assert stopped(r) == []
 
 
@@ -108,7 +108,7 @@ def test_T14_an_archive_failure_after_a_quiesce_still_gets_processes_continued(e
         assert report.record is not None
         assert report.record.files_unbanked
         assert "cannot" in report.record.reason
-        assert store.banks == {}
+        assert store.stored == {}
         assert stopped(r) == []
 
 

@@ -27,6 +27,7 @@ from scratchbank.domain.errors import (
     StreamBroken,
     TimelineWriteFailed,
 )
+from scratchbank.domain.objects import BankStamp
 from scratchbank.domain.records import Record, ScratchBanked, UnknownRecord
 from scratchbank.domain.teardown import TeardownAction
 from scratchbank.testing.builders import banked, restore_failed, resumed, started
@@ -44,12 +45,20 @@ class FlakyStore(InMemoryBankStore):
         self.fail_puts = fail_puts
         self.put_digests: list[str] = []
 
-    def put(self, run_id: str, archive: Path, *, sha256: str, deadline: Deadline | None = None) -> None:
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
         self.put_digests.append(hashlib.sha256(archive.read_bytes()).hexdigest())
         if self.fail_puts:
             self.fail_puts -= 1
             raise BankWriteFailed("store blip")
-        super().put(run_id, archive, sha256=sha256, deadline=deadline)
+        return super().put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
 
 
 class FlakyTimeline(InMemoryTimeline):
@@ -100,8 +109,8 @@ def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest(
     box = FakeSandbox(dict(FILES))
     report, timeline, store = teardown(box)
     rec = last_record(timeline)
-    assert report.recorded and rec.banked and rec.bytes == len(store.banks["run-1"])
-    assert rec.sha256 == hashlib.sha256(store.banks["run-1"]).hexdigest()
+    assert report.recorded and rec.banked and rec.bytes == len(store.only("run-1"))
+    assert rec.sha256 == hashlib.sha256(store.only("run-1")).hexdigest()
     assert rec.manifest_entries == 2 and rec.manifest_bytes == sum(map(len, FILES.values()))
     assert not rec.unquiesced
     assert box.quiesces == 1 and box.continued == 1 and not box.stopped
@@ -110,7 +119,7 @@ def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest(
 def test_T1_host_backed_scratch_is_never_banked() -> None:
     report, timeline, store = teardown(FakeSandbox(dict(FILES), host_backed=True))
     assert report.plan.action is TeardownAction.SKIP and report.record is None
-    assert store.banks == {} and len(timeline.read("run-1")) == 1
+    assert store.stored == {} and len(timeline.read("run-1")) == 1
 
 
 def test_T5_a_finished_run_drops_its_bank() -> None:
@@ -118,14 +127,14 @@ def test_T5_a_finished_run_drops_its_bank() -> None:
     store.banks["run-1"] = b"old"
     report, timeline, _ = teardown(FakeSandbox(dict(FILES)), store=store, finished=True)
     assert report.plan.action is TeardownAction.DROP
-    assert store.banks == {} and last_record(timeline).finished
+    assert store.stored == {} and last_record(timeline).finished
 
 
 def test_T4_an_empty_scratch_deletes_the_previous_bank() -> None:
     store = InMemoryBankStore()
     store.banks["run-1"] = b"old"
     _, timeline, _ = teardown(FakeSandbox({}), store=store, history=(started(), banked()))
-    assert store.banks == {} and last_record(timeline).empty
+    assert store.stored == {} and last_record(timeline).empty
     assert fold(timeline.read("run-1")).bank is None
 
 
@@ -159,7 +168,7 @@ def test_T8_failures_past_the_tries_record_files_not_banked_with_the_reason() ->
     _, timeline, store = teardown(box)
     rec = last_record(timeline)
     assert rec.files_unbanked and "tar broke" in rec.reason
-    assert store.banks == {}
+    assert store.stored == {}
     assert decide_resume(fold(timeline.read("run-1")), ResumeRequest()).refused  # R1
 
 
@@ -204,7 +213,7 @@ def test_T8_record_outage_longer_than_its_budget_is_reported_and_the_bank_kept()
         clock=clock,
     )
     assert not report.recorded and "not written within its budget" in report.notes[-1]
-    assert "run-1" in store.banks  # N3: stored but not recorded; never restored as recorded
+    assert store.only("run-1") is not None  # N3: stored but not recorded; never restored as recorded
     assert max(clock.slept) <= 8.0
 
 
@@ -215,7 +224,7 @@ def test_T19_a_sandbox_gone_before_listing_is_unknown_and_keeps_the_earlier_bank
     store.banks["run-1"] = b"earlier"
     _, timeline, _ = teardown(box, store=store, history=(started(), banked(), resumed()))
     assert last_record(timeline).unknown
-    assert store.banks["run-1"] == b"earlier"
+    assert store.only("run-1") == b"earlier"
     assert fold(timeline.read("run-1")).bank is not None
 
 
@@ -226,7 +235,8 @@ def test_T20_an_archive_over_the_cap_stores_nothing_and_names_why() -> None:
     report, timeline, _ = teardown(box, store=store, cap_bytes=1000)
     rec = last_record(timeline)
     assert not rec.banked and "cap" in rec.reason and rec.bytes > 1000
-    assert store.banks["run-1"] == b"earlier" and len(report.tries) == 1
+    assert [o.name for o in store.objects("run-1") if o.name is not None] == [] and len(report.tries) == 1
+    assert store.only("run-1") is None  # A17: the legacy bank no record names is pruned once recorded
 
 
 def test_T20_a_store_that_keeps_no_bank_names_it() -> None:
@@ -282,7 +292,7 @@ def test_X3_a_held_bank_is_not_banked_over() -> None:
     report, timeline, _ = teardown(
         FakeSandbox(dict(FILES)), store=store, history=(started(), banked(), resumed(), restore_failed())
     )
-    assert report.plan.rule == "X3" and store.banks["run-1"] == b"held"
+    assert report.plan.rule == "X3" and store.only("run-1") == b"held"
     assert decide_resume(fold(timeline.read("run-1")), ResumeRequest()).verdict is Verdict.RESTORE
 
 
@@ -317,7 +327,7 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     deadline = time.time() + 5
     while time.time() < deadline and len(timeline.read("run-1")) < 2:
         time.sleep(0.01)
-    assert last_record(timeline).banked and "run-1" in store.banks
+    assert last_record(timeline).banked and store.only("run-1") is not None
 
 
 def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
@@ -339,7 +349,7 @@ def test_an_unreadable_timeline_still_banks_but_never_records_blind() -> None:
         run_finished=False,
         clock=FakeClock(),
     )
-    assert "run-1" in store.banks and not report.recorded
+    assert store.only("run-1") is not None and not report.recorded
     assert InMemoryTimeline.read(timeline, "run-1") == ()  # nothing written blind
     assert any("not written within its budget" in n for n in report.notes)
 
@@ -370,8 +380,8 @@ def test_T16_a_raced_pass_is_banked_when_the_next_pass_fails_for_any_reason(faul
     box.faults["archive"] = [None, fault, fault, fault, fault, fault]
     _, timeline, store = teardown(box)
     rec = last_record(timeline)
-    assert rec.banked and rec.raced == ("./log",) and "run-1" in store.banks
-    assert rec.sha256 == hashlib.sha256(store.banks["run-1"]).hexdigest()
+    assert rec.banked and rec.raced == ("./log",) and store.only("run-1") is not None
+    assert rec.sha256 == hashlib.sha256(store.only("run-1")).hexdigest()
     assert fold(timeline.read("run-1")).bank is not None  # R14 never reverts to an older bank
 
 
@@ -381,7 +391,7 @@ def test_T16_a_complete_archive_whose_upload_failed_is_banked_when_the_next_try_
     store = FlakyStore(fail_puts=3)  # the first try's three uploads fail
     _, timeline, _ = teardown(box, store=store)
     rec = last_record(timeline)
-    assert rec.banked and store.banks["run-1"]
+    assert rec.banked and store.only("run-1")
     assert len(set(store.put_digests)) == 1  # T10: the same archive, never a new tar for it
     assert box.archives == 1
 
@@ -402,7 +412,7 @@ def test_T16_T20_budget_spent_after_a_raced_pass_still_banks_it() -> None:
     box.races = [("./log",)]
     _, timeline, store = teardown(box, clock=clock)
     rec = last_record(timeline)
-    assert rec.banked and rec.raced == ("./log",) and "run-1" in store.banks
+    assert rec.banked and rec.raced == ("./log",) and store.only("run-1") is not None
 
 
 # ---- Claims: a teardown that lost the run writes nothing ----------------------------
@@ -427,7 +437,7 @@ def test_C7_T6_a_teardown_that_lost_the_run_writes_and_uploads_nothing(claim: Re
     report, _, _ = teardown(ClaimedDuringBanking(timeline, claim), timeline=timeline, store=store)
     assert report.superseded.startswith("superseded") and not report.recorded
     assert timeline.read("run-1")[-1] == claim  # nothing after the winner's record
-    assert store.banks["run-1"] == b"the bank the newer record names"
+    assert store.only("run-1") == b"the bank the newer record names"
 
 
 def test_C7_T6_a_conflict_that_took_nothing_is_planned_again_and_recorded() -> None:
@@ -435,7 +445,7 @@ def test_C7_T6_a_conflict_that_took_nothing_is_planned_again_and_recorded() -> N
     box = ClaimedDuringBanking(timeline, UnknownRecord(type="llm_usage", data={"tokens": 3}))
     report, _, store = teardown(box, timeline=timeline)
     assert report.recorded and not report.superseded
-    assert last_record(timeline).banked and "run-1" in store.banks
+    assert last_record(timeline).banked and store.only("run-1") is not None
 
 
 def test_X3_T6_a_hold_recorded_while_banking_is_honoured_at_the_record() -> None:

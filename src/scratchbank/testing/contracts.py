@@ -17,6 +17,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +30,7 @@ from scratchbank.application.ports import (
     RestoresInOneExec,
     Sandbox,
     StagedRestore,
+    StoredBank,
     Timeline,
 )
 from scratchbank.application.retry import Deadline
@@ -40,6 +42,7 @@ from scratchbank.domain.errors import (
     BankWriteFailed,
     ExecFailed,
     HostileArchive,
+    InvalidBankObject,
     InvalidRunId,
     SandboxGone,
     ScratchbankError,
@@ -47,6 +50,7 @@ from scratchbank.domain.errors import (
     TimelineConflict,
     TimelineUnreadable,
 )
+from scratchbank.domain.objects import BankStamp, StoredObject, object_name
 from scratchbank.domain.records import UnknownRecord
 from scratchbank.testing.builders import banked, node, started
 
@@ -117,66 +121,143 @@ class TimelineContract:
                 t.append(bad, [started()])
 
 
-def _archive(tmp: Path, payload: bytes) -> tuple[Path, str]:
-    path = tmp / "a.tgz"
+def _archive(tmp: Path, payload: bytes, name: str = "a.tgz") -> tuple[Path, str]:
+    path = tmp / name
     path.write_bytes(payload)
     return path, hashlib.sha256(payload).hexdigest()
 
 
+STAMPED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _stamp(run_id: str, execution: str, payload: bytes) -> BankStamp:
+    return BankStamp(
+        run_id, execution, len(payload), hashlib.sha256(payload).hexdigest(), "m" * 64, STAMPED_AT
+    )
+
+
 class BankStoreContract:
-    """What every BankStore that keeps banks does. Subclasses define ``make(self, tmp)``."""
+    """What every BankStore that keeps banks does (A17, ADR 0006). Subclasses define
+    ``make(self, tmp)``."""
 
     def make(self, tmp: Path) -> BankStore:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def test_put_then_fetch_returns_the_same_bytes_and_digest(self, tmp_path: Path) -> None:
+        """A put names its object by content; a fetch of that name gives back its bytes."""
         store = self.make(tmp_path)
         payload = bytes(range(256)) * 4096 + b"tail"
         path, digest = _archive(tmp_path, payload)
-        store.put("run-1", path, sha256=digest)
+        name = store.put("run-1", path, sha256=digest)
+        assert name == object_name(digest)
         out = io.BytesIO()
-        got = store.fetch("run-1", out, max_bytes=1 << 30)
+        got = store.fetch("run-1", out, max_bytes=1 << 30, name=name)
         assert (got.bytes, got.sha256) == (len(payload), digest)
         assert out.getvalue() == payload
 
-    def test_put_replaces_the_previous_bank(self, tmp_path: Path) -> None:
+    def test_A17_a_put_never_replaces_another_bank(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """Two puts of different content: two objects, each fetchable as it was put."""
         store = self.make(tmp_path)
+        names = {}
         for payload in (b"first" * 100, b"second"):
             path, digest = _archive(tmp_path, payload)
-            store.put("run-1", path, sha256=digest)
-        out = io.BytesIO()
-        store.fetch("run-1", out, max_bytes=1 << 20)
-        assert out.getvalue() == b"second"
+            names[payload] = store.put("run-1", path, sha256=digest)
+        for payload, name in names.items():
+            out = io.BytesIO()
+            store.fetch("run-1", out, max_bytes=1 << 20, name=name)
+            assert out.getvalue() == payload
+        assert store.stat("run-1") is None  # nothing written at the legacy key
+
+    def test_A17_a_put_of_the_same_content_is_idempotent_and_keeps_its_first_stamp(  # noqa: N802 - named for its rule
+        self, tmp_path: Path
+    ) -> None:
+        """Create-only: the same name is the same content; the first put's stamp stays."""
+        store = self.make(tmp_path)
+        path, digest = _archive(tmp_path, b"same" * 50)
+        first = store.put("run-1", path, sha256=digest, stamp=_stamp("run-1", "@1", b"same" * 50))
+        again = store.put("run-1", path, sha256=digest, stamp=_stamp("run-1", "@7", b"same" * 50))
+        assert first == again
+        listed = list(store.objects("run-1"))
+        assert [(o.name, o.bytes) for o in listed] == [(first, 200)]
+        assert listed[0].stamp == _stamp("run-1", "@1", b"same" * 50)
+
+    def test_N3_objects_list_a_runs_banks_with_their_stamps(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """The listing names each object of the run with the stamp it was put with."""
+        store = self.make(tmp_path)
+        assert list(store.objects("run-1")) == []
+        path, digest = _archive(tmp_path, b"one")
+        stamp = _stamp("run-1", "@3", b"one")
+        name = store.put("run-1", path, sha256=digest, stamp=stamp)
+        other, odigest = _archive(tmp_path, b"two", "b.tgz")
+        store.put("run-2", other, sha256=odigest)
+        assert list(store.objects("run-1")) == [StoredObject(name, 3, stamp)]
+        assert store.stat("run-1", name) == StoredBank(3, digest)
+
+    def test_A17_a_put_whose_file_is_not_its_digest_is_refused(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """A put never stores bytes under a name that is not theirs; nothing is left."""
+        store = self.make(tmp_path)
+        path, _digest = _archive(tmp_path, b"actual")
+        with pytest.raises(BankWriteFailed):
+            store.put("run-1", path, sha256=hashlib.sha256(b"claimed").hexdigest())
+        assert list(store.objects("run-1")) == []
+
+    def test_A17_names_outside_the_bank_prefix_are_refused(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """A hostile record's object name never addresses anything but a bank object."""
+        store = self.make(tmp_path)
+        for bad in (
+            "../run-2/banks/" + "a" * 64 + ".tgz",
+            "banks/../x.tgz",
+            "scratch.tgz",
+            "banks/A.tgz",
+            "",
+        ):
+            with pytest.raises(InvalidBankObject):
+                store.fetch("run-1", io.BytesIO(), max_bytes=10, name=bad)
+            with pytest.raises(InvalidBankObject):
+                store.delete("run-1", bad)
+            with pytest.raises(InvalidBankObject):
+                store.stat("run-1", bad)
 
     def test_missing_bank_is_gone(self, tmp_path: Path) -> None:
-        with pytest.raises(BankGone):
-            self.make(tmp_path).fetch("run-none", io.BytesIO(), max_bytes=10)
-
-    def test_delete_and_sweep_remove_the_bank_and_are_idempotent(self, tmp_path: Path) -> None:
         store = self.make(tmp_path)
+        with pytest.raises(BankGone):
+            store.fetch("run-none", io.BytesIO(), max_bytes=10)
+        with pytest.raises(BankGone):
+            store.fetch("run-none", io.BytesIO(), max_bytes=10, name=object_name("0" * 64))
+
+    def test_delete_removes_one_object_and_sweep_all_both_idempotent(self, tmp_path: Path) -> None:
+        """delete: that object only; sweep: every object of the run."""
+        store = self.make(tmp_path)
+        kept, kdigest = _archive(tmp_path, b"kept", "k.tgz")
+        keep = store.put("run-1", kept, sha256=kdigest)
         path, digest = _archive(tmp_path, b"x" * 10)
-        for remove in (store.delete, store.sweep):
-            store.put("run-1", path, sha256=digest)
-            remove("run-1")
-            remove("run-1")
-            with pytest.raises(BankGone):
-                store.fetch("run-1", io.BytesIO(), max_bytes=100)
+        name = store.put("run-1", path, sha256=digest)
+        store.delete("run-1", name)
+        store.delete("run-1", name)
+        with pytest.raises(BankGone):
+            store.fetch("run-1", io.BytesIO(), max_bytes=100, name=name)
+        store.fetch("run-1", io.BytesIO(), max_bytes=100, name=keep)
+        store.sweep("run-1")
+        store.sweep("run-1")
+        with pytest.raises(BankGone):
+            store.fetch("run-1", io.BytesIO(), max_bytes=100, name=keep)
+        assert list(store.objects("run-1")) == []
 
     def test_runs_do_not_share_banks(self, tmp_path: Path) -> None:
         store = self.make(tmp_path)
         path, digest = _archive(tmp_path, b"mine")
-        store.put("run-a", path, sha256=digest)
+        name = store.put("run-a", path, sha256=digest)
         store.sweep("run-b")
         with pytest.raises(BankGone):
-            store.fetch("run-b", io.BytesIO(), max_bytes=100)
-        store.fetch("run-a", io.BytesIO(), max_bytes=100)
+            store.fetch("run-b", io.BytesIO(), max_bytes=100, name=name)
+        store.fetch("run-a", io.BytesIO(), max_bytes=100, name=name)
 
     def test_fetch_past_the_cap_is_refused(self, tmp_path: Path) -> None:
         store = self.make(tmp_path)
         path, digest = _archive(tmp_path, b"z" * 5000)
-        store.put("run-1", path, sha256=digest)
+        name = store.put("run-1", path, sha256=digest)
         with pytest.raises(HostileArchive):
-            store.fetch("run-1", io.BytesIO(), max_bytes=4999)
+            store.fetch("run-1", io.BytesIO(), max_bytes=4999, name=name)
 
     def test_hostile_run_ids_are_refused(self, tmp_path: Path) -> None:
         store = self.make(tmp_path)
@@ -186,6 +267,8 @@ class BankStoreContract:
                 store.put(bad, path, sha256=digest)
             with pytest.raises(InvalidRunId):
                 store.fetch(bad, io.BytesIO(), max_bytes=10)
+            with pytest.raises(InvalidRunId):
+                store.objects(bad)
 
 
 def _run_contract(contract: object, *args: Any) -> list[str]:

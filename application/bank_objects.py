@@ -1,0 +1,125 @@
+"""Bank objects over the ports (A17, N3, ADR 0006): prune after a record, reconcile before a resume.
+
+- ``prune``: once a teardown's record has landed, delete what no record needs any more
+  (the objects older records named, the legacy key) and the unreferenced objects past
+  the bound; never an object a put may still be on its way to record, and nothing at
+  all once anything was appended after the record (re-read first).
+- ``reconcile_before_resume``: an engine-side resume's N3 step. The one unreferenced
+  object provably the latest execution's own teardown is recorded; objects that may be
+  but cannot be proved refuse the resume by name (BANK_UNRECORDED).
+- ``unreferenced_objects``: what ``status`` lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from scratchbank.domain.errors import BankReadFailed, BankWriteFailed, TimelineUnreadable
+from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.objects import (
+    Reconciliation,
+    StoredObject,
+    named_objects,
+    needed_objects,
+    over_bound,
+    reconcile,
+    reconciled_record,
+    unreferenced,
+)
+from scratchbank.domain.records import Record
+
+from .clock import Clock
+from .ports import BankStore, Timeline
+from .recording import Claim, append_at
+from .retry import Budget
+
+
+def prune(
+    store: BankStore, timeline: Timeline, after: Claim, clock: Clock, notes: list[str]
+) -> tuple[str | None, ...]:
+    """After a record that left the timeline at ``after``: delete what no record needs.
+
+    Returns the names deleted. Any failure is a note: an object left behind is only
+    space, and the next prune (or the sweep) takes it.
+    """
+    try:
+        records = tuple(timeline.read(after.run_id))
+    except TimelineUnreadable as error:
+        notes.append(f"bank objects not pruned: the timeline could not be read ({error.message})")
+        return ()
+    if len(records) != after.position:
+        notes.append("bank objects not pruned: the run moved on after this record (the next prune will)")
+        return ()
+    try:
+        listing = store.objects(after.run_id)
+    except BankReadFailed as error:
+        notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
+        return ()
+    doomed = _doomed(fold(records), records, listing, clock)
+    gone: list[str | None] = []
+    for name in doomed:
+        try:
+            store.delete(after.run_id, name)
+            gone.append(name)
+        except BankWriteFailed as error:
+            notes.append(f"could not delete bank object {name or 'at the legacy key'}: {error.message}")
+    return tuple(gone)
+
+
+def _doomed(
+    state: ScratchState, records: Sequence[Record], listing: Sequence[StoredObject], clock: Clock
+) -> tuple[str | None, ...]:
+    """Superseded objects (named by older records, not needed now), the legacy key when
+    nothing needs it, and the unreferenced objects past the bound (A17)."""
+    needed = needed_objects(state)
+    named = named_objects(records)
+    superseded = [o.name for o in listing if o.name not in needed and (o.name in named or o.name is None)]
+    loose = [o for o in unreferenced(records, listing) if o.name is not None]
+    keep = reconcile(state, records, loose)
+    candidates = {o.name for o in (keep.record, *keep.unproven) if o is not None}
+    bounded = [o.name for o in over_bound([o for o in loose if o.name not in candidates], clock.now())]
+    return tuple(dict.fromkeys([*superseded, *bounded]))
+
+
+def unreferenced_objects(
+    store: BankStore, run_id: str, records: Sequence[Record], state: ScratchState
+) -> Reconciliation:
+    """What ``status`` shows: the run's unreferenced objects, sorted by N3 (BankReadFailed
+    when the store cannot list them)."""
+    return reconcile(state, records, store.objects(run_id))
+
+
+@attrs.frozen
+class Reconciled:
+    """The N3 step's outcome: what it found, the timeline's version it read (past its
+    own record when it wrote one), and the claim past that record."""
+
+    found: Reconciliation
+    version: int
+    recorded: Claim | None = None
+
+
+def reconcile_before_resume(
+    store: BankStore, timeline: Timeline, run_id: str, clock: Clock, budget: float
+) -> Reconciled | None:
+    """N3 before an engine-side resume decides: record the one object provably the latest
+    execution's teardown, at the version read (a conflict: the run moved; the resume reads
+    again anyway). None when the timeline cannot be read (the gate refuses, R15); nothing
+    found when the store cannot list (the resume decides on its records, as before N3)."""
+    try:
+        records = tuple(timeline.read(run_id))
+    except TimelineUnreadable:
+        return None
+    state = fold(records)
+    try:
+        listing = store.objects(run_id) if records else ()
+    except BankReadFailed:
+        listing = ()
+    found = reconcile(state, records, listing)
+    if found.record is None:
+        return Reconciled(found, len(records))
+    record = attrs.evolve(reconciled_record(found.record), at=clock.now())
+    claim = append_at(timeline, Claim(run_id, len(records)), [record], budget=Budget.start(clock, budget))
+    return Reconciled(found, claim.position, claim)
