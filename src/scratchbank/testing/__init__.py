@@ -3,4 +3,6 @@
 - ``builders``: short constructors for timeline records.
 - ``strategies``: hypothesis strategies for realistic timelines (needs ``hypothesis``).
 - ``contracts``: conformance checks every adapter of a port must pass.
+- ``hostile``: a hostile-sandbox kit (binaries, names and output of a compromised
+  sandbox) any ScriptedSandbox engine runs against its own adapter (ADR 0008).
 """
