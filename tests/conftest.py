@@ -43,3 +43,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(
         f"engines exercised: {', '.join(sorted(EXERCISED)) or 'none'}; servers: {', '.join(up) or 'none'}"
     )
+    from scratchbank.testing.explorer import EXPLORED, summary_line
+
+    if EXPLORED:  # issue 18: the interleaving explorer's line, never captured
+        terminalreporter.write_line(summary_line())

@@ -1,0 +1,763 @@
+"""The explorer's scenarios and its model of the rules (issue 18, item 5).
+
+Actors drive the public service (``ScratchService``) over real adapters (an SQLite or
+PostgreSQL ``EventStoreTimeline``, a ``FilesystemBankStore``) and ``FakeSandbox``es,
+each port wrapped by the explorer (``scratchbank.testing.explorer``). Every schedule runs
+on a run of its own (a fresh run id in the same timeline and store), from a preset:
+
+- ``fresh``: ``run_started``, node ``a`` finished in the first sandbox ("old", holding
+  ``a``): nothing banked yet.
+- ``resumed``: ``fresh``, then the old sandbox's teardown banked ``{a}``, a resume
+  restored it into a newer sandbox ("new") which ran node ``b`` (``{a, b}``); the old
+  sandbox is still there (a slow shutdown, a second teardown call for it).
+- ``parked``: ``resumed``, then the newer sandbox's teardown banked ``{a, b}`` (the run
+  is parked; resumes restore it).
+
+The actors (names are what traces show):
+
+- ``old`` / ``new``: a teardown of that sandbox (``bank_at_teardown``);
+- ``exec``: an execution: an engine-side resume into a sandbox of its own, and if it
+  goes on, node ``b`` in it (recorded at its claim), then its own teardown;
+- ``resume`` / ``resume!``: an engine-side resume into a sandbox of its own (``!``:
+  with ``accept_scratch_loss``);
+- ``delete``: the run's deletion (its bank swept from the store);
+- ``sweep``: the orphan sweeper over the run.
+
+The model (``check``), from RULES.md, never from the code under test. Once every actor
+has ended (the dead ones stay dead: their sandboxes are lost), a live execution's
+sandbox is torn down alone, then:
+
+- A17/T3: the bank the timeline names is in the store as recorded (``status``);
+- R2: no resume (an actor's, or a last one run alone after everything) restores a
+  scratch that lacks a node recorded as finished in a sandbox after the start of the
+  execution whose scratch it is (every scratch carries a file, ``MARK``, naming that
+  execution: the model's lineage; the nodes recorded before that start were judged at
+  that execution's own resume);
+- A16/R10: no resume goes on without a scratch (no consent) while a node's work was
+  neither banked, nor recorded lost (``unknown``/unbanked teardown, accepted loss), nor
+  held only by sandboxes that died;
+- A16/C7: an execution runs only with its claim (its ``run_resumed``, once), and two
+  executions never run at once;
+- C3-C5: a ``run_resumed`` carries the consents of its own call only, and an accepted
+  loss is written only under a claim whose call gave it;
+- T3: a deleted run holds nothing in the store once every actor ended;
+- every actor ends by a named error or its result (no raw exception), and reaches its
+  next pause point in time (no hang).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import itertools
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from scratchbank.adapters.memory import FakeSandbox
+from scratchbank.application.ports import BankStore, Timeline
+from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.service import ScratchService, Target
+from scratchbank.domain.consent import Consents
+from scratchbank.domain.errors import ScratchbankError
+from scratchbank.domain.fold import counts_as_write
+from scratchbank.domain.kinds import NO_WORKFLOW
+from scratchbank.domain.records import (
+    NodeFinished,
+    Record,
+    RunResumed,
+    RunStarted,
+    ScratchBanked,
+    ScratchForsaken,
+    ScratchRestored,
+)
+from scratchbank.domain.resume_gate import ResumeRequest, Verdict
+from scratchbank.domain.wire import encode
+
+from .clocks import ManualClock
+from .explorer import (
+    Bounds,
+    Chooser,
+    Exploration,
+    Fault,
+    Ran,
+    Schedule,
+    Trace,
+    Violation,
+    explore_all,
+    explore_random,
+    lock_port,
+    sandbox_port,
+    store_port,
+    timeline_port,
+)
+
+RESUMES = ("exec", "resume", "resume!")
+#: A file in every scratch naming the execution whose scratch it is (the model's lineage).
+MARK = ".execution"
+
+
+@attrs.define
+class World:
+    """The real adapters every schedule shares (each schedule on a run of its own)."""
+
+    timeline: Timeline
+    store: BankStore
+    store_root: Path | None = None
+    prefix: str = "x"
+    count: Iterator[int] = attrs.Factory(itertools.count)
+    #: wraps the timeline every actor sees (a planted fence removal, a test's spy)
+    wrap_timeline: Callable[[Timeline], Any] = lambda timeline: timeline
+    templates: dict[str, tuple[Record, ...]] = attrs.Factory(dict)
+    #: the run's lock (A16) every service takes, once the service has one; wrapped for
+    #: every actor as the timeline is (a planted fence removal: a lock that always grants)
+    lock: Any = None
+    #: the end-of-schedule verdicts already reached, by fingerprint (``_fingerprint``)
+    checked: dict[Any, list[Violation]] = attrs.Factory(dict)
+    wrap_lock: Callable[[Any], Any] = lambda lock: lock
+
+    @property
+    def template_run(self) -> str:
+        return f"{self.prefix}template"
+
+    def run_id(self) -> str:
+        return f"{self.prefix}{next(self.count)}"
+
+
+def node(name: str) -> NodeFinished:
+    return NodeFinished(node=name, kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)
+
+
+def service(timeline: Any, store: Any, clock: Any = None, lock: Any = None) -> ScratchService:
+    """The public service over these ports (and the run's lock, where the service takes one)."""
+    extra = {"lock": lock} if lock is not None and "lock" in attrs.fields_dict(ScratchService) else {}
+    return ScratchService(timeline=timeline, store=store, clock=clock or ManualClock(), **extra)
+
+
+@attrs.define
+class Story:
+    """One schedule's run: its sandboxes (by label), who owns each, and what happened."""
+
+    run_id: str
+    sandboxes: dict[str, FakeSandbox] = attrs.Factory(dict)
+    owner: dict[str, str] = attrs.Factory(dict)  # sandbox label -> the actor that ends it
+    requests: dict[str, ResumeRequest] = attrs.Factory(dict)
+    executions: dict[str, str | None] = attrs.Factory(dict)  # sandbox label -> its execution (A18)
+    torn_down: set[str] = attrs.Factory(set)
+    restored: dict[str, dict[str, bytes]] = attrs.Factory(dict)  # a resume's scratch once restored
+
+
+def preset(world: World, name: str) -> Story:
+    """The run as it stands when the actors start (module docstring).
+
+    The ``resumed`` preset is made once per world by the real use cases (a teardown, a
+    resume), then copied for each schedule: its records appended as they are, its
+    store folder copied (so it reads as the real one, whatever the store's layout)."""
+    story = Story(world.run_id())
+    story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
+    story.executions["old"] = "e1"
+    if name == "fresh":
+        world.timeline.append(story.run_id, [RunStarted(at=ManualClock().now(), execution="e1"), node("a")])
+        return story
+    records = world.templates.get(name)
+    if records is None:
+        records = world.templates[name] = _resumed(world, parked=name == "parked")
+    world.timeline.append(story.run_id, records)
+    if world.store_root is None:
+        raise ValueError("the resumed preset copies a filesystem store's folder")
+    template = world.template_run + ("p" if name == "parked" else "")
+    shutil.copytree(world.store_root / "runs" / template, world.store_root / "runs" / story.run_id)
+    story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
+    story.executions["new"] = execution_of(records, "setup")
+    return story
+
+
+def execution_of(records: Sequence[Record], attempt: str) -> str | None:
+    """The execution id a resume's claim carries (A18), where its records carry one."""
+    for r in records:
+        if isinstance(r, RunResumed) and r.attempt == attempt:
+            found = getattr(r, "execution", None)
+            return found if isinstance(found, str) else None
+    return None
+
+
+def tear_down(mine: ScratchService, run_id: str, sandbox: Any, execution: Callable[[], str | None]) -> Any:
+    """``bank_at_teardown`` of a sandbox; told which execution it banks (A18) where the
+    service takes it (``execution`` is asked only then)."""
+    extra: dict[str, Any] = {}
+    if "execution" in inspect.signature(mine.bank_at_teardown).parameters:
+        named = execution()
+        extra = {} if named is None else {"execution": named}
+    return mine.bank_at_teardown(run_id, sandbox, run_finished=False, **extra)
+
+
+def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
+    """The ``resumed`` (``parked``) preset's records, made by the real use cases on a run
+    of its own (``world.template_run``)."""
+    run_id = world.template_run + ("p" if parked else "")
+    clock = ManualClock()
+    world.timeline.append(run_id, [RunStarted(at=clock.now(), execution="e1"), node("a")])
+    real = service(world.timeline, world.store, clock, world.lock)
+    tear_down(real, run_id, FakeSandbox({"a": b"a", MARK: b"e1"}), lambda: "e1")
+    newer = FakeSandbox()
+    outcome = real.resume(run_id, target=Target(sandbox=newer), attempt="setup")
+    if not outcome.proceeds or outcome.claim is None or newer.files != {"a": b"a", MARK: b"e1"}:
+        raise RuntimeError(f"the resumed preset could not be made: {outcome}")
+    world.timeline.append(run_id, [node("b")], expected=outcome.claim.position)
+    if parked:
+        newer.files = {"a": b"a", "b": b"b", MARK: b"setup"}
+        report = tear_down(real, run_id, newer, lambda: execution_of(world.timeline.read(run_id), "setup"))
+        if not report.recorded:
+            raise RuntimeError(f"the parked preset could not be made: {report}")
+    return tuple(world.timeline.read(run_id))
+
+
+def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callable[[], Any]:
+    """The body of actor ``name`` with its own proxies and clock."""
+    clock = ManualClock()
+    timeline = schedule.proxy(name, timeline_port(), world.wrap_timeline(world.timeline))
+    store = schedule.proxy(name, store_port(), world.store)
+    lock = None if world.lock is None else schedule.proxy(name, lock_port(), world.wrap_lock(world.lock))
+    mine = service(timeline, store, clock, lock)
+    schedule_actor = schedule.actor
+    run = story.run_id
+    if name in ("old", "new"):
+        story.owner[name] = name
+        sandbox = schedule.proxy(name, sandbox_port(name), story.sandboxes[name])
+
+        def teardown() -> Any:
+            report = tear_down(mine, run, sandbox, lambda: story.executions.get(name))
+            story.torn_down.add(name)
+            return report
+
+        schedule_actor(name, teardown, clock=clock)
+    elif name in RESUMES:
+        own = FakeSandbox()
+        label = f"{name}-sb"
+        story.sandboxes[label] = own
+        story.owner[label] = name
+        request = ResumeRequest(Consents(accept_scratch_loss=name.endswith("!")))
+        story.requests[name] = request
+        target = Target(sandbox=schedule.proxy(name, sandbox_port(label), own))
+
+        def resume() -> ResumeOutcome:
+            outcome = mine.resume(run, request, target, attempt=name)
+            if outcome.proceeds:  # its execution starts: the scratch is now its own
+                story.restored[name] = dict(own.files or {})
+                own.files = {**(own.files or {}), MARK: name.encode()}
+            return outcome
+
+        def execution() -> ResumeOutcome:
+            outcome = resume()
+            if not outcome.proceeds or outcome.claim is None:
+                return outcome
+            own.files = {**(own.files or {}), f"{name}-node": b"x"}
+            timeline.append(run, [node(f"{name}-node")], expected=outcome.claim.position)
+            tear_down(mine, run, target.sandbox, lambda: execution_of(world.timeline.read(run), name))
+            story.torn_down.add(label)
+            return outcome
+
+        schedule_actor(name, execution if name == "exec" else resume, clock=clock)
+    elif name == "delete":
+        schedule_actor(name, lambda: store.sweep(run), clock=clock)
+    elif name == "sweep":
+        from scratchbank.adapters.inprocess import InProcessQueue
+        from scratchbank.application.orphans import sweep_orphans
+
+        queue = InProcessQueue()
+        schedule_actor(
+            name, lambda: sweep_orphans([run], timeline=timeline, queue=queue, cutoff=0.0, clock=clock)
+        )
+    else:
+        raise ValueError(f"no actor {name!r}")
+    return lambda: None
+
+
+# -- the model ---------------------------------------------------------------------------
+
+
+def counted_nodes(records: Sequence[Record]) -> list[tuple[int, str]]:
+    """(position, node) of every finish that writes the scratch (R2-R5)."""
+    return [
+        (i, r.node)
+        for i, r in enumerate(records)
+        if isinstance(r, NodeFinished) and counts_as_write(r, NO_WORKFLOW)
+    ]
+
+
+def _loss_named_after(records: Sequence[Record], position: int) -> bool:
+    """A record after ``position`` names the scratch's loss (an unknown or unbanked
+    teardown, R1/R14/A13; an accepted loss, R7/R13/A3)."""
+    for r in records[position + 1 :]:
+        if isinstance(r, ScratchBanked) and not (r.banked or r.empty or r.finished):
+            return True
+        if isinstance(r, ScratchForsaken) or (isinstance(r, ScratchRestored) and r.accepted):
+            return True
+    return False
+
+
+@attrs.frozen
+class Seen:
+    """One resume's claim and what its sandbox ended with."""
+
+    actor: str
+    outcome: ResumeOutcome
+    files: dict[str, bytes]
+    claim: int  # the position of its run_resumed
+    consented: bool
+
+
+def _started_at(records: Sequence[Record], execution: str) -> int:
+    """Where the execution that wrote a scratch started (-1: unknown, every node counts)."""
+    if execution == "e1":
+        return next((i for i, r in enumerate(records) if isinstance(r, RunStarted)), -1)
+    return next(
+        (i for i, r in enumerate(records) if isinstance(r, RunResumed) and r.attempt == execution), -1
+    )
+
+
+def _claim_of(records: Sequence[Record], actor: str) -> list[int]:
+    return [i for i, r in enumerate(records) if isinstance(r, RunResumed) and r.attempt == actor]
+
+
+def check_resume(seen: Seen, records: Sequence[Record], lost: Callable[[str], bool]) -> list[Violation]:
+    """R2 and A16/R10 for one resume that went on (module docstring)."""
+    have = set(seen.files)
+    missing = [(i, n) for i, n in counted_nodes(records[: seen.claim]) if n not in have]
+    if not missing or seen.consented:
+        return []
+    decision = seen.outcome.decision
+    restore = seen.outcome.restore
+    if decision.verdict is Verdict.RESTORE and restore is not None and restore.record.restored:
+        # Nodes recorded before the restored scratch's own execution started were judged
+        # at that execution's resume; a node recorded after it is what R2 forbids reverting.
+        began = _started_at(records, seen.files.get(MARK, b"").decode())
+        missing = [(i, n) for i, n in missing if i > began]
+        names = ", ".join(f"{n} (#{i + 1})" for i, n in missing)
+        return (
+            []
+            if not missing
+            else [
+                Violation(
+                    "R2",
+                    "a resume restored a scratch older than a node recorded finished in a sandbox after it",
+                    f"{seen.actor} restored {sorted(have)}; lacks {names}",
+                )
+            ]
+        )
+    if decision.verdict is Verdict.GO_ON_WITHOUT:
+        unexcused = [(i, n) for i, n in missing if not (_loss_named_after(records, i) or lost(n))]
+        if unexcused:
+            return [
+                Violation(
+                    "A16/R10",
+                    "a resume went on without a scratch nobody recorded as lost (silent loss)",
+                    f"{seen.actor} went on without {', '.join(n for _, n in unexcused)} ({decision.rule})",
+                )
+            ]
+    return []
+
+
+def check_consents(records: Sequence[Record], requests: dict[str, ResumeRequest]) -> list[Violation]:
+    """C3-C5: each claim carries its own call's consents; an accepted loss only under one."""
+    found: list[Violation] = []
+    consenting = False
+    for i, r in enumerate(records):
+        if isinstance(r, RunResumed | RunStarted):
+            request = requests.get(r.attempt or "") if isinstance(r, RunResumed) else None
+            consenting = isinstance(r, RunResumed) and r.accept_scratch_loss
+            if isinstance(r, RunResumed) and request is not None:
+                asked = request.consents
+                if (r.accept_scratch_loss, r.force) != (asked.accept_scratch_loss, asked.force):
+                    found.append(
+                        Violation("C3-C5", "a claim carries consents its call did not give", f"#{i + 1}")
+                    )
+        accepted = isinstance(r, ScratchForsaken) or (isinstance(r, ScratchRestored) and r.accepted)
+        if accepted and not consenting:
+            found.append(
+                Violation("C3-C5", "a loss was accepted under a claim without that consent", f"#{i + 1}")
+            )
+    return found
+
+
+def _ran_sweep(trace: Trace) -> bool:
+    return any(
+        s.actor == "delete" and s.call.endswith(".sweep") and s.fault in (Fault.NONE, Fault.LOST)
+        for s in trace
+    )
+
+
+def _leftovers(world: World, run_id: str) -> list[str]:
+    if world.store_root is None:
+        return ["stored bank"] if world.store.stat(run_id) is not None else []
+    folder = world.store_root / "runs" / run_id
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def check(world: World, story: Story, ran: Ran) -> list[Violation]:
+    """Every invariant of the model on one schedule's end (module docstring)."""
+    found: list[Violation] = []
+    if ran.hang:
+        found.append(Violation("deadline", "an actor hung past its deadline", ran.hang))
+    for end in ran.ends.values():
+        if end.error is not None and not isinstance(end.error, ScratchbankError):
+            found.append(
+                Violation("named-errors", "an actor ended by an unnamed error", f"{end.name}: {end.error!r}")
+            )
+    dead = {name for name, end in ran.ends.items() if end.dead}
+    records = tuple(world.timeline.read(story.run_id))
+    seen = _resumes_seen(story, ran, records, found)
+    if len([s for s in seen if s.outcome.proceeds]) > 1:
+        who = ", ".join(s.actor for s in seen if s.outcome.proceeds)
+        found.append(Violation("A16", "two executions ran the run at once", who))
+    if _ran_sweep(ran.trace):
+        left = _leftovers(world, story.run_id)
+        if left:
+            found.append(Violation("T3", "a deleted run holds objects in the store", ", ".join(left)))
+        return found
+    key = _fingerprint(world, story, seen, dead, records)
+    if key is None:
+        return found + _check_end(world, story, seen, dead)
+    known = world.checked.get(key)
+    if known is None:
+        known = world.checked[key] = _check_end(world, story, seen, dead)
+    return found + known
+
+
+def _check_end(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> list[Violation]:
+    """The invariants that tear down, read the store and resume once more."""
+    found: list[Violation] = []
+    _tear_down_live(world, story, seen, dead)
+    records = tuple(world.timeline.read(story.run_id))
+    lost = _lost(story, dead)
+    for s in seen:
+        found += check_resume(s, records, lost)
+    found += check_consents(records, story.requests)
+    found += _check_store(world, story.run_id)
+    found += _final_resume(world, story, lost)
+    return found
+
+
+def _fingerprint(
+    world: World, story: Story, seen: Sequence[Seen], dead: set[str], records: Sequence[Record]
+) -> tuple[Any, ...] | None:
+    """Everything ``_check_end`` reads, as a value: two schedules that end in equal
+    fingerprints end in the same verdicts (the timeline's records but for their times,
+    the run's objects in the store by content, every sandbox's files, who is dead, what
+    each resume saw). None (never memoised) without a filesystem store to read, or with
+    a lock (its holders would belong in the fingerprint too)."""
+    if world.store_root is None or world.lock is not None:
+        return None
+    timeless = tuple(
+        json.dumps({k: v for k, v in encode(r).items() if k != "at"}, sort_keys=True) for r in records
+    )
+    folder = world.store_root / "runs" / story.run_id
+    stored = tuple(
+        (str(p.relative_to(folder)), hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    )
+    sandboxes = tuple(
+        (
+            label,
+            tuple(sorted((sb.files or {}).items())),
+            story.owner.get(label) in dead,
+            label in story.torn_down,
+        )
+        for label, sb in sorted(story.sandboxes.items())
+    )
+    resumes = tuple(
+        (
+            s.actor,
+            s.outcome.decision.verdict,
+            s.outcome.restore,
+            tuple(sorted(s.files.items())),
+            s.claim,
+            s.consented,
+        )
+        for s in seen
+    )
+    requests = tuple(sorted((name, r.consents) for name, r in story.requests.items()))
+    return (timeless, stored, sandboxes, resumes, requests)
+
+
+def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
+    seen: list[Seen] = []
+    for name in RESUMES:
+        end = ran.ends.get(name)
+        if end is None:
+            continue
+        claims = _claim_of(records, name)
+        outcome = end.result if isinstance(end.result, ResumeOutcome) else None
+        if len(claims) > 1:
+            found.append(
+                Violation("C7", "one resume claimed the run twice", f"{name}: {len(claims)} run_resumed")
+            )
+        if outcome is None or not outcome.proceeds:
+            continue
+        if not claims:
+            found.append(Violation("C7", "an execution runs without its claim", name))
+            continue
+        files = story.restored.get(name, {})
+        consented = story.requests[name].consents.accept_scratch_loss
+        seen.append(Seen(name, outcome, files, claims[0], consented))
+    return seen
+
+
+def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> None:
+    """An execution still live at the end is torn down alone (its sandbox stops)."""
+    records = tuple(world.timeline.read(story.run_id))
+    for s in seen:
+        label = f"{s.actor}-sb"
+        if label in story.torn_down or s.actor in dead:
+            continue
+        mine = service(world.timeline, world.store, lock=world.lock)
+        tear_down(mine, story.run_id, story.sandboxes[label], lambda s=s: execution_of(records, s.actor))  # type: ignore[misc]
+        story.torn_down.add(label)
+
+
+def _lost(story: Story, dead: set[str]) -> Callable[[str], bool]:
+    """Is every sandbox holding node ``n`` lost with its dead actor?"""
+
+    def lost(n: str) -> bool:
+        holders = [label for label, sb in story.sandboxes.items() if n in (sb.files or {})]
+        return all(story.owner.get(label) in dead for label in holders)
+
+    return lost
+
+
+def _check_store(world: World, run_id: str) -> list[Violation]:
+    """A17/T3: the bank the timeline names is in the store as recorded."""
+    report = service(world.timeline, world.store, lock=world.lock).status(run_id)
+    if report.store.verdict in ("no bank", "matches"):
+        return []
+    verdict = report.store.verdict
+    return [
+        Violation(
+            "A17", f"the store does not hold the recorded bank as recorded ({verdict})", report.store.detail
+        )
+    ]
+
+
+def _final_resume(world: World, story: Story, lost: Callable[[str], bool]) -> list[Violation]:
+    """The next resume, alone: restores the latest recorded bank or refuses by name (R2)."""
+    sandbox = FakeSandbox()
+    try:
+        outcome = service(world.timeline, world.store, lock=world.lock).resume(
+            story.run_id, target=Target(sandbox=sandbox), attempt="final"
+        )
+    except ScratchbankError:
+        return []  # refused by name
+    if not outcome.proceeds:
+        return []
+    records = tuple(world.timeline.read(story.run_id))
+    claims = _claim_of(records, "final")
+    if not claims:
+        return [Violation("C7", "an execution runs without its claim", "final")]
+    return check_resume(Seen("final", outcome, dict(sandbox.files or {}), claims[0], False), records, lost)
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Scenario:
+    preset: str
+    actors: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset}: {' + '.join(self.actors)}"
+
+
+def run_one(world: World, scenario: Scenario, chooser: Chooser) -> tuple[Trace, list[Violation]]:
+    """One schedule of ``scenario`` on a fresh run, checked."""
+    story = preset(world, scenario.preset)
+    schedule = Schedule(chooser)
+    for name in scenario.actors:
+        _actor(world, story, schedule, name)
+    ran = schedule.run()
+    return ran.trace, check(world, story, ran)
+
+
+def explore_scenario(
+    world: World, scenario: Scenario, bounds: Bounds = Bounds(), limit: int = 1_000_000
+) -> Exploration:
+    """Every schedule of a scenario (bounded, reduced: see the explorer's docstring)."""
+    return explore_all(
+        scenario.name, lambda c: run_one(world, scenario, c), bounds, len(scenario.actors), limit=limit
+    )
+
+
+def sample_scenarios(
+    world: World,
+    scenarios: Sequence[Scenario],
+    *,
+    schedules: int,
+    seed: int,
+    bounds: Bounds = Bounds(max_faults=2),
+) -> Exploration:
+    """``schedules`` distinct random schedules, shared out over ``scenarios`` (seeded)."""
+    total = Exploration("random", bounds.depth, max(len(s.actors) for s in scenarios))
+    share = -(-schedules // len(scenarios))
+    for i, scenario in enumerate(scenarios):
+        part = explore_random(
+            scenario.name,
+            lambda c, s=scenario: run_one(world, s, c),  # type: ignore[misc]
+            bounds,
+            len(scenario.actors),
+            schedules=share,
+            seed=seed + i,
+        )
+        total.schedules += part.schedules
+        total.violations += part.violations
+        total.seconds += part.seconds
+        for kind, found in part.found.items():
+            total.found.setdefault(kind, found)
+    return total
+
+
+def _sample_worker(
+    root: str, url: str | None, scenarios: Sequence[Scenario], share: int, seed: int
+) -> Exploration:
+    """One process's share of a parallel sample (its own world under ``root``)."""
+    with filesystem_world(Path(root), url) as world:
+        found = sample_scenarios(world, scenarios, schedules=share * len(scenarios), seed=seed)
+    found.traces = set()
+    return found
+
+
+def sample_in_parallel(
+    root: Path,
+    scenarios: Sequence[Scenario],
+    *,
+    schedules: int,
+    seed: int,
+    workers: int = 2,
+    timeline_url: Callable[[int], str | None] = lambda _worker: None,
+) -> Exploration:
+    """``sample_scenarios`` shared out over ``workers`` processes, each with whole
+    scenarios of its own (so traces stay distinct), each in a world of its own."""
+    import concurrent.futures
+    import multiprocessing
+
+    share = -(-schedules // len(scenarios))
+    parts = [list(scenarios[w::workers]) for w in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [
+            pool.submit(_sample_worker, str(root / f"w{w}"), timeline_url(w), part, share, seed + 100 * w)
+            for w, part in enumerate(parts)
+            if part
+        ]
+        results = [f.result() for f in futures]
+    total = Exploration("random", results[0].depth, max(len(s.actors) for s in scenarios))
+    for part in results:
+        total.schedules += part.schedules
+        total.violations += part.violations
+        total.seconds = max(total.seconds, part.seconds)
+        for kind, found in part.found.items():
+            total.found.setdefault(kind, found)
+    return total
+
+
+@contextlib.contextmanager
+def filesystem_world(root: Path, timeline_url: str | None = None) -> Iterator[World]:
+    """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store."""
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.adapters.fs_bank import FilesystemBankStore
+
+    root.mkdir(parents=True, exist_ok=True)
+    timeline = EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    try:
+        yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks")
+    finally:
+        timeline.close()
+        shutil.rmtree(root / "banks", ignore_errors=True)
+
+
+# -- real processes killed at each pause point ---------------------------------------------
+
+
+def _killable(url: str, store_root: str, run_id: str, preset_name: str, victim: str, conn: Any) -> None:
+    """A child process: the victim actor alone, asking its parent before every port call."""
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.adapters.fs_bank import FilesystemBankStore
+
+    from .explorer import Pending
+
+    timeline = EventStoreTimeline(url)
+    world = World(timeline, FilesystemBankStore(store_root), Path(store_root))
+    story = Story(run_id)
+    story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
+    story.executions["old"] = "e1"
+    if preset_name in ("resumed", "parked"):
+        story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
+        story.executions["new"] = execution_of(timeline.read(run_id), "setup")
+
+    def ask(paused: Sequence[Pending]) -> tuple[str, Fault]:
+        conn.send(str(paused[0].call))
+        conn.recv()
+        return paused[0].actor, Fault.NONE
+
+    schedule = Schedule(ask)
+    _actor(world, story, schedule, victim)
+    schedule.run()
+    conn.send("")
+
+
+def explore_kills(world: World, timeline_url: str, scenario: Scenario, victim: str) -> Exploration:
+    """The victim actor runs in a real process, SIGKILLed at its first, second, ...
+    pause point (and once not at all); the other actors then run, and the schedule is
+    checked with the victim dead (its sandbox lost)."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from .explorer import ActorEnd, Step, replay
+
+    found = Exploration(f"killed: {scenario.name} ({victim})", 0, len(scenario.actors))
+    context = multiprocessing.get_context("spawn")
+    started = time.monotonic()
+    for point in itertools.count():
+        story = preset(world, scenario.preset)
+        _actor(world, story, Schedule(replay(())), victim)  # its sandbox and owner, never run
+        mine, theirs = context.Pipe()
+        child = context.Process(
+            target=_killable,
+            args=(timeline_url, str(world.store_root), story.run_id, scenario.preset, victim, theirs),
+        )
+        child.start()
+        steps: list[Step] = []
+        killed = False
+        while mine.poll(60):
+            call = mine.recv()
+            if not call:
+                break
+            if len(steps) == point:
+                os.kill(child.pid or 0, signal.SIGKILL)
+                killed = True
+                steps.append(Step(victim, call, Fault.DIE))
+                break
+            steps.append(Step(victim, call, Fault.NONE))
+            mine.send("go")
+        child.join(60)
+        found.depth = max(found.depth, len(steps))
+        others = Schedule(replay(()))
+        for name in scenario.actors:
+            if name != victim:
+                _actor(world, story, others, name)
+        ran = others.run()
+        ends = {**ran.ends, victim: ActorEnd(victim, None, None, killed, len(steps))}
+        trace = (*steps, *ran.trace)
+        found.add(trace, check(world, story, Ran(trace, ends, ran.hang)))
+        if not killed:
+            break
+    found.seconds = time.monotonic() - started
+    return found
