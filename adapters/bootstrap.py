@@ -3,7 +3,8 @@
 The CLI, the HTTP API and an embedding engine all get their ``ScratchService`` here::
 
     service = bootstrap(settings_from(os.environ))          # operators: a home must exist
-    service = open_home("/var/lib/my-engine/scratchbank")   # an engine: created if new
+    with open_home("/var/lib/my-engine/scratchbank") as service:   # an engine: created if new
+        ...                                                 # closed on the way out
 
 A read never creates a timeline (``create=False``); an engine's home is created.
 With a queue URL (``SCRATCHBANK_QUEUE``) the service publishes resumes on NATS for a
@@ -14,6 +15,9 @@ detached runner, which ``run_runner`` starts from the same settings (through
 from __future__ import annotations
 
 from pathlib import Path
+from types import TracebackType
+
+import attrs
 
 from scratchbank.application.clock import Clock, SystemClock
 from scratchbank.application.runner_ports import DeliveryQueue
@@ -21,7 +25,6 @@ from scratchbank.application.service import ScratchService
 
 from .config import (
     Settings,
-    bank_folder,
     home_settings,
     open_bank_store,
     open_timeline,
@@ -33,12 +36,33 @@ from .config import (
 QUEUE_NAMESPACE = "sb"
 
 
-def bootstrap(settings: Settings, *, create: bool = False, clock: Clock | None = None) -> ScratchService:
-    """Open the timeline, bank store and queue the settings name, and hand back the service."""
+@attrs.frozen
+class OpenService(ScratchService):
+    """The service with what its adapters hold open: ``with`` closes it (``close``)."""
+
+    def __enter__(self) -> OpenService:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        close(self)
+
+
+def bootstrap(
+    settings: Settings, *, create: bool = False, clock: Clock | None = None, read_only: bool = False
+) -> OpenService:
+    """Open the timeline, bank store and queue the settings name, and hand back the service.
+    ``read_only``: for a command that only reads (``status``): the timeline is opened so
+    that nothing is written to it."""
     store = open_bank_store(settings.bank_url)
-    timeline = open_timeline(settings.timeline_url, create=create)
-    queue = open_queue(settings.queue_url) if settings.queue_url else None
-    return ScratchService(timeline, store, snapshots_of(timeline), clock or SystemClock(), queue=queue)
+    timeline = open_timeline(settings.timeline_url, create=create, read_only=read_only)
+    try:
+        queue = open_queue(settings.queue_url) if settings.queue_url else None
+    except BaseException:
+        _close(timeline)
+        raise
+    return OpenService(timeline, store, snapshots_of(timeline), clock or SystemClock(), queue=queue)
 
 
 def open_queue(url: str, namespace: str = QUEUE_NAMESPACE) -> DeliveryQueue:
@@ -69,7 +93,7 @@ def runner_argv(
     if not settings.queue_url:
         raise ConfigInvalid("a runner needs a queue: SCRATCHBANK_QUEUE or --queue nats://HOST:PORT")
     argv = ["--nats", settings.queue_url, "--namespace", namespace, "--timeline", settings.timeline_url]
-    argv += ["--banks", str(bank_folder(settings.bank_url)), "--sandboxes", str(sandboxes)]
+    argv += ["--bank", settings.bank_url, "--sandboxes", str(sandboxes)]
     argv += ["--workflow", str(workflow), "--holder", holder]
     return argv + (["--log", str(log)] if log else [])
 
@@ -87,16 +111,33 @@ def run_runner(settings: Settings, *, workflow: Path, sandboxes: Path, holder: s
     return runner_process.main(argv)
 
 
-def open_home(path: str | Path, *, clock: Clock | None = None) -> ScratchService:
-    """An engine's service on the embedded default: SQLite and banks under one folder."""
+def open_home(path: str | Path, *, clock: Clock | None = None) -> OpenService:
+    """An engine's service on the embedded default: SQLite and banks under one folder.
+
+    ``with open_home(path) as service:`` closes it on the way out. A path that is a file, or
+    a folder this user cannot create or read, is CONFIG_INVALID (nothing is created)."""
+    from scratchbank.domain.errors import ConfigInvalid
+
     home = Path(path)
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        if home.exists() and not home.is_dir():
+            raise ConfigInvalid(f"the home {home} is not a directory", remedy="name a folder for the home")
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigInvalid(
+            f"cannot create the home {home}: {error.strerror or error}",
+            remedy="name a folder this user can create and write",
+        ) from None
     return bootstrap(home_settings(home), create=True, clock=clock)
 
 
 def close(service: ScratchService) -> None:
     """Release what the adapters hold open (the timeline's connections)."""
     for held in (service.timeline, getattr(service.queue, "conn", None)):
-        closer = getattr(held, "close", None)
-        if callable(closer):
-            closer()
+        _close(held)
+
+
+def _close(held: object) -> None:
+    closer = getattr(held, "close", None)
+    if callable(closer):
+        closer()

@@ -1,18 +1,21 @@
 """The `scratchbank` command: operators' view of the same service the engine runs.
 
-Exit codes (every error is printed as ``error: CODE: message`` and ``remedy: ...``,
-never as a traceback; with ``--json`` the same fields go to stdout as JSON):
+Exit codes: every error is printed as ``error: CODE: message`` and ``remedy: ...``, never
+as a traceback; with ``--json`` the same fields go to stdout as JSON. Each code's exit status
+is in the one error table (``adapters/error_table.py``, printed in the README):
 
 ====  ==========================================================================
 0     done; for ``resume``: the run goes on
-2     bad input: CONFIG_INVALID (flags, URLs, sandbox spec, port), INVALID_RUN_ID,
-      TIMELINE_UNREADABLE of an ``explain`` file
-3     refused: a refusal decision, a parked restore, NO_RESTORE_TARGET,
-      RESUME_SUPERSEDED, FENCED
+2     bad input (CONFIG_INVALID, INVALID_RUN_ID, an unreadable ``explain`` file)
+3     refused: a refusal decision, a parked restore, NO_RESTORE_TARGET, RESUME_SUPERSEDED
 4     not found: RUN_NOT_FOUND, HOME_NOT_FOUND
 5     a store or sandbox failed or cannot be reached (TIMELINE_*, BANK_*, SANDBOX_*, ...)
 70    a bug: INTERNAL_ERROR (the traceback only with ``--log-level debug``)
 ====  ==========================================================================
+
+``status`` exits 0 when a resume with its consents would go on, 3 when it would be refused.
+``--home``, ``--timeline``, ``--bank``, ``--queue``, ``--log-format`` and ``--log-level``
+may stand before or after the command. ``scratchbank rules R2`` says what a rule id means.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
@@ -31,13 +35,17 @@ from scratchbank.domain.consent import Consents
 from scratchbank.domain.fold import Evidence
 from scratchbank.domain.resume_gate import ResumeRequest, Where
 
-from . import config
+from . import config, error_table
+from .bootstrap import OpenService
+from .error_table import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from .jsonl import TimelineFile, read_timeline_file
 from .present import (
+    cut,
     decision_data,
     decision_text,
     error_data,
     outcome_data,
+    outcome_error,
     outcome_text,
     plan_data,
     queued_data,
@@ -46,28 +54,15 @@ from .present import (
     state_text,
     status_data,
     status_text,
+    would_go_on,
 )
 
-EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 2, 3, 4, 5, 70
-EXIT_CODES: dict[type[errors.ScratchbankError], int] = {
-    errors.ConfigInvalid: EXIT_USAGE,
-    errors.InvalidRunId: EXIT_USAGE,
-    errors.NoRestoreTarget: EXIT_REFUSED,
-    errors.AttemptReused: EXIT_REFUSED,
-    errors.ResumeSuperseded: EXIT_REFUSED,
-    errors.Fenced: EXIT_REFUSED,
-    errors.RunNotFound: EXIT_NOT_FOUND,
-    errors.HomeNotFound: EXIT_NOT_FOUND,
-}
 log = logging.getLogger("scratchbank.cli")
 
 
 def exit_code(error: errors.ScratchbankError) -> int:
-    """The documented exit code of a named error (the first class in its MRO with one)."""
-    for cls in type(error).__mro__:
-        if cls in EXIT_CODES:
-            return EXIT_CODES[cls]
-    return EXIT_UNAVAILABLE
+    """The exit status of a named error, from the one error table."""
+    return error_table.exit_code(error)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        raise errors.ConfigInvalid(f"{self.prog}: {message}")
+        raise errors.ConfigInvalid(f"{self.prog}: {cut(message)}")
 
 
 def _consent_flags(parser: argparse.ArgumentParser) -> None:
@@ -87,11 +82,34 @@ def _consent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _where(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--home", default=None, help="the home (else SCRATCHBANK_HOME, else found upward)")
-    parser.add_argument("--timeline", default=None, help="timeline URL (sqlite:///... or postgresql://...)")
-    parser.add_argument("--bank", default=None, help="bank store URL (file:///... or s3://bucket/prefix)")
-    parser.add_argument("--queue", default=None, help="publish resumes for a runner (nats://HOST:PORT)")
+_GLOBAL_DEFAULTS = {"home": None, "timeline": None, "bank": None, "queue": None}
+
+
+def _globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after its name (a subcommand's copy only
+    sets what it was given: SUPPRESS keeps the value given before the command)."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--home", default=default(None), help="the home (else SCRATCHBANK_HOME, else found upward)"
+    )
+    parser.add_argument(
+        "--timeline", default=default(None), help="timeline URL (sqlite:///... or postgresql://...)"
+    )
+    parser.add_argument(
+        "--bank", default=default(None), help="bank store URL (file:///... or s3://bucket/prefix)"
+    )
+    parser.add_argument(
+        "--queue", default=default(None), help="publish resumes for a runner (nats://HOST:PORT)"
+    )
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default=default("text"), help="log lines on stderr"
+    )
+    parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default=default("warning")
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,23 +117,29 @@ def _parser() -> argparse.ArgumentParser:
         prog="scratchbank", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"scratchbank {version('scratchbank')}")
-    parser.add_argument("--log-format", choices=["text", "json"], default="text", help="log lines on stderr")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")
+    _globals(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _resume_parser(sub.add_parser("resume", help="resume a run: restore its scratch or refuse, by name"))
-    status = sub.add_parser("status", help="what a resume would do, and is the bank in the store")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        child = sub.add_parser(name, help=help)
+        _globals(child, top=False)
+        return child
+
+    _resume_parser(command("resume", "resume a run: restore its scratch or refuse, by name"))
+    status = command("status", "what a resume would do, and is the bank in the store")
     status.add_argument("run")
     _consent_flags(status)
-    _where(status)
-    sub.add_parser("demo", help="the whole story on the embedded default (local, SQLite, files)")
-    _serve_parser(sub.add_parser("serve", help="serve the HTTP API (OpenAPI at /openapi.json)"))
-    _explain_parser(sub.add_parser("explain", help="fold a JSONL timeline and explain the decisions"))
-    _runner_parser(sub.add_parser("runner", help="carry queued resumes on (needs --queue)"))
+    command("demo", "the whole story on the embedded default (local, SQLite, files)")
+    _serve_parser(command("serve", "serve the HTTP API (OpenAPI at /openapi.json)"))
+    _explain_parser(command("explain", "fold a JSONL timeline and explain the decisions"))
+    _runner_parser(command("runner", "carry queued resumes on (needs --queue)"))
+    rules = command("rules", "what a rule id (R2, X4, C1...) means; all of them without one")
+    rules.add_argument("ids", nargs="*", metavar="RULE")
+    _mcp_parser(command("mcp", "the operator's MCP server (stdio, or streamable HTTP with --http)"))
     return parser
 
 
 def _runner_parser(runner: argparse.ArgumentParser) -> None:
-    _where(runner)
     runner.add_argument("--workflow", required=True, help="the reference engine's workflow (JSON)")
     runner.add_argument("--sandboxes", default=None, help="where its local sandboxes go (HOME/sandboxes)")
     runner.add_argument("--holder", default="runner", help="this runner's name on the lease")
@@ -125,7 +149,6 @@ def _runner_parser(runner: argparse.ArgumentParser) -> None:
 def _resume_parser(resume: argparse.ArgumentParser) -> None:
     resume.add_argument("run")
     _consent_flags(resume)
-    _where(resume)
     resume.add_argument("--sandbox", default=None, help=f"where to restore: {config.SANDBOX_FORMS}")
     resume.add_argument(
         "--scratch", default=None, help=f"scratch path in a container ({config.DEFAULT_SCRATCH})"
@@ -133,12 +156,20 @@ def _resume_parser(resume: argparse.ArgumentParser) -> None:
     resume.add_argument("--progress", action="store_true", help="show the restore's stages")
 
 
-def _serve_parser(serve: argparse.ArgumentParser) -> None:
-    _where(serve)
+def _server_flags(serve: argparse.ArgumentParser, port: str) -> None:
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", default="8080", help="TCP port (0-65535)")
+    serve.add_argument("--port", default=port, help="TCP port (0-65535)")
     serve.add_argument("--token-file", default=None, help="bearer token file (else SCRATCHBANK_API_TOKEN)")
     serve.add_argument("--allow-sandbox", action="append", default=None, help="a pattern callers may name")
+
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
+    _server_flags(serve, "8080")
+
+
+def _mcp_parser(mcp: argparse.ArgumentParser) -> None:
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    _server_flags(mcp, "8765")
 
 
 def _explain_parser(explain: argparse.ArgumentParser) -> None:
@@ -163,14 +194,14 @@ def _request(args: argparse.Namespace, where: Where = Where.ENGINE) -> ResumeReq
 
 
 def _print(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
-    print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
+    print(json.dumps(data, indent=2) if args.json else "\n".join(lines), flush=True)
 
 
 def explain(args: argparse.Namespace) -> int:
     try:
         timeline = read_timeline_file(args.timeline)
     except errors.TimelineUnreadable as error:  # the file is the command's input: bad input, exit 2
-        _report(error, None)
+        _report(error, args)
         return EXIT_USAGE
     request = _request(args, Where.SURFACE if args.surface else Where.ENGINE)
     facts = {"host_backed": args.host_backed, "isolated": not args.not_isolated, "finished": args.finished}
@@ -192,7 +223,7 @@ def _print_explanation(args: argparse.Namespace, out: Explanation, timeline: Tim
     _print(args, data, lines + decision_text(out.decision, where))
 
 
-def _service(args: argparse.Namespace) -> ScratchService:
+def _service(args: argparse.Namespace) -> OpenService:
     from .bootstrap import bootstrap
 
     return bootstrap(_settings(args))
@@ -206,9 +237,13 @@ def _settings(args: argparse.Namespace) -> config.Settings:
 
 
 def status(args: argparse.Namespace) -> int:
-    report = _service(args).status(args.run, _request(args))
-    _print(args, status_data(report), status_text(report))
-    return EXIT_OK
+    from .bootstrap import bootstrap
+
+    with bootstrap(_settings(args), read_only=True) as service:
+        report = service.status(args.run, _request(args))
+        queued = service.queue is not None
+    _print(args, status_data(report, queued=queued), status_text(report, queued=queued))
+    return EXIT_OK if would_go_on(report) else EXIT_REFUSED
 
 
 def resume_command(args: argparse.Namespace) -> int:
@@ -225,14 +260,22 @@ def resume_command(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+    failed = outcome_error(out)
+    if failed is not None:  # a parked restore: the failure it met, named (and its exit status)
+        _report(failed, None)
     _print(args, outcome_data(out), outcome_text(out))
-    return EXIT_OK if out.proceeds else EXIT_REFUSED
+    if out.proceeds:
+        return EXIT_OK
+    return exit_code(failed) if failed is not None else EXIT_REFUSED
 
 
 def _queue_resume(args: argparse.Namespace, service: ScratchService) -> int:
     """With a queue: judge as a surface, publish; the runner starts the sandbox (R9-R12)."""
     if args.sandbox or args.progress:
-        raise errors.ConfigInvalid("with a queue the runner starts the sandbox: drop --sandbox / --progress")
+        raise errors.ConfigInvalid(
+            "with a queue (SCRATCHBANK_QUEUE / --queue) the runner starts the sandbox and restores into it:"
+            " drop --sandbox / --progress, or unset the queue to resume in this process"
+        )
     out = service.queue_resume(args.run, _request(args))
     _print(args, queued_data(out), queued_text(out))
     return EXIT_REFUSED if out.refused else EXIT_OK
@@ -254,6 +297,8 @@ def runner_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    config.require_extra("fastapi")
+    config.require_extra("uvicorn")
     from .http_api import api_settings, serve
 
     port = config.parse_port(args.port)
@@ -262,10 +307,39 @@ def serve_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def mcp_command(args: argparse.Namespace) -> int:
+    config.require_extra("mcp")
+    config.require_extra("fastapi", "mcp")
+    from .http_api import api_settings
+    from .mcp_server import serve_http, serve_stdio
+
+    port = config.parse_port(args.port)
+    api = api_settings(host=args.host, port=port, token_file=args.token_file, sandboxes=args.allow_sandbox)
+    with _service(args) as service:
+        (serve_http if args.http else serve_stdio)(service, api)
+    return EXIT_OK
+
+
+def rules_command(args: argparse.Namespace) -> int:
+    from .rules import RULES, describe, listing
+
+    unknown = [rid for rid in args.ids if rid.upper() not in RULES]
+    if unknown:
+        raise errors.ConfigInvalid(
+            f"no rule {cut(', '.join(unknown), 80)} in the reference (`scratchbank rules` lists them)"
+        )
+    lines = [line for rid in args.ids for line in describe(rid)] if args.ids else listing()
+    print("\n".join(lines), flush=True)
+    return EXIT_OK
+
+
 def _report(error: errors.ScratchbankError, args: argparse.Namespace | None) -> int:
-    print(f"error: {error.code}: {error.message}\n  remedy: {error.remedy}", file=sys.stderr)
+    print(
+        f"error: {error.code}: {cut(error.message)}\n  remedy: {error_table.remedy_for(error, 'cli')}",
+        file=sys.stderr,
+    )
     if args is not None and getattr(args, "json", False):
-        print(json.dumps(error_data(error), indent=2))
+        print(json.dumps(error_data(error), indent=2), flush=True)
     return exit_code(error)
 
 
@@ -280,6 +354,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         "resume": resume_command,
         "serve": serve_command,
         "runner": runner_command,
+        "rules": rules_command,
+        "mcp": mcp_command,
     }
     return commands[args.command](args)
 
@@ -293,6 +369,13 @@ def _quiet_clients(*, debug: bool) -> None:
         client.propagate = False
 
 
+def _reader_gone() -> int:
+    """stdout's reader went away (``status --json | head``): what it wanted it has; say nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
@@ -302,12 +385,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(sys.stderr, fmt=args.log_format, level=args.log_level)
         _quiet_clients(debug=args.log_level == "debug")
         return _dispatch(args)
+    except BrokenPipeError:
+        return _reader_gone()
+    except PermissionError as error:  # a file or folder this user may not read: theirs to fix
+        return _report(config.denied(error, str(error.filename or "a path")), args)
     except errors.ScratchbankError as error:
-        return _report(error, args)
+        try:
+            return _report(error, args)
+        except BrokenPipeError:
+            return _reader_gone()
     except Exception as error:  # a bug: named, and no traceback unless asked for
         log.debug("internal error", exc_info=True)
         print(
-            f"error: INTERNAL_ERROR: {type(error).__name__}: {config.redact(str(error))[:500]}",
+            f"error: {error_table.INTERNAL_CODE}: {type(error).__name__}: {cut(config.redact(str(error)))}",
             file=sys.stderr,
         )
         print(

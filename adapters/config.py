@@ -11,9 +11,15 @@
 - queue: ``nats://HOST:PORT`` (``$SCRATCHBANK_QUEUE``, ``--queue``): resumes are judged by
   the surface and published for a runner (``scratchbank runner``); unset, a resume runs in
   this process as before
-- sandbox: ``docker:CONTAINER``, ``podman:CONTAINER`` (socket from SCRATCHBANK_PODMAN_URL
-  or CONTAINER_HOST), ``k8s:NAMESPACE/POD`` (kubeconfig or in-cluster), ``local:DIR``
-  (a directory on this machine; its scratch is ``DIR/scratch``)
+- sandbox: ``docker:CONTAINER`` (SCRATCHBANK_DOCKER_URL, else DOCKER_HOST, else the local
+  socket), ``podman:CONTAINER`` (SCRATCHBANK_PODMAN_URL or CONTAINER_HOST: required, never
+  Docker's socket), ``k8s:NAMESPACE/POD`` (kubeconfig or in-cluster), ``local:DIR`` (a
+  directory on this machine; its scratch is ``DIR/scratch``)
+
+Each adapter past the core (SQLite, files, local sandboxes) needs its extra installed:
+``pip install 'scratchbank[docker]'`` (Docker and Podman), ``[kubernetes]``, ``[s3]``,
+``[postgres]``, ``[http]``, ``[nats]``, ``[mcp]`` or ``[all]``; without it the command
+stops with CONFIG_INVALID naming the exact pip command.
 
 The default scratch path in a container or pod is ``/tmp/scratchbank-scratch``. Every
 bad setting is a named error (ConfigInvalid, HomeNotFound); a password in a URL is never
@@ -27,17 +33,56 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import ParseResult, quote, unquote
+from urllib.parse import urlparse as _urlparse
 
 import attrs
 
 from scratchbank.application.ports import BankStore, Sandbox, SnapshotStore, Timeline
-from scratchbank.domain.errors import ConfigInvalid, HomeNotFound, ScratchbankError
+from scratchbank.domain.errors import ConfigInvalid, ExecFailed, HomeNotFound, SandboxGone, ScratchbankError
 
 DEFAULT_SCRATCH = "/tmp/scratchbank-scratch"
 HOME_MARKER = Path("var") / "scratchbank"
 SANDBOX_FORMS = "docker:NAME | podman:NAME | k8s:NAMESPACE/POD | local:DIR"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+
+#: The module each extra brings, and the extra's name (``pip install 'scratchbank[NAME]'``).
+EXTRAS = {
+    "docker": "docker",
+    "kubernetes": "kubernetes",
+    "boto3": "s3",
+    "psycopg": "postgres",
+    "fastapi": "http",
+    "uvicorn": "http",
+    "nats": "nats",
+    "mcp": "mcp",
+}
+
+
+def require_extra(module: str, extra: str | None = None) -> None:
+    """CONFIG_INVALID naming the pip command when ``module`` (an extra's) is not installed."""
+    import importlib.util
+
+    extra = extra or EXTRAS[module]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        command = f"pip install 'scratchbank[{extra}]'"
+        raise ConfigInvalid(
+            f"this needs the {extra!r} extra ({module} is not installed)", remedy=f"run: {command}"
+        )
+
+
+def urlparse(url: str) -> ParseResult:
+    """``urllib.parse.urlparse``, whose ValueError (a malformed IPv6 host) is CONFIG_INVALID."""
+    try:
+        parsed = _urlparse(url)
+        parsed.port  # noqa: B018 - a bad port raises only when read
+    except ValueError as error:
+        raise ConfigInvalid(f"malformed URL {redact(url)[:200]!r}: {error}") from None
+    return parsed
 
 
 @attrs.frozen
@@ -70,11 +115,18 @@ def redact(text: str) -> str:
 
 
 def _home_dir(path: Path, how: str) -> Home:
-    if path.exists() and not path.is_dir():
-        raise ConfigInvalid(f"the home {path} ({how}) is not a directory")
-    if not path.is_dir():
-        raise HomeNotFound(f"the home {path} ({how}) does not exist")
-    return Home(path.resolve(), how)
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigInvalid(f"the home {path} ({how}) is not a directory")
+        if not path.is_dir():
+            raise HomeNotFound(f"the home {path} ({how}) does not exist")
+        os.listdir(path)  # a home this user cannot read is named here, not met as a bug later
+        return Home(path.resolve(), how)
+    except OSError as error:
+        raise ConfigInvalid(
+            f"the home {path} ({how}) cannot be read: {error.strerror or error}",
+            remedy="give this user read access to the home, or point --home at one it can read",
+        ) from None
 
 
 def find_home(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Home:
@@ -84,8 +136,12 @@ def find_home(explicit: str | None, env: Mapping[str, str], cwd: Path) -> Home:
     if env.get("SCRATCHBANK_HOME"):
         return _home_dir(Path(env["SCRATCHBANK_HOME"]), "SCRATCHBANK_HOME")
     for folder in (cwd, *cwd.parents):
-        if (folder / HOME_MARKER).is_dir():
-            return Home((folder / HOME_MARKER).resolve(), f"found from {cwd}")
+        try:
+            found = (folder / HOME_MARKER).is_dir()
+        except OSError:  # a folder above this user cannot look into: not a home
+            found = False
+        if found:
+            return _home_dir(folder / HOME_MARKER, f"found from {cwd}")
     raise HomeNotFound(f"no --home, no SCRATCHBANK_HOME, and no {HOME_MARKER} above {cwd}")
 
 
@@ -123,6 +179,7 @@ def check_queue_url(url: str | None) -> str | None:
         port_ok = False
     if parsed.scheme not in ("nats", "tls") or not parsed.hostname or not port_ok:
         raise ConfigInvalid(f"unsupported queue URL {redact(url)[:200]!r} (nats://HOST:PORT)")
+    require_extra("nats")
     return url
 
 
@@ -159,13 +216,25 @@ def _check_timeline_url(url: str, *, create: bool) -> None:
 
 
 def _check_sqlite(path: Path, *, create: bool) -> None:
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
-    if not create and not path.is_file():
-        raise HomeNotFound(f"no timeline at {path} (a read creates none)")
+    try:
+        if path.parent.exists() and not path.parent.is_dir():
+            raise ConfigInvalid(f"the timeline's folder {path.parent} is not a directory")
+        if not create and not path.is_file():
+            raise HomeNotFound(f"no timeline at {path} (a read creates none)")
+    except OSError as error:
+        raise denied(error, f"the timeline {path}") from None
+
+
+def denied(error: OSError, what: str) -> ConfigInvalid:
+    """An OSError met on a path the settings name (permissions, mostly): the user's to fix."""
+    return ConfigInvalid(
+        f"{what} cannot be read: {error.strerror or error}",
+        remedy="give this user access to it, or point the setting at one it can read",
+    )
 
 
 def _check_postgres(url: str) -> None:
+    require_extra("psycopg")
     parsed = urlparse(url)
     try:
         host = parsed.hostname and (parsed.port or True) and parsed.hostname
@@ -175,13 +244,15 @@ def _check_postgres(url: str) -> None:
         raise ConfigInvalid(f"the timeline URL {redact(url)!r} names no host")
 
 
-def open_timeline(url: str, *, create: bool = False) -> Timeline:
-    """The timeline the URL names. ``create`` lets an engine start a new SQLite file."""
+def open_timeline(url: str, *, create: bool = False, read_only: bool = False) -> Timeline:
+    """The timeline the URL names. ``create`` lets an engine start a new SQLite file;
+    ``read_only`` opens it for reading only (``status``: nothing is written, not even a
+    snapshot)."""
     from .event_store import EventStoreTimeline
 
     _check_timeline_url(url, create=create)
     try:
-        return EventStoreTimeline(url)
+        return EventStoreTimeline(url, read_only=read_only and not create)
     except ScratchbankError as error:
         raise type(error)(_masked(error.message, url)) from None
 
@@ -209,6 +280,7 @@ def open_bank_store(url: str) -> BankStore:
 
 
 def _s3_store(bucket: str, prefix: str, url: str) -> BankStore:
+    require_extra("boto3")
     from .s3_bank import S3BankStore
 
     try:
@@ -254,22 +326,61 @@ def _local(root: Path) -> Sandbox:
     return LocalSandbox(root, isolate=False)
 
 
+#: A resume's remedy for a sandbox it cannot restore into (not the teardown's).
+RESUME_SANDBOX_REMEDY = "start the sandbox (or name one that runs) and resume again; nothing was written"
+
+
+def engine_url(*, podman: bool, env: Mapping[str, str] | None = None) -> str | None:
+    """The engine socket a ``docker:``/``podman:`` spec talks to. Podman's must be named
+    (SCRATCHBANK_PODMAN_URL or CONTAINER_HOST): with none, Docker's default socket would
+    answer for a container of the same name in the other engine."""
+    env = os.environ if env is None else env
+    if not podman:
+        return env.get("SCRATCHBANK_DOCKER_URL") or None
+    url = env.get("SCRATCHBANK_PODMAN_URL") or env.get("CONTAINER_HOST") or None
+    if url is None:
+        raise ConfigInvalid(
+            "podman: sandboxes need the Podman socket: set SCRATCHBANK_PODMAN_URL (or CONTAINER_HOST),"
+            " e.g. unix:///run/podman/podman.sock",
+            remedy="set SCRATCHBANK_PODMAN_URL to Podman's API socket (podman system service)",
+        )
+    return url
+
+
 def _docker(container: str, scratch: str, *, podman: bool) -> Sandbox:
+    require_extra("docker")
     import docker
 
     from .docker_sandbox import DockerSandbox
 
+    url = engine_url(podman=podman)
+    engine = "Podman" if podman else "Docker"
     var = "SCRATCHBANK_PODMAN_URL" if podman else "SCRATCHBANK_DOCKER_URL"
-    url = os.environ.get(var) or (os.environ.get("CONTAINER_HOST") if podman else None)
     try:
         client: Any = docker.DockerClient(base_url=url, timeout=60)
+        state = client.containers.get(container).attrs.get("State") or {}
+    except docker.errors.NotFound:
+        raise SandboxGone(f"no {engine} container {container}", remedy=RESUME_SANDBOX_REMEDY) from None
     except docker.errors.DockerException as error:
-        engine = "Podman" if podman else "Docker"
-        raise ConfigInvalid(f"cannot reach the {engine} engine ({var}): {error}") from None
-    return DockerSandbox(container, scratch=scratch, podman=podman, client=client)
+        raise ExecFailed(
+            f"cannot reach the {engine} engine at {redact(url or 'its default socket')}: {cut(str(error))}",
+            remedy=f"start the {engine} engine, or point {var} at its socket",
+        ) from None
+    if not state.get("Running", False):
+        status = state.get("Status") or "not running"
+        raise SandboxGone(f"{engine} container {container} is {status}", remedy=RESUME_SANDBOX_REMEDY)
+    try:
+        return DockerSandbox(container, scratch=scratch, podman=podman, client=client)
+    except SandboxGone as error:
+        raise SandboxGone(error.message, remedy=RESUME_SANDBOX_REMEDY) from None
+
+
+def cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _kubernetes(namespace: str, pod: str, scratch: str) -> Sandbox:
+    require_extra("kubernetes")
     from kubernetes import client as k8s
     from kubernetes import config as kube_config
 

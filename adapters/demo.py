@@ -35,7 +35,7 @@ from .event_store import EventStoreTimeline
 from .fs_bank import FilesystemBankStore
 from .inprocess import InProcessLease, InProcessQueue
 from .memory import InMemoryBankStore
-from .present import decision_text
+from .present import decision_text, human_bytes
 from .reference_engine import Node, ReferenceEngine
 from .sandbox_provider import LocalSandboxProvider
 
@@ -118,7 +118,7 @@ class Demo:
             return "(none)"
         r = found[-1]
         if isinstance(r, ScratchBanked):
-            return f"banked={r.banked} {r.bytes} bytes, quiesced={not r.unquiesced}"
+            return f"banked={r.banked} {human_bytes(r.bytes)}, quiesced={not r.unquiesced}"
         return f"{r.code} ({r.rule}): {r.hint}"
 
 
@@ -142,25 +142,40 @@ def run_demo() -> int:
     serving = threading.Thread(target=runner.serve, args=(stop, 0.1), name="runner", daemon=True)
     serving.start()
     demo = Demo(timeline, queue, verdicts)
-    say(f"embedded default: in-process queue and lease, SQLite timeline and file banks under {base}\n")
+    say(f"embedded default: in-process queue and lease, SQLite timeline and file banks under {base}")
+    say(f"runs in this story: {', '.join(RUNS)}\n")
     try:
         _story(demo, engine)
     finally:
         stop.set()
         serving.join(timeout=30)
         timeline.close()
+    say("\n== inspect each run afterwards (the same service, from the command line):")
+    for run, what in RUNS.items():
+        say(f"   scratchbank --home {base} status {run}     # {what}")
+    say("   scratchbank rules S2                                  # what a rule id means")
     return 0
 
 
+RUNS = {
+    "run-1": "the main run",
+    "run-1.fix": "its subbot child that cannot ask a human",
+    "run-1.ask": "its subbot child that can (never let in)",
+}
+
+
 def _story(demo: Demo, engine: TellingEngine) -> None:
-    say("== 1. a run is queued, writes its scratch, parks at a gate; resumed on a new sandbox")
+    say("== 1. run-1 is queued, writes its scratch, parks at a gate; resumed on a new sandbox")
+    say("   (the scratch is a run's working folder outside what is judged; it lives only in the")
+    say("   sandbox, so it is banked when the sandbox stops and restored into the next one)")
     demo.timeline.append("run-1", [RunStarted()])
     demo.resume("run-1", "a1")
     say(f"   teardown: {demo.last('run-1', ScratchBanked)}; sandbox {engine.sandboxes} destroyed")
     demo.resume("run-1", "a2")
     say(f"   teardown: {demo.last('run-1', ScratchBanked)} (parked at 'approve')\n")
 
-    say("== 2. a node finishes after the bank, then its sandbox is lost without a teardown")
+    say("== 2. run-1: a node finishes after the bank, then its sandbox is lost without a teardown")
+    say("   (restoring the bank now would undo what that node wrote: the resume is refused, R2)")
     late = NodeFinished(node="late", kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)
     demo.timeline.append("run-1", [RunResumed(attempt="a3"), late])
     say("   (a runner elsewhere resumed it as a3, node 'late' finished, then that machine was lost)")
@@ -171,7 +186,11 @@ def _story(demo: Demo, engine: TellingEngine) -> None:
     demo.resume("run-1", "a5", ACCEPT)
     say("")
 
-    say("== 3. subbot children in the parent's sandbox (S1, S5), one parked alone (S2, S4)")
+    say("== 3. run-1's subbot children: run-1.fix and run-1.ask work in the parent's sandbox")
+    say("   (a child that may stop to ask a human is not let into a scratch that lives only in the")
+    say("   parent's container: parked alone it would lose it, S1; one that cannot ask is let in")
+    say("   once that is recorded, S5; if it parks anyway its own resume is refused, S2, until the")
+    say("   loss of what it wrote there is accepted, S4)")
     shared = [r for r in demo.timeline.read("run-1.fix") if r.WIRE == "sandbox_shared"]
     asked = [r for r in demo.timeline.read("run-1.ask") if r.WIRE == "sandbox_shared"]
     say(f"   'fix' adopted after its record ({len(shared)} sandbox_shared, S5); 'ask' (a human gate)")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from eventsourcing.persistence import (
     AggregateRecorder,
@@ -92,6 +92,16 @@ def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
     return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
 
 
+def _read_only(settings: Mapping[str, str]) -> dict[str, str]:
+    """Settings that open the store for reading only: SQLite's ``mode=ro`` URI (the file is
+    never written: a snapshot save fails quietly, as a cache's may); no CREATE TABLE."""
+    extra = {"CREATE_TABLE": "no"}
+    name = settings.get("SQLITE_DBNAME", ":memory:")
+    if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and name != ":memory:":
+        extra["SQLITE_DBNAME"] = f"file:{quote(str(Path(name).resolve()))}?mode=ro"
+    return extra
+
+
 def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
     """The recorder's method without the driver's own retry loop (eventsourcing's
     PostgreSQL recorder tries an OperationalError ten times): one call, one deadline;
@@ -147,14 +157,22 @@ class EventStoreTimeline:
     """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``."""
 
     def __init__(
-        self, url: str, *, env: Mapping[str, str] | None = None, call_seconds: float = CALL_SECONDS
+        self,
+        url: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        call_seconds: float = CALL_SECONDS,
+        read_only: bool = False,
     ) -> None:
         settings = env_for_url(url)
         settings = settings | _timeouts(settings, call_seconds) | dict(env or {})
+        if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
+            settings = settings | _read_only(settings)
         self.call_seconds = call_seconds
         try:
-            if settings.get("SQLITE_DBNAME", ":memory:") != ":memory:":  # an engine's first run: its folder
-                Path(settings["SQLITE_DBNAME"]).parent.mkdir(parents=True, exist_ok=True)
+            name = settings.get("SQLITE_DBNAME", ":memory:")
+            if name != ":memory:" and not read_only:  # an engine's first run: its folder
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, call_seconds)
             self._cutter = _Cutter(self._factory)
@@ -221,6 +239,23 @@ class EventStoreTimeline:
                 raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
             records.append(decode(obj, position=index))
         return tuple(records)
+
+    def run_ids(self) -> list[str]:
+        """Every run this store holds a record of (the operator MCP's listing), within the deadline."""
+        recorder: Any = self._recorder
+        table = recorder.events_table_name
+        schema = getattr(recorder.datastore, "schema", "")
+        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
+
+        def select() -> list[str]:
+            with recorder.datastore.transaction(commit=False) as cursor:
+                cursor.execute(f"SELECT DISTINCT originator_id FROM {name}")
+                return [
+                    str(row["originator_id"] if isinstance(row, dict) else row[0])
+                    for row in cursor.fetchall()
+                ]
+
+        return self._within(select, TimelineUnreadable, "cannot list the runs")
 
     def _length(self, run_id: str) -> int:
         last = self._within(

@@ -8,20 +8,11 @@
   refusal answers 400 with ``error_code: scratch_not_portable`` (or ``resume_invalid``),
   the hint from the one remedy function, ``also_needs_force`` and ``keep_force`` (C9).
 
-Every error body is ``{error, error_code, remedy}`` (plus the refusal's fields):
-
-====  ===================================================================================
-400   a refusal (C9), INVALID_RUN_ID, CONFIG_INVALID (a sandbox spec of no known form),
-      NO_RESTORE_TARGET (a restore and no ``sandbox``), a body that is not JSON
-401   NOT_AUTHORIZED: a write without the bearer token
-403   SANDBOX_NOT_ALLOWED: a sandbox outside the server's allow-list
-404   RUN_NOT_FOUND, or no such route
-409   the restore parked the run; RESUME_SUPERSEDED, TIMELINE_CONFLICT, FENCED, SANDBOX_GONE
-413   BODY_TOO_LARGE (past ``max_body`` bytes, 64 KiB by default)
-421   HOST_NOT_ALLOWED: a Host header the server does not serve (DNS rebinding)
-422   INVALID_REQUEST: an unknown field (named) or a field of the wrong type
-503   a store or sandbox that failed (TIMELINE_UNREADABLE, BANK_READ_FAILED, ...)
-====  ===================================================================================
+Every error body is ``{error, error_code, remedy}`` (plus the refusal's fields); each code's
+status is in the one error table (``adapters/error_table.py``, printed in the README), and the
+OpenAPI document's error responses are written from it. A refusal (C9) is 400; a restore that
+parked the run is 409 with the failure it met named in the same three fields. Remedies name
+the API's JSON fields (``"accept_scratch_loss": true``), never the CLI's flags.
 
 Which sandboxes a caller may name, and the scratch path inside them, are the server's
 configuration (``SCRATCHBANK_API_SANDBOXES`` or ``--allow-sandbox``, shell patterns),
@@ -58,8 +49,8 @@ from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
 from scratchbank.domain.runs import check_run_id
 
-from . import config
-from .present import outcome_data, queued_data, status_data
+from . import config, error_table
+from .present import cut, error_data, outcome_data, outcome_error, queued_data, status_data
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,28 +58,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-STATUS: dict[type[errors.ScratchbankError], int] = {
-    errors.InvalidRunId: 400,
-    errors.ConfigInvalid: 400,
-    errors.NoRestoreTarget: 400,
-    errors.NotAuthorized: 401,
-    errors.SandboxNotAllowed: 403,
-    errors.RunNotFound: 404,
-    errors.HomeNotFound: 404,
-    errors.AttemptReused: 409,
-    errors.ResumeSuperseded: 409,
-    errors.TimelineConflict: 409,
-    errors.Fenced: 409,
-    errors.SandboxGone: 409,
-    errors.BodyTooLarge: 413,
-    errors.HostNotAllowed: 421,
-    errors.InvalidRequest: 422,
-}
-
 
 def status_of(error: errors.ScratchbankError) -> int:
-    """The documented HTTP status of a named error (503 for a store or sandbox failure)."""
-    return next((STATUS[c] for c in type(error).__mro__ if c in STATUS), 503)
+    """The HTTP status of a named error, from the one error table."""
+    return error_table.http_status(error)
 
 
 @attrs.frozen
@@ -190,6 +163,10 @@ class StatusBody(BaseModel):
     store: dict[str, Any]
     age_seconds: float | None
     resume: dict[str, Any]
+    would: dict[str, Any] | None = Field(
+        None, description="what a resume would really do when the store disagrees with the record (X4)"
+    )
+    goes_on: bool = Field(True, description="a resume with these consents would go on")
     needs_target: bool
     refusal: dict[str, Any] | None = None
 
@@ -209,31 +186,24 @@ class OutcomeBody(BaseModel):
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in codes}
+    return {code: {"model": ErrorBody, "description": describe_status(code)} for code in codes}
 
 
-_DESCRIPTIONS = {
-    400: "refused (C9), or a bad run id, sandbox spec or missing restore target",
-    401: "NOT_AUTHORIZED",
-    403: "SANDBOX_NOT_ALLOWED",
-    404: "RUN_NOT_FOUND",
-    409: "the restore parked the run, or another resume holds it",
-    413: "BODY_TOO_LARGE",
-    421: "HOST_NOT_ALLOWED",
-    422: "INVALID_REQUEST: an unknown or ill-typed field",
-    503: "a store or sandbox failed (TIMELINE_UNREADABLE, BANK_READ_FAILED, ...)",
+_EXTRA = {
+    400: "a refusal (C9: error_code scratch_not_portable or resume_invalid)",
+    409: "the restore parked the run (the failure it met named)",
 }
+
+
+def describe_status(status: int) -> str:
+    """What an error status means here, written from the one error table."""
+    codes = [cls.code for cls in error_table.all_error_classes() if error_table.row_of(cls).http == status]
+    named = ", ".join(dict.fromkeys(codes))
+    return "; ".join(filter(None, [_EXTRA.get(status, ""), named]))
 
 
 def error_body(error: errors.ScratchbankError) -> dict[str, Any]:
-    remedy = HTTP_REMEDIES.get(type(error), error.remedy)
-    return {"error": error.message, "error_code": error.code.lower(), "remedy": remedy}
-
-
-#: Remedies that name the API's own fields rather than the CLI's flags.
-HTTP_REMEDIES: dict[type[errors.ScratchbankError], str] = {
-    errors.NoRestoreTarget: 'name where to restore: "sandbox": "docker:NAME" in the body (an allowed one)',
-}
+    return error_data(error, "http")
 
 
 def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
@@ -241,9 +211,9 @@ def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
     return {
         "error": decision.explanation,
         "error_code": decision.code.lower() if decision.code else None,
-        "remedy": remedy(decision),
+        "remedy": error_table.render(remedy(decision), "http"),
         "rule": decision.rule,
-        "hint": remedy(decision),
+        "hint": error_table.render(remedy(decision), "http"),
         "also_needs_force": decision.also_needs_force,
         "keep_force": decision.keep_force,
         "keep_accept_scratch_loss": decision.keep_accept_scratch_loss,
@@ -254,7 +224,22 @@ def refusal_body(decision: ResumeDecision) -> dict[str, Any]:
 def _outcome_response(out: ResumeOutcome) -> JSONResponse:
     if out.decision.verdict is Verdict.REFUSE:
         return JSONResponse(refusal_body(out.decision), status_code=400 if out.decision.code else 503)
-    return JSONResponse(outcome_data(out), status_code=200 if out.proceeds else 409)
+    if out.proceeds:
+        return JSONResponse(outcome_data(out), status_code=200)
+    return JSONResponse(parked_body(out), status_code=409)
+
+
+def parked_body(out: ResumeOutcome) -> dict[str, Any]:
+    """A parked restore: the outcome, and what it met as ``{error, error_code, remedy}``."""
+    body = outcome_data(out)
+    failed = outcome_error(out)
+    if failed is not None:
+        return body | error_body(failed)
+    park = out.restore.park if out.restore is not None else None
+    reason = park.reason if park is not None else "the restore did not complete"
+    code = (park.code if park is not None and park.code else "restore_failed").lower()
+    hint = error_table.render(remedy(out.decision), "http") or "resume again; the restore is retried"
+    return body | {"error": cut(reason), "error_code": code, "remedy": hint}
 
 
 def _queued_response(out: Queued) -> JSONResponse:
@@ -267,7 +252,7 @@ def _sandbox(api: ApiSettings, spec: str | None) -> Sandbox | None:
     if spec is None:
         return None
     if not any(fnmatch.fnmatchcase(spec, pattern) for pattern in api.sandboxes):
-        raise errors.SandboxNotAllowed(f"sandbox {spec[:200]!r} is not among those this server allows")
+        raise errors.SandboxNotAllowed(f"sandbox {cut(spec, 200)!r} is not among those this server allows")
     return config.open_sandbox(spec, api.scratch)
 
 
@@ -289,8 +274,11 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return JSONResponse(error_body(errors.InvalidRequest(fields[:2000])), status_code=422)
+        fields = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {cut(str(e['msg']), 200)}" for e in error.errors()
+        )
+        named = errors.InvalidRequest(cut(fields, 2000))
+        return JSONResponse(error_body(named), status_code=status_of(named))
 
     @app.exception_handler(HTTPException)
     async def http(_: Request, error: HTTPException) -> JSONResponse:
@@ -308,7 +296,8 @@ def create_app(service: ScratchService, api: ApiSettings) -> ASGIApp:
     def status(run_id: str, force: bool = False, accept_scratch_loss: bool = False) -> Any:
         """What a resume with these consents would do (the same decision), and the store check."""
         request = ResumeRequest(consents=Consents(force=force, accept_scratch_loss=accept_scratch_loss))
-        return status_data(service.status(check_run_id(run_id), request))
+        report = service.status(check_run_id(run_id), request)
+        return status_data(report, queued=service.queue is not None, surface="http")
 
     @app.post(
         "/runs/{run_id}/resume",
@@ -344,7 +333,13 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "")
         if _host_name(host) not in self.api.hosts:
-            return await _send_error(send, errors.HostNotAllowed(f"Host {host[:100]!r} is not served here"))
+            return await _send_error(
+                send, errors.HostNotAllowed(f"Host {cut(host, 100)!r} is not served here")
+            )
+        origin = headers.get("origin")
+        if origin is not None and _origin_host(origin) not in self.api.hosts:
+            why = f"Origin {cut(origin, 100)!r} is not served here (a browser page of another site)"
+            return await _send_error(send, errors.HostNotAllowed(why))
         declared = headers.get("content-length", "0")
         body = (
             await self._body(receive) if declared.isdigit() and int(declared) <= self.api.max_body else None
@@ -363,6 +358,15 @@ class Guard:
             if len(body) > self.api.max_body:
                 return None
         return body
+
+
+def _origin_host(origin: str) -> str:
+    try:
+        parsed = config.urlparse(origin)
+    except errors.ConfigInvalid:
+        return ""
+    host = parsed.hostname or ""
+    return f"[{host}]" if ":" in host else host
 
 
 def _host_name(host: str) -> str:

@@ -95,12 +95,15 @@ class KubernetesSandbox(ScriptedSandbox):
         container: str | None = None,
         scratch: str = "/tmp/iterion-scratch",
         api_client: k8s.ApiClient | None = None,
+        request_seconds: float = 30.0,
     ) -> None:
         self.api_client = api_client or k8s.ApiClient()
         self.pod, self.namespace, self.container = pod, namespace, container
         self.admin_user = None
         try:
-            found = k8s.CoreV1Api(self.api_client).read_namespaced_pod(pod, namespace)
+            found = k8s.CoreV1Api(self.api_client).read_namespaced_pod(
+                pod, namespace, _request_timeout=request_seconds
+            )
         except ApiException as error:
             if error.status == 404:
                 raise SandboxGone(f"no pod {namespace}/{pod}") from None

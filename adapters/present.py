@@ -1,7 +1,13 @@
-"""Decisions as plain data and as text, the same for the CLI and the HTTP API."""
+"""Decisions as plain data and as text, the same for the CLI, the HTTP API and the MCP server.
+
+Every refusal line names its rule and says it in words (``R2: a node ran after the bank``,
+from the shipped rule reference); sizes are in human units with the exact bytes beside them
+where they matter; anything a caller typed is echoed cut (``cut``).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,21 +18,48 @@ from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
 from scratchbank.domain.remedy import remedy
-from scratchbank.domain.resume_gate import ResumeDecision
+from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, Verdict
 from scratchbank.domain.teardown import TeardownPlan
 
+from .error_table import Surface, remedy_for, render
+from .rules import title
+
 Where = Callable[[Evidence], str]
+
+#: Echoed input is cut past this many characters (a 10,000-character run id is not repeated).
+ECHO_LIMIT = 300
+
+
+def cut(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text``, or its head and how long it was when it is longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB' (binary units, one decimal; plain bytes under 1 KiB)."""
+    if n < 1024:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def _at(ev: Evidence) -> str:
     return f"record {ev.position + 1}"
 
 
-def decision_data(decision: ResumeDecision, where: Where = _at) -> dict[str, Any]:
-    """A resume decision as JSON-ready data (the hint from the one remedy function, C10)."""
+def decision_data(decision: ResumeDecision, where: Where = _at, surface: Surface = "cli") -> dict[str, Any]:
+    """A resume decision as JSON-ready data (the hint from the one remedy function, C10, in
+    the words of ``surface``)."""
     return {
         "verdict": decision.verdict.value,
         "rule": decision.rule,
+        "rule_says": title(decision.rule),
         "code": decision.code,
         "explanation": decision.explanation,
         "causes": [
@@ -43,7 +76,7 @@ def decision_data(decision: ResumeDecision, where: Where = _at) -> dict[str, Any
         "keep_accept_scratch_loss": decision.keep_accept_scratch_loss,
         "stale": decision.stale,
         "evidence": [f"{where(e)} {e.type}" for e in decision.evidence],
-        "hint": remedy(decision),
+        "hint": render(remedy(decision), surface),
     }
 
 
@@ -83,9 +116,9 @@ def decision_text(decision: ResumeDecision, where: Where = _at) -> list[str]:
     head = decision.verdict.value.upper().replace("_", " ")
     if decision.code:
         head += f" {decision.code}"
-    out = [f"resume: {head} ({decision.rule}): {decision.explanation}"]
+    out = [f"resume: {head} ({title(decision.rule)}): {decision.explanation}"]
     for cause in decision.causes:
-        out.append(f"  cause [{cause.rule}] {cause.detail}")
+        out.append(f"  cause [{title(cause.rule)}] {cause.detail}")
     if decision.evidence:
         out.append("  events: " + ", ".join(f"{where(e)} {e.type}" for e in decision.evidence))
     hint = remedy(decision)
@@ -106,7 +139,7 @@ def state_text(state: ScratchState, where: Where = _at) -> list[str]:
         out.append("bank: none")
     else:
         raced = f", raced: {', '.join(bank.record.raced)}" if bank.record.raced else ""
-        out.append(f"bank: {where(bank.evidence)}, {bank.record.bytes} bytes{raced}")
+        out.append(f"bank: {where(bank.evidence)}, {human_bytes(bank.record.bytes)}{raced}")
         if state.stale_writes:
             nodes = ", ".join(f"{w.node} ({where(w.evidence)})" for w in state.stale_writes)
             out.append(f"  stale because of: {nodes}")
@@ -124,6 +157,9 @@ def state_text(state: ScratchState, where: Where = _at) -> list[str]:
 def outcome_data(out: ResumeOutcome) -> dict[str, Any]:
     """A resume's outcome: the gate's decision, then what the restore did."""
     data: dict[str, Any] = {"proceeds": out.proceeds, "decision": decision_data(out.decision)}
+    failed = outcome_error(out)
+    if failed is not None:
+        data.update(error_data(failed))
     if out.restore is not None:
         r = out.restore
         data["restore"] = {
@@ -142,18 +178,46 @@ def outcome_text(out: ResumeOutcome) -> list[str]:
     r = out.restore
     if r is not None:
         if r.record.restored:
-            lines.append(f"restore: restored {r.record.bytes} bytes ({r.rule})")
+            lines.append(f"restore: restored {human_bytes(r.record.bytes)} ({title(r.rule)})")
         else:
-            lines.append(f"restore: failed ({r.rule}): {r.record.reason}")
+            lines.append(f"restore: failed ({title(r.rule)}): {r.record.reason}")
         if r.park is not None:
             lines.append(f"  parked {'with ' + r.park.code if r.park.code else 'without a code'}")
     lines.append("the run goes on" if out.proceeds else "the run does not go on")
     return lines
 
 
-def error_data(error: ScratchbankError) -> dict[str, Any]:
-    """A named error as data: the same three fields on every surface."""
-    return {"error": error.message, "error_code": error.code.lower(), "remedy": error.remedy}
+def error_data(error: ScratchbankError, surface: Surface = "cli") -> dict[str, Any]:
+    """A named error as data: the same three fields on every surface (the remedy in its words)."""
+    return {
+        "error": cut(error.message),
+        "error_code": error.code.lower(),
+        "remedy": remedy_for(error, surface),
+    }
+
+
+_NAMED = re.compile(r"^[a-z_]+: ([A-Z][A-Z_]+): (.*)$", re.DOTALL)
+
+
+def outcome_error(out: ResumeOutcome) -> ScratchbankError | None:
+    """The named failure a parked restore met (its record's reason says which), as an error."""
+    r = out.restore
+    if out.proceeds or r is None or r.park is None or r.park.code is not None:
+        return None
+    found = _NAMED.match(r.record.reason)
+    if found is None:
+        return None
+    code, message = found.groups()
+    for cls in error_classes():
+        if cls.code == code:
+            return cls(message)
+    return None
+
+
+def error_classes() -> list[type[ScratchbankError]]:
+    from .error_table import all_error_classes
+
+    return all_error_classes()
 
 
 def _age_text(seconds: float | None) -> str:
@@ -161,6 +225,30 @@ def _age_text(seconds: float | None) -> str:
         return "unknown (its record says not when)"
     s = max(0, int(seconds))
     return f"{s // 86400}d{s % 86400 // 3600:02d}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+
+
+def would_do(report: StatusReport) -> ResumeDecision | None:
+    """What a resume would really do when the gate says RESTORE but the store disagrees with
+    the record (X4: the bank is gone or is not the one recorded): None when the gate's word holds."""
+    a = report.assessment
+    if a.decision.verdict is not Verdict.RESTORE or report.store.verdict not in ("missing", "differs"):
+        return None
+    why = f"the bank is {report.store.verdict} in the store ({report.store.detail})"
+    if a.decision.consents.accept_scratch_loss:
+        return _evolve(a.decision, verdict=Verdict.GO_ON_WITHOUT, rule="X4", code=None, explanation=why)
+    return _evolve(a.decision, verdict=Verdict.REFUSE, rule="X4", code=SCRATCH_NOT_PORTABLE, explanation=why)
+
+
+def _evolve(decision: ResumeDecision, **changes: Any) -> ResumeDecision:
+    import attrs
+
+    return attrs.evolve(decision, **changes)
+
+
+def would_go_on(report: StatusReport) -> bool:
+    """Would a resume with the report's consents go on (restore, or resume without a bank)?"""
+    decision = would_do(report) or report.assessment.decision
+    return not decision.refused
 
 
 def store_data(check: StoreCheck) -> dict[str, Any]:
@@ -173,16 +261,20 @@ def store_data(check: StoreCheck) -> dict[str, Any]:
     }
 
 
-def status_data(report: StatusReport) -> dict[str, Any]:
-    """`status` as data: the state, the store check, the age and the one decision."""
+def status_data(report: StatusReport, *, queued: bool = False, surface: Surface = "cli") -> dict[str, Any]:
+    """`status` as data: the state, the store check, the age and the one decision; ``would``:
+    what a resume would really do when the store disagrees with the record (X4)."""
     a = report.assessment
+    would = would_do(report)
     return {
         "run": a.run_id,
         "state": state_data(a.state),
         "store": store_data(report.store),
         "age_seconds": report.age_seconds,
-        "resume": decision_data(a.decision),
-        "needs_target": a.needs_target,
+        "resume": decision_data(a.decision, surface=surface),
+        "would": None if would is None else decision_data(would, surface=surface),
+        "goes_on": would_go_on(report),
+        "needs_target": a.needs_target and not queued,
         "refusal": refusal_data(report.refusal),
         "unreferenced": unreferenced_data(report.unreferenced),
     }
@@ -240,22 +332,30 @@ def queued_text(out: Queued) -> list[str]:
     return [*lines, f"queued: attempt {out.attempt} (a runner carries it on; `status` shows a refusal)"]
 
 
-def status_text(report: StatusReport) -> list[str]:
+def status_text(report: StatusReport, *, queued: bool = False) -> list[str]:
     a = report.assessment
     lines = [f"run {a.run_id}", *state_text(a.state)]
     if a.state.bank is not None:
         check = report.store
         detail = f": {check.detail}" if check.detail else ""
-        size = f" ({check.stored.bytes} bytes)" if check.stored and check.verdict == "matches" else ""
+        size = f" ({human_bytes(check.stored.bytes)})" if check.stored and check.verdict == "matches" else ""
         lines.append(f"  in the store: {check.verdict}{size}{detail}")
         lines.append(f"  bank age: {_age_text(report.age_seconds)}")
-    lines += decision_text(a.decision)
+    would = would_do(report)
+    if would is None:
+        lines += decision_text(a.decision)
+    else:
+        lines.append(f"  the gate alone says: {a.decision.verdict.value.upper()} ({title(a.decision.rule)})")
+        lines += decision_text(would)
     if report.refusal is not None:
         r = report.refusal
         lines.append(f"  the runner refused attempt {r.attempt}: {r.code} ({r.rule})")
         lines.append(f"  hint: {r.hint}")
-    if a.needs_target:
-        lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
+    if a.needs_target and would is None:
+        if queued:
+            lines.append("  a resume is queued: the runner restores into the sandbox it starts")
+        else:
+            lines.append("  a resume restores into the sandbox it is given: --sandbox is required")
     loose = unreferenced_data(report.unreferenced)
     for o in loose["objects"] if loose else ():
         where = o["object"] or "(legacy key)"

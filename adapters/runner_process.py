@@ -1,15 +1,19 @@
-"""The runner as a process of its own: NATS JetStream deliveries and leases, a timeline
-by URL, banks on disk, local sandboxes and the reference engine, wired from arguments.
+"""The runner as a process of its own: NATS JetStream deliveries and leases, the timeline
+and bank store by URL, the sandbox provider and the reference engine, wired from the
+settings (``runner_settings``: the environment, as ``scratchbank serve`` reads it)::
 
-    python -m scratchbank.adapters.runner_process --nats nats://... \\
-        --timeline postgresql://... --banks DIR --sandboxes DIR --workflow FILE.json
+    SCRATCHBANK_QUEUE=nats://... SCRATCHBANK_TIMELINE=postgresql://... \\
+    SCRATCHBANK_BANK=s3://bucket/prefix SCRATCHBANK_WORKFLOW=FILE.json \\
+    SCRATCHBANK_SANDBOX_PROVIDER=kubernetes SCRATCHBANK_POD_TEMPLATE=pod.yaml \\
+        python -m scratchbank.adapters.runner_process
 
-Each delivery it handles is one JSON line on ``--log`` (or stdout). Every
-``--sweep-every`` seconds (0: never) it runs the orphan sweeper under the sweeper's
-lease (one sweeper at a time across runner processes): runs the timeline lists as
-queued and unclaimed past ``--sweep-cutoff`` (default: the lease arithmetic's, L4) are
-published again or parked, each with its record; each sweep is a JSON line too.
-(Fault tests hold its bank store from outside: ``tests/held_runner.py``.)
+The flags, when given, win over the environment. Each delivery it handles is one JSON
+line on ``--log`` (or stdout). Every ``--sweep-every`` seconds (0: never) it runs the
+orphan sweeper under the sweeper's lease (one sweeper at a time across runner
+processes): runs the timeline lists as queued and unclaimed past ``--sweep-cutoff``
+(default: the lease arithmetic's, L4) are published again or parked, each with its
+record; each sweep is a JSON line too. (Fault tests hold its bank store from outside:
+``tests/held_runner.py``.)
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -28,13 +33,14 @@ from scratchbank.application.ports import BankStore
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
 from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.teardown import Budgets
+from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
 
+from .config import open_bank_store, open_timeline, redact
 from .event_store import EventStoreTimeline
-from .fs_bank import FilesystemBankStore
 from .nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
 from .reference_engine import Node, ReferenceEngine
-from .sandbox_provider import LocalSandboxProvider
+from .runner_settings import RunnerConfig, open_provider, runner_config
 
 
 class Log:
@@ -62,45 +68,68 @@ def load_workflow(path: Path) -> tuple[Node, ...]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """Flags over the environment (runner_settings); none is needed when the environment has all."""
     p = argparse.ArgumentParser(prog="scratchbank-runner")
-    p.add_argument("--nats", required=True)
-    p.add_argument("--namespace", default="sb")
-    p.add_argument("--timeline", required=True)
-    p.add_argument("--banks", required=True, type=Path)
-    p.add_argument("--sandboxes", required=True, type=Path)
-    p.add_argument("--workflow", required=True, type=Path)
-    p.add_argument("--holder", default="runner")
-    p.add_argument("--interval", type=float, default=30.0)
-    p.add_argument("--lapse", type=float, default=60.0)
-    p.add_argument("--ack-wait", type=float, default=240.0)
-    p.add_argument("--sweep-every", type=float, default=60.0)
-    p.add_argument("--sweep-cutoff", type=float, default=None)
-    p.add_argument("--log", type=Path)
+    p.add_argument("--nats", help="SCRATCHBANK_QUEUE")
+    p.add_argument("--namespace", help="SCRATCHBANK_QUEUE_NAMESPACE")
+    p.add_argument("--timeline", help="SCRATCHBANK_TIMELINE")
+    p.add_argument("--bank", help="SCRATCHBANK_BANK (file:///DIR or s3://BUCKET/PREFIX)")
+    p.add_argument("--banks", type=Path, help="a folder: the same as --bank file:///DIR")
+    p.add_argument("--sandboxes", type=Path, help="SCRATCHBANK_SANDBOXES")
+    p.add_argument("--workflow", type=Path, help="SCRATCHBANK_WORKFLOW")
+    p.add_argument("--holder", help="SCRATCHBANK_RUNNER_NAME")
+    p.add_argument("--interval", type=float, help="SCRATCHBANK_LEASE_INTERVAL")
+    p.add_argument("--lapse", type=float, help="SCRATCHBANK_LEASE_LAPSE")
+    p.add_argument("--ack-wait", type=float, help="SCRATCHBANK_ACK_WAIT")
+    p.add_argument("--sweep-every", type=float, help="SCRATCHBANK_SWEEP_EVERY (0: never)")
+    p.add_argument("--sweep-cutoff", type=float, help="SCRATCHBANK_SWEEP_CUTOFF")
+    p.add_argument("--log", type=Path, help="SCRATCHBANK_RUNNER_LOG")
     return p.parse_args(argv)
 
 
-def build(args: argparse.Namespace, log: Log) -> tuple[Runner, NatsConnection, EventStoreTimeline]:
-    conn = NatsConnection(args.nats, name=args.holder)
-    queue = NatsDeliveryQueue(conn, ack_wait=args.ack_wait, namespace=args.namespace)
-    lease = NatsKvLease(conn, lapse=args.lapse, namespace=args.namespace)
-    timeline = EventStoreTimeline(args.timeline)
-    store: BankStore = FilesystemBankStore(args.banks)
-    timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
+def configure(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> RunnerConfig:
+    bank = args.bank or (f"file://{args.banks.resolve()}" if args.banks else None)
+    return runner_config(
+        env,
+        queue=args.nats,
+        namespace=args.namespace,
+        timeline=args.timeline,
+        bank=bank,
+        sandboxes=args.sandboxes,
+        workflow=args.workflow,
+        holder=args.holder,
+        interval=args.interval,
+        lapse=args.lapse,
+        ack_wait=args.ack_wait,
+        sweep_every=args.sweep_every,
+        sweep_cutoff=args.sweep_cutoff,
+        log=args.log,
+    )
+
+
+def build(cfg: RunnerConfig) -> tuple[Runner, NatsConnection, EventStoreTimeline]:
+    conn = NatsConnection(cfg.queue_url, name=cfg.holder)
+    queue = NatsDeliveryQueue(conn, ack_wait=cfg.ack_wait, namespace=cfg.queue_namespace)
+    lease = NatsKvLease(conn, lapse=cfg.lapse, namespace=cfg.queue_namespace)
+    timeline = open_timeline(cfg.settings.timeline_url, create=True)
+    assert isinstance(timeline, EventStoreTimeline)  # its outbox serves the sweeper
+    store: BankStore = open_bank_store(cfg.settings.bank_url)
+    timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
-    settings = RunnerSettings(args.holder, timing=timing, teardown=teardown)
-    engine = ReferenceEngine(load_workflow(args.workflow), timeline)
-    provider = LocalSandboxProvider(args.sandboxes)
+    settings = RunnerSettings(cfg.holder, timing=timing, teardown=teardown)
+    engine = ReferenceEngine(load_workflow(cfg.workflow), timeline)
+    provider = open_provider(cfg)
     return Runner(queue, lease, timeline, store, provider, engine, settings), conn, timeline
 
 
 def build_sweeper(
-    args: argparse.Namespace, queue: DeliveryQueue, conn: NatsConnection, timeline: EventStoreTimeline
+    cfg: RunnerConfig, queue: DeliveryQueue, conn: NatsConnection, timeline: EventStoreTimeline
 ) -> Sweeper:
     """The orphan sweeper on this process's queue, its own lease bucket and the timeline's outbox."""
-    lease = NatsKvLease(conn, lapse=args.lapse, bucket=f"{args.namespace}_sweeper")
-    timing = LeaseTiming(interval=args.interval, lapse=args.lapse, ack_wait=args.ack_wait)
-    cutoff = sweeper_cutoff(HoldBudgets(), timing) if args.sweep_cutoff is None else args.sweep_cutoff
-    return Sweeper(lease, timeline, timeline, queue, args.holder, cutoff)
+    lease = NatsKvLease(conn, lapse=cfg.lapse, bucket=f"{cfg.queue_namespace}_sweeper")
+    timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
+    cutoff = sweeper_cutoff(HoldBudgets(), timing) if cfg.sweep_cutoff is None else cfg.sweep_cutoff
+    return Sweeper(lease, timeline, timeline, queue, cfg.holder, cutoff)
 
 
 def sweep_on_schedule(sweeper: Sweeper, every: float, stop: threading.Event, log: Log) -> None:
@@ -132,17 +161,22 @@ def _said(log: Log, handling: Handling) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    out = open(args.log, "a") if args.log else sys.stdout  # noqa: SIM115 - for the process's life
+    try:
+        cfg = configure(args)
+    except ScratchbankError as error:  # a bad setting: named, no traceback
+        print(f"error: {redact(str(error))}", file=sys.stderr)
+        return 2
+    out = open(cfg.log, "a") if cfg.log else sys.stdout  # noqa: SIM115 - for the process's life
     log = Log(out)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    runner, conn, timeline = build(args, log)
-    if args.sweep_every > 0:
-        sweeper = build_sweeper(args, runner.queue, conn, timeline)
+    runner, conn, timeline = build(cfg)
+    if cfg.sweep_every > 0:
+        sweeper = build_sweeper(cfg, runner.queue, conn, timeline)
         threading.Thread(
-            target=sweep_on_schedule, args=(sweeper, args.sweep_every, stop, log), name="sweeper", daemon=True
+            target=sweep_on_schedule, args=(sweeper, cfg.sweep_every, stop, log), name="sweeper", daemon=True
         ).start()
-    log.say(event="ready", holder=args.holder)
+    log.say(event="ready", holder=cfg.holder, provider=cfg.provider)
     while not stop.is_set():
         try:
             handling = runner.run_once(0.5)

@@ -2,7 +2,10 @@
 
 ``LocalSandboxProvider`` (the embedded default: a directory and a PID namespace of
 its own) and ``ContainerSandboxProvider`` (Docker, or Podman over its API socket:
-a container from an image, no network, the scratch inside it).
+a container from an image, no network, the scratch inside it). Pods on Kubernetes:
+``k8s_provider.KubernetesSandboxProvider`` (imported only when named: it needs the
+``kubernetes`` client). ``runner_settings.open_provider`` opens the one the settings name
+(SCRATCHBANK_SANDBOX_PROVIDER: one of ``KINDS``).
 """
 
 from __future__ import annotations
@@ -14,17 +17,20 @@ import signal
 import uuid
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from scratchbank.application.ports import Sandbox
 from scratchbank.domain.errors import ExecFailed, SandboxGone
 from scratchbank.domain.runs import check_run_id
 
-from .docker_sandbox import DockerSandbox
 from .local_sandbox import LocalSandbox
 
 OWNER = "owner.json"
+#: The providers, by the name SCRATCHBANK_SANDBOX_PROVIDER gives them.
+KINDS = {
+    "local": "scratchbank.adapters.sandbox_provider:LocalSandboxProvider",
+    "docker": "scratchbank.adapters.sandbox_provider:ContainerSandboxProvider",
+    "podman": "scratchbank.adapters.sandbox_provider:ContainerSandboxProvider",
+    "kubernetes": "scratchbank.adapters.k8s_provider:KubernetesSandboxProvider",
+}
 LABEL = "scratchbank.run"
 
 
@@ -46,7 +52,7 @@ class LocalSandboxProvider:
         self.base = base
         self.started: list[LocalSandbox] = []
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         root = self.base / f"{check_run_id(run_id)}-{uuid.uuid4().hex[:8]}"
         sandbox = LocalSandbox(root)
         init = sandbox._init.pid if sandbox._init is not None else None
@@ -79,11 +85,20 @@ class ContainerSandboxProvider:
     """Docker (or Podman, ``podman=True``) containers from ``image``, scratch at ``scratch``."""
 
     def __init__(self, base_url: str, image: str, *, scratch: str, podman: bool = False) -> None:
+        from .config import require_extra
+
+        require_extra("docker")  # the [docker] extra: imported here, never by the local provider
+        import docker
+
         self.client = docker.DockerClient(base_url=base_url, timeout=120)
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         name = f"sb-run-{check_run_id(run_id)[:40]}-{uuid.uuid4().hex[:8]}"
         try:
             box = self.client.containers.run(
@@ -92,7 +107,7 @@ class ContainerSandboxProvider:
                 detach=True,
                 network_mode="none",
                 name=name,
-                labels={LABEL: run_id},
+                labels={LABEL: run_id, **({f"{LABEL}.attempt": attempt} if attempt else {})},
             )
         except docker.errors.DockerException as error:
             raise ExecFailed(f"cannot start a sandbox from {self.image}: {error}") from error
@@ -101,6 +116,10 @@ class ContainerSandboxProvider:
 
     def orphans(self, run_id: str) -> list[Sandbox]:
         """The run's containers another runner started (by label), still there."""
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         try:
             boxes = self.client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
         except docker.errors.DockerException as error:
@@ -114,6 +133,10 @@ class ContainerSandboxProvider:
         return found
 
     def stop(self, sandbox: Sandbox) -> None:
+        import docker.errors
+
+        from .docker_sandbox import DockerSandbox
+
         if not isinstance(sandbox, DockerSandbox):
             raise TypeError(f"not a container sandbox: {sandbox!r}")
         try:

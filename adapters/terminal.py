@@ -36,7 +36,17 @@ class StageProgress:
             # a terminal that reports a 0x0 window (a bare pty) would hide every bar: 80x24 then
             size = shutil.get_terminal_size()
             shape = {"ncols": size.columns, "nrows": size.lines}
-            bar = tqdm(total=total, desc=stage, unit="B", unit_scale=True, file=self.stream, **shape)
+            # binary units, and no rate: the first update of a fast stage read "298GB/s"
+            bar = tqdm(
+                total=total,
+                desc=stage,
+                unit="iB",
+                unit_scale=True,
+                unit_divisor=1024,
+                file=self.stream,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]",
+                **shape,
+            )
             self._bars[stage] = bar
         return self._bars[stage]
 
@@ -45,7 +55,9 @@ class StageProgress:
         if stage in self._bars:
             self._bars.pop(stage).close()
         else:
-            print(f"  {stage}: {total / 1e6:.1f} MB", file=self.stream, flush=True)
+            from .present import human_bytes
+
+            print(f"  {stage}: {human_bytes(total)}", file=self.stream, flush=True)
 
     def close(self) -> None:
         for bar in self._bars.values():

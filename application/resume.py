@@ -193,6 +193,8 @@ def resume(
         return ResumeOutcome(decision, claim=claim)
     tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
+    if request.checkpoint is not None:  # ADR 0013: the restored scratch is now this checkpoint's
+        outcome = attrs.evolve(outcome, record=attrs.evolve(outcome.record, checkpoint=request.checkpoint))
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
 
 

@@ -284,7 +284,7 @@ class Runner:
     ) -> Handling:
         """A new sandbox; the resume (restore); the engine; the teardown's bank; torn down."""
         d = inbound.delivery
-        sandbox = self.sandboxes.start(d.run_id)
+        sandbox = self.sandboxes.start(d.run_id, attempt=d.attempt)  # the pod is labelled with both
         report: TeardownReport | None = None
         try:
             stopped = self._resume(inbound, fenced, store, request, sandbox, keeper)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import AttemptReused, BankReadFailed, RunNotFound
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import Reconciliation
@@ -300,8 +301,10 @@ class ScratchService:
         *,
         run_finished: bool,
         budgets: teardown_use_case.Budgets = teardown_use_case.Budgets(),
+        checkpoint: Checkpoint | None = None,
     ) -> teardown_use_case.TeardownReport:
-        """Bank (or drop) the scratch of a sandbox being torn down (T1-T20)."""
+        """Bank (or drop) the scratch of a sandbox being torn down (T1-T20), stamped with
+        the checkpoint the run stands at when the engine hands one (ADR 0013)."""
         report = teardown_use_case.bank_at_teardown(
             run_id,
             timeline=self.timeline,
@@ -310,6 +313,7 @@ class ScratchService:
             run_finished=run_finished,
             budgets=budgets,
             clock=self.clock,
+            checkpoint=checkpoint,
         )
         log.info("run %s: teardown %s", run_id, report.plan.action.value)
         return report

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import (
     ArchiveFailed,
     BankWriteFailed,
@@ -192,10 +193,12 @@ def bank_at_teardown(
     budgets: Budgets = Budgets(),
     clock: Clock | None = None,
     cancel: Cancel | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> TeardownReport:
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
     ``cancel``: the run context the lease keeper cuts (L5; module docstring).
+    ``checkpoint``: the checkpoint the run stands at, stamped on the record (ADR 0013).
     """
     clock = clock or SystemClock()
     notes: list[str] = []
@@ -206,7 +209,7 @@ def bank_at_teardown(
     if cancel is not None and cancel.is_set():
         return _cut(plan, cancel.why or "the run context was cancelled", notes)
     if plan.action is TeardownAction.DROP:
-        record = attrs.evolve(finished_record(), at=clock.now())
+        record = attrs.evolve(finished_record(), at=clock.now(), checkpoint=checkpoint)
         written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
         _prune_after(store, timeline, written, clock, notes, cancel)  # T5 under A17: record first
         return TeardownReport(plan, record, written.recorded, notes=tuple(notes), superseded=written.lost)
@@ -232,7 +235,7 @@ def bank_at_teardown(
     if run.cut() and not run.stored:
         return _cut(plan, run.cut(), notes, tuple(tries), run)
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
-    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now())
+    record = attrs.evolve(teardown_record(best, quiesce), at=clock.now(), checkpoint=checkpoint)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished)
     _prune_after(store, timeline, written, clock, notes, cancel)  # T4 under A17: record first
     return TeardownReport(

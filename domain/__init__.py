@@ -5,6 +5,7 @@ anything outside an allow-list of pure modules.
 """
 
 from .adoption import AdoptionDecision, ChildNode, decide_adoption
+from .checkpoints import Checkpoint
 from .consent import Consents, Delivery, DeliveryVerdict, judge_delivery
 from .errors import ScratchbankError, TimelineConflict, TimelineUnreadable
 from .fold import Bank, Evidence, ScratchState, fold, step
@@ -64,6 +65,7 @@ __all__ = [
     "Bank",
     "Cause",
     "CauseKind",
+    "Checkpoint",
     "ChildNode",
     "Consents",
     "Delivery",

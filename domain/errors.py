@@ -26,6 +26,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── DestinationRefused        code DESTINATION_REFUSED   (X6: the host directory cannot take it)
     │   └── NoSpaceAtDestination  code NO_SPACE_AT_DESTINATION (X6: less free space than declared)
     ├── InvalidRunId              code INVALID_RUN_ID
+    ├── InvalidCheckpoint         code INVALID_CHECKPOINT    (ADR 0013: a stamp with no lineage)
     ├── RunNotFound               code RUN_NOT_FOUND         (the timeline has never seen the run)
     ├── NoRestoreTarget           code NO_RESTORE_TARGET     (A15: a restore needs a sandbox or a host dir)
     ├── ResumeSuperseded          code RESUME_SUPERSEDED     (C6/C7: another resume or attempt has the run)
@@ -120,6 +121,18 @@ class InvalidRunId(ScratchbankError):
 
     code = "INVALID_RUN_ID"
     remedy = "use the run id the engine assigned: letters, digits, '.', '_' and '-' only"
+
+
+class InvalidCheckpoint(ScratchbankError):
+    """An engine handed a checkpoint stamp that names no lineage (ADR 0013).
+
+    Raised when: a ``Checkpoint`` is built from an empty lineage or one holding an empty
+    or non-string id. Not raised for: a checkpoint read from the wire (that is
+    TimelineUnreadable, A6).
+    """
+
+    code = "INVALID_CHECKPOINT"
+    remedy = "hand the run's checkpoint ids from its start, oldest first, none of them empty"
 
 
 class BankError(ScratchbankError):
@@ -321,6 +334,51 @@ class OutputOverBound(StreamBroken):
     )
 
 
+class SandboxNotStarted(SandboxError):
+    """A fresh sandbox for a run did not come up (a pod that never ran its container).
+
+    Raised when: a provider's start gives up; the attempt's runner redelivers (X5).
+    Nothing was claimed in the sandbox: its subclasses say why by name."""
+
+    code = "SANDBOX_NOT_STARTED"
+    remedy = "check the sandbox platform (the message names the reason); the runner redelivers"
+
+
+class PodImagePull(SandboxNotStarted):
+    """The pod's image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+
+    code = "POD_IMAGE_PULL"
+    remedy = "fix the pod template's image or its pull secret; the runner redelivers"
+
+
+class PodUnschedulable(SandboxNotStarted):
+    """No node can take the pod (PodScheduled False, reason Unschedulable)."""
+
+    code = "POD_UNSCHEDULABLE"
+    remedy = "lower the pod template's requests or its node selector, or add nodes"
+
+
+class PodEvicted(SandboxNotStarted):
+    """The node evicted the pod (phase Failed, reason Evicted), or it failed before running."""
+
+    code = "POD_EVICTED"
+    remedy = "give the pod template's node more room; the runner redelivers"
+
+
+class PodDeleted(SandboxNotStarted):
+    """The pod was deleted by someone else while it was starting."""
+
+    code = "POD_DELETED"
+    remedy = "find out who deletes the runner's pods (an operator, a controller); the runner redelivers"
+
+
+class PodStartTimeout(SandboxNotStarted):
+    """The pod's container was not running within the start deadline."""
+
+    code = "POD_START_TIMEOUT"
+    remedy = "raise SCRATCHBANK_POD_START_SECONDS or check the cluster's events; the runner redelivers"
+
+
 class RunNotFound(ScratchbankError):
     """The timeline holds no record of this run.
 
@@ -439,7 +497,7 @@ class SandboxNotAllowed(SurfaceError):
     """
 
     code = "SANDBOX_NOT_ALLOWED"
-    remedy = "name a sandbox the server allows (GET /config lists the patterns), or ask its operator"
+    remedy = "name a sandbox the server's operator allows (--allow-sandbox / SCRATCHBANK_API_SANDBOXES)"
 
 
 class HostNotAllowed(SurfaceError):

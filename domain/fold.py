@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .checkpoints import Checkpoint
 from .kinds import NO_WORKFLOW, Workflow, kind_writes_scratch
 from .records import (
     AttemptClaimed,
@@ -61,6 +62,9 @@ class Bank:
     evidence: Evidence
     record: ScratchBanked
     current_since: int
+    #: the checkpoint this bank is the scratch of (ADR 0013): its record's stamp, or the
+    #: checkpoint a later restore named; None: unstamped, the events decide (K5)
+    checkpoint: Checkpoint | None = None
 
 
 @attrs.frozen
@@ -169,7 +173,7 @@ def _clear_bank(state: ScratchState, **changes: Any) -> ScratchState:
 def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> ScratchState:
     state = attrs.evolve(state, last_teardown=ev, banking_ended=ev)
     if rec.banked:
-        bank = Bank(ev, rec, ev.position)
+        bank = Bank(ev, rec, ev.position, rec.checkpoint)
         return _clear_bank(state, bank=bank, forsaken=None, host_backed=None)
     if rec.empty or rec.finished:
         return _clear_bank(state, host_backed=None)
@@ -187,11 +191,20 @@ def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> Scr
     if rec.restored:
         if state.bank is None:
             return state
-        bank = attrs.evolve(state.bank, current_since=ev.position)  # A2
+        stamp = _restamp(state.bank.checkpoint, rec)
+        bank = attrs.evolve(state.bank, current_since=ev.position, checkpoint=stamp)  # A2
         return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
     if rec.accepted:
         return _clear_bank(state, forsaken=ev)  # R7, R13, A3
     return attrs.evolve(state, hold=ev)  # X3: a failed restore holds the bank
+
+
+def _restamp(stamp: Checkpoint | None, rec: ScratchRestored) -> Checkpoint | None:
+    """ADR 0013: a restore that names its checkpoint makes the scratch that checkpoint's; one
+    that names none keeps an exact bank's stamp and drops a stale one's (the events decide)."""
+    if rec.checkpoint is not None:
+        return rec.checkpoint
+    return None if rec.stale else stamp
 
 
 def _on_finished(state: ScratchState, ev: Evidence, rec: NodeFinished, wf: Workflow) -> ScratchState:

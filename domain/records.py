@@ -20,8 +20,11 @@ from typing import Any, ClassVar
 
 import attrs
 
+from .checkpoints import Checkpoint
+
 # Field kinds the codec understands. "?" marks a field that may be absent or null.
 BOOL, INT, STR, STRS, STATUS, TIME = "bool", "int", "str", "strs", "status", "time"
+CHECKPOINT = "checkpoint"  # a Checkpoint: on the wire, its lineage as a list of ids (ADR 0013)
 
 
 def wire(
@@ -119,7 +122,8 @@ class ScratchBanked(Record):
 
     WIRE = "sandbox_scratch_banked"
     #: v2 (ADR 0006): ``object`` names the bank object; v1 records read as naming the legacy key
-    VERSION = 2
+    #: v3 (ADR 0013): ``checkpoint`` stamps where the run stood; older records carry none
+    VERSION = 3
     banked: bool = wire(BOOL)
     empty: bool = wire(BOOL)
     unknown: bool = wire(BOOL)
@@ -137,6 +141,8 @@ class ScratchBanked(Record):
     #: the bank object this record names (A17, ADR 0006): ``banks/<sha256>.tgz`` beneath
     #: the run; None on a record written before objects had names (v1): the legacy key
     object: str | None = wire(STR, required=False)
+    #: the checkpoint the run stood at when it banked (ADR 0013, K1-K5); None: unstamped
+    checkpoint: Checkpoint | None = wire(CHECKPOINT, required=False)
 
     def outcomes(self) -> int:
         """How many of the exclusive outcomes this record claims (valid: 0 or 1)."""
@@ -153,6 +159,8 @@ class ScratchRestored(Record):
     """What one resume did about the bank (X1, R13, X6)."""
 
     WIRE = "sandbox_scratch_restored"
+    #: v2 (ADR 0013): ``checkpoint`` names the checkpoint the resume restored for
+    VERSION = 2
     restored: bool = wire(BOOL)
     stale: bool = wire(BOOL)
     accepted: bool = wire(BOOL)
@@ -160,6 +168,8 @@ class ScratchRestored(Record):
     reason: str = wire(STR, required=False, default="")
     host_backed: bool = wire(BOOL, required=False, default=False)
     raced: tuple[str, ...] = wire(STRS, required=False, default=())
+    #: the checkpoint the resume ran from (ADR 0013): the restored scratch is now its
+    checkpoint: Checkpoint | None = wire(CHECKPOINT, required=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from .checkpoints import Checkpoint, Position, compare
 from .consent import Consents
 from .fold import Bank, Evidence, ScratchState
 from .records import Record, ScratchForsaken, ScratchRestored
@@ -69,6 +70,8 @@ class ResumeRequest:
     source_changed: bool = False
     artifact_contract_changed: bool = False
     where: Where = Where.ENGINE
+    #: the checkpoint the engine resumes from (ADR 0013); None: the events decide (K5)
+    checkpoint: Checkpoint | None = None
 
 
 @attrs.frozen
@@ -113,7 +116,27 @@ class ResumeDecision:
         return self.verdict is Verdict.REFUSE
 
 
-def _scratch_causes(state: ScratchState) -> list[Cause]:
+def stamped_position(state: ScratchState, request: ResumeRequest) -> Position | None:
+    """Where the resume's checkpoint stands against its bank's (K1-K4), or None when
+    either carries no stamp and the events decide as before (K5)."""
+    bank = state.bank
+    if bank is None or bank.checkpoint is None or request.checkpoint is None:
+        return None
+    return compare(bank.checkpoint, request.checkpoint)
+
+
+def _stamped_stale(state: ScratchState, request: ResumeRequest, position: Position) -> Cause:
+    """K1, K2: the resume's checkpoint holds writes its bank lacks, whatever events say."""
+    bank = state.bank
+    assert bank is not None  # stamped_position found one
+    detail = (
+        f"the run resumes from {request.checkpoint}, {position.value} of its bank's "
+        f"{bank.checkpoint}: nodes wrote the scratch after the bank; restoring would revert them"
+    )
+    return Cause(CauseKind.SCRATCH_STALE, position.rule, detail, (bank.evidence,))
+
+
+def _scratch_causes(state: ScratchState, request: ResumeRequest, position: Position | None) -> list[Cause]:
     causes: list[Cause] = []
     child = state.lone_child
     if child is not None:
@@ -124,6 +147,9 @@ def _scratch_causes(state: ScratchState) -> list[Cause]:
     if state.unbanked is not None:
         detail = f"the last teardown could not bank a non-empty scratch ({state.unbanked_reason})"
         causes.append(Cause(CauseKind.SCRATCH_UNBANKED, "R1", detail, (state.unbanked,)))
+    elif position is not None:
+        if position.stale:
+            causes.append(_stamped_stale(state, request, position))
     elif state.bank is not None and state.stale_writes:
         nodes = ", ".join(dict.fromkeys(w.node for w in state.stale_writes))
         detail = f"node(s) {nodes} finished in the sandbox after the bank; restoring would revert them"
@@ -181,7 +207,18 @@ def _decision(
     )
 
 
-def _proceed(state: ScratchState, consents: Consents, causes: list[Cause]) -> ResumeDecision:
+_STAMPED_WHY = {
+    Position.EXACT: "restores the bank: it is exactly the scratch of the checkpoint the run resumes from",
+    Position.BEHIND: (
+        "restores the bank of a later checkpoint: the run rewound to before it, and replays "
+        "on a scratch that holds every write of its checkpoint and more"
+    ),
+}
+
+
+def _proceed(
+    state: ScratchState, consents: Consents, causes: list[Cause], position: Position | None = None
+) -> ResumeDecision:
     go = functools.partial(_decision, causes=causes, consents=consents)
     if state.lone_child is not None:
         forsake = ScratchForsaken(forced=consents.force, accepted=consents.accept_scratch_loss)
@@ -195,8 +232,11 @@ def _proceed(state: ScratchState, consents: Consents, causes: list[Cause]) -> Re
         rec = ScratchRestored(restored=False, stale=False, accepted=True, reason=reason)
         why = "resumes as it stands, without the scratch its teardown could not bank"
         return go(Verdict.GO_ON_WITHOUT, "R13", why, also=state.unbanked, records=(rec,))
+    if state.bank is not None and position is not None and not position.stale:
+        why = _STAMPED_WHY[position]
+        return go(Verdict.RESTORE, position.rule, why, also=state.bank.evidence, bank=state.bank)
     if state.bank is not None:
-        stale = bool(state.stale_writes)
+        stale = bool(state.stale_writes) if position is None else position.stale
         rule, why = (
             ("R7", "restores the stale bank, its loss accepted")
             if stale
@@ -226,13 +266,14 @@ def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision
     if request.where is Where.SURFACE and state.may_still_be_banking and not about_to_refuse:
         why = "the latest execution wrote no teardown record yet; the engine decides"
         return ResumeDecision(Verdict.DEFER_TO_ENGINE, "R10", why, consents=consents)
-    scratch_causes = _scratch_causes(state)
+    position = stamped_position(state, request)
+    scratch_causes = _scratch_causes(state, request, position)
     causes = scratch_causes + force_causes
     if scratch_causes and not consents.accept_scratch_loss:
         return _refuse(SCRATCH_NOT_PORTABLE, causes, consents, scratch_causes[0])
     if force_causes and not consents.force:
         return _refuse(RESUME_INVALID, causes, consents, force_causes[0])
-    return _proceed(state, consents, causes)
+    return _proceed(state, consents, causes, position)
 
 
 def refuse_unreadable(reason: str) -> ResumeDecision:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checkpoints import Checkpoint
 from .fold import Adoption, Bank, Evidence, ScratchState, StaleWrite
 from .records import AttemptQueued, RunStatus, ScratchBanked
 from .wire import decode, encode
@@ -23,13 +24,20 @@ def _unev(data: Any) -> Evidence | None:
     return None if data is None else Evidence(int(data[0]), str(data[1]))
 
 
+def _stamp(bank: Bank) -> list[str] | None:
+    """ADR 0013: the bank's current stamp (a snapshot without it reads its record's)."""
+    return None if bank.checkpoint is None else list(bank.checkpoint.lineage)
+
+
 def state_to_data(state: ScratchState) -> dict[str, Any]:
     bank = state.bank
     adoption = state.adoption
     return {
         "v": SNAPSHOT_VERSION,
         "records": state.records,
-        "bank": None if bank is None else [_ev(bank.evidence), encode(bank.record), bank.current_since],
+        "bank": None
+        if bank is None
+        else [_ev(bank.evidence), encode(bank.record), bank.current_since, _stamp(bank)],
         "stale_writes": [[_ev(w.evidence), w.node, w.on_cycle] for w in state.stale_writes],
         "unbanked": _ev(state.unbanked),
         "unbanked_reason": state.unbanked_reason,
@@ -56,11 +64,12 @@ def state_from_data(data: Any) -> ScratchState | None:
             return None
         bank = None
         if data["bank"] is not None:
-            ev, record, since = data["bank"]
+            ev, record, since, *stamp = data["bank"]
             rec = decode(record)
             if not isinstance(rec, ScratchBanked):
                 return None
-            bank = Bank(_unev(ev), rec, int(since))  # type: ignore[arg-type]
+            checkpoint = rec.checkpoint if not stamp else None if stamp[0] is None else Checkpoint(stamp[0])
+            bank = Bank(_unev(ev), rec, int(since), checkpoint)  # type: ignore[arg-type]
         queued = None
         if data["queued_attempt"] is not None:
             rec2 = decode(data["queued_attempt"])

@@ -17,9 +17,11 @@ from typing import Any
 
 import attrs
 
+from .checkpoints import Checkpoint
 from .errors import TimelineUnreadable
 from .records import (
     BOOL,
+    CHECKPOINT,
     INT,
     KNOWN_RECORDS,
     STATUS,
@@ -38,6 +40,9 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     # ADR 0006: a v1 teardown record names no object; it reads as naming the legacy key.
     ("sandbox_scratch_banked", 1): lambda data: data,
+    # ADR 0013: records before v3 (banked) and v2 (restored) carry no checkpoint stamp.
+    ("sandbox_scratch_banked", 2): lambda data: data,
+    ("sandbox_scratch_restored", 1): lambda data: data,
 }
 
 _BY_WIRE: dict[str, type[Record]] = {cls.WIRE: cls for cls in KNOWN_RECORDS}
@@ -73,6 +78,14 @@ def _read_value(kind: str, value: Any, name: str, pos: int | None) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise bad("a list of strings")
         return tuple(value)
+    if kind == CHECKPOINT:
+        if (
+            not isinstance(value, list | tuple)
+            or not value
+            or not all(isinstance(v, str) and v for v in value)
+        ):
+            raise bad("a checkpoint (a non-empty list of non-empty ids)")
+        return Checkpoint(tuple(value))
     if kind == STATUS:
         try:
             return RunStatus(value)
@@ -191,6 +204,8 @@ def encode(record: Record) -> dict[str, Any]:
             value = value.value
         elif isinstance(value, tuple):
             value = list(value)
+        elif isinstance(value, Checkpoint):
+            value = list(value.lineage)
         out[_wire_name(field)] = value
     return out
 

@@ -50,11 +50,13 @@ sb_busybox_rootfs() {
 }
 
 sb_gnu_rootfs() {
+    # one debootstrap for the GNU test image and the product image's base (scripts/image.sh)
     [ -s "$SB_CACHE/gnu-rootfs.tar" ] && return 0
     local dir="$SB_STATE/gnu-rootfs"
     rm -rf "$dir"
-    debootstrap --variant=minbase --include=procps bookworm "$dir" >"$SB_STATE/debootstrap.log" 2>&1 \
+    debootstrap --variant=minbase --include=procps,python3,python3-venv,ca-certificates bookworm "$dir" >"$SB_STATE/debootstrap.log" 2>&1 \
         || { sb_fail "debootstrap failed (see $SB_STATE/debootstrap.log)"; return 1; }
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
     tar -C "$dir" -c . >"$SB_CACHE/gnu-rootfs.tar.part" && mv "$SB_CACHE/gnu-rootfs.tar.part" "$SB_CACHE/gnu-rootfs.tar"
     rm -rf "$dir"
 }

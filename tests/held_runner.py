@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scratchbank.adapters import runner_process
+from scratchbank.adapters.config import bank_folder
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.application.ports import StoredBank
 from scratchbank.application.retry import Deadline
@@ -88,10 +89,12 @@ def main() -> int:
     if held.log is not None:
         rest += ["--log", str(held.log)]
 
-    def store(path: Path) -> HeldBankStore:
-        return HeldBankStore(FilesystemBankStore(path), held.log, put=held.slow_put, fetch=held.slow_fetch)
+    def store(url: str) -> HeldBankStore:
+        return HeldBankStore(
+            FilesystemBankStore(bank_folder(url)), held.log, put=held.slow_put, fetch=held.slow_fetch
+        )
 
-    runner_process.FilesystemBankStore = store  # type: ignore[misc,assignment]
+    runner_process.open_bank_store = store  # type: ignore[assignment]
     return runner_process.main(rest)
 
 

@@ -24,7 +24,7 @@ def test_explain_prints_the_refusal_with_rule_events_and_hint(tmp_path: Path) ->
     write_timeline_file(path, [started(), banked(), UnknownRecord(type="llm_usage"), node("measure")])
     done = run("explain", path)
     assert done.returncode == 0, done.stderr
-    assert "REFUSE SCRATCH_NOT_PORTABLE (R2)" in done.stdout
+    assert "REFUSE SCRATCH_NOT_PORTABLE (R2: a node ran after the bank)" in done.stdout
     assert "line 2 sandbox_scratch_banked, line 4 node_finished" in done.stdout
     assert "hint: relaunch the run fresh" in done.stdout
     assert "1 of types not read here, passed over" in done.stdout
@@ -47,7 +47,7 @@ def test_explain_surface_defers_while_the_latest_execution_may_bank(tmp_path: Pa
     """explain --surface shows R10's deferral."""
     path = tmp_path / "t.jsonl"
     write_timeline_file(path, [started(), banked(), node("a"), resumed()])
-    assert "DEFER TO ENGINE (R10)" in run("explain", path, "--surface").stdout
+    assert "DEFER TO ENGINE (R10: " in run("explain", path, "--surface").stdout
 
 
 def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:

@@ -150,7 +150,8 @@ def test_progress_prints_each_stage_once_as_plain_lines(tmp_path: Path) -> None:
     target.mkdir()
     done = cli("resume", RUN, "--progress", "--sandbox", f"local:{target}", home=tmp_path / "home")
     assert done.returncode == 0, done.stderr
-    stages = [line.split(":")[0].strip() for line in done.stderr.splitlines() if " MB" in line]
+    sized = re.compile(r": [\d.]+ (bytes|KiB|MiB|GiB)$")  # human units (issue 20)
+    stages = [line.split(":")[0].strip() for line in done.stderr.splitlines() if sized.search(line)]
     assert len(stages) >= 2 and len(set(stages)) == len(stages), stages  # the stages are the restore's
 
 

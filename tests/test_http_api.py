@@ -48,14 +48,19 @@ def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, servi
     body = got.json()
     assert got.status_code == 400 and body["error_code"] == "scratch_not_portable"
     assert body["also_needs_force"] is True and body["keep_force"] is False
-    assert "add --force" in body["hint"] and body["hint"].startswith("relaunch the run fresh")
+    assert 'add "force": true' in body["hint"] and body["hint"].startswith("relaunch the run fresh")
+    assert "--" not in body["hint"] + body["remedy"]  # the API's JSON fields, never the CLI's flags
 
 
 def test_C9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
     """C9, A9: a call that had --force is told to keep it."""
     service.timeline.append(RUN, [node("measure", "agent")])
     body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()
-    assert body["also_needs_force"] is False and body["keep_force"] is True and "keep --force" in body["hint"]
+    assert (
+        body["also_needs_force"] is False
+        and body["keep_force"] is True
+        and 'keep "force": true' in body["hint"]
+    )
 
 
 def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(

@@ -4,8 +4,14 @@
         ./dev test -m k8s_real tests/test_k8s_real.py
 
 It creates a uniquely named namespace and a busybox pod, runs the checks, and deletes
-the namespace in ``finally``. Minimal RBAC for the identity used: namespaces (create,
-delete), pods (get, create), pods/exec (get, create).
+the namespace in ``finally``. The provider's tests (issue 23) start pods from a template in
+that namespace through ``KubernetesSandboxProvider``: create, wait, exec, bank, delete,
+restore into a new pod, sweep another provider's pod.
+
+Exact permissions for the identity used:
+  namespaces  create, delete                       (cluster scope: the test's namespace)
+  pods        get, list, watch, create, delete     (the provider, deploy/rbac.yaml)
+  pods/exec   create (and get, for clusters older than 1.31 that authorize the websocket as get)
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from scratchbank.adapters.k8s_provider import KubernetesSandboxProvider
 from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
 from scratchbank.domain.errors import ExecFailed, SandboxGone
 
@@ -50,9 +57,9 @@ def cluster() -> Iterator[tuple[object, str]]:
                     },
                 },
             )
-        deadline = time.time() + 180
+        deadline = time.monotonic() + 180
         while core.read_namespaced_pod("box", ns).status.phase != "Running":
-            assert time.time() < deadline, "the pod never ran"
+            assert time.monotonic() < deadline, "the pod never ran"
             time.sleep(1)
         yield api_client, ns
     finally:
@@ -100,3 +107,72 @@ def test_quiesce_archive_restore(cluster: tuple[object, str]) -> None:
     assert not report.refused
     out = io.BytesIO()
     assert not sb.archive(out, compress=True, verify=False).empty
+
+
+# -- the provider (issue 23): a pod per attempt, on the real thing ------------------------------
+
+
+def provider(cluster: tuple[object, str]) -> KubernetesSandboxProvider:
+    api_client, ns = cluster
+    template = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": os.environ.get("SCRATCHBANK_K8S_IMAGE", "busybox:1.36"),
+                    "command": ["sleep", "100000"],
+                }
+            ]
+        },
+    }
+    return KubernetesSandboxProvider(
+        api_client,  # type: ignore[arg-type]
+        namespace=ns,
+        template=template,
+        scratch="/tmp/scratchbank-scratch",
+        start_seconds=180,
+    )
+
+
+def test_provider_banks_in_one_pod_and_restores_into_a_new_one(cluster: tuple[object, str]) -> None:
+    """Create, exec, bank, delete; a new pod; restore; the file is back; deleted again."""
+    from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+    from scratchbank.application.resume import resume
+    from scratchbank.application.teardown import bank_at_teardown
+    from scratchbank.domain import ResumeRequest
+    from scratchbank.testing.builders import started
+
+    p = provider(cluster)
+    first = p.start("run-real", attempt="a1")
+    first.run("mkdir -p /tmp/scratchbank-scratch && echo kept > /tmp/scratchbank-scratch/f", [])
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-real", [started()])
+    report = bank_at_teardown("run-real", timeline=timeline, store=store, sandbox=first, run_finished=False)
+    assert report.record is not None and report.record.banked
+    p.stop(first)
+    second = p.start("run-real", attempt="a2")
+    try:
+        out = resume("run-real", ResumeRequest(), timeline=timeline, store=store, sandbox=second)
+        assert out.proceeds
+        assert second.run("cat /tmp/scratchbank-scratch/f", []).stdout == b"kept\n"
+    finally:
+        p.stop(second)
+
+
+def test_provider_sweeps_the_pod_another_runner_left(cluster: tuple[object, str]) -> None:
+    """Another provider's running pod for the run is an orphan, found by label; deleted."""
+    theirs, mine = provider(cluster), provider(cluster)
+    left = theirs.start("run-orphan", attempt="a1")
+    [found] = mine.orphans("run-orphan")
+    assert found.pod == left.pod  # type: ignore[attr-defined]
+    mine.stop(found)
+    deadline = time.time() + 120  # a deleted pod may show as Terminating for a moment
+    while time.time() < deadline:
+        try:
+            sandbox(cluster, pod=left.pod)  # type: ignore[attr-defined]
+        except SandboxGone:
+            return
+        time.sleep(1)
+    raise AssertionError(f"pod {left.pod} was not deleted")  # type: ignore[attr-defined]

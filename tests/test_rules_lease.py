@@ -307,7 +307,7 @@ def test_L5_a_cancel_cuts_a_deadline_and_its_watchdog_at_once() -> None:
 class StuckProvider(LocalSandboxProvider):
     """Runner A's sandboxes: their tar blocks until cut."""
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         root = self.base / f"{run_id}-{uuid.uuid4().hex[:8]}"
         sandbox = StuckArchive(root)
         init = sandbox._init.pid if sandbox._init is not None else None

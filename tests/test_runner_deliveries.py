@@ -241,15 +241,17 @@ def test_story_the_demo_tells_the_runner_story_end_to_end(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "sandbox 2 now holds: clone/README.md, verify.sh" in out
     assert "the run's log (R12): SCRATCH_NOT_PORTABLE (R2): relaunch the run fresh" in out
-    assert "resume: RESTORE (R7)" in out
+    assert "resume: RESTORE (R7: an accepted loss forsakes the bank)" in out
     assert "(S1): 0 records, never ran there" in out and "(1 sandbox_shared, S5)" in out
-    assert "REFUSE SCRATCH_NOT_PORTABLE (S2)" in out and "scratch_forsaken records: 1" in out
+    assert "REFUSE SCRATCH_NOT_PORTABLE (S2: " in out and "scratch_forsaken records: 1" in out
+    for run in ("run-1", "run-1.fix", "run-1.ask"):  # the run ids, and how to inspect each afterwards
+        assert f"status {run} " in out
 
 
 class _NoSandboxes:
     """A provider whose engine refuses to start sandboxes (a node pool with no room)."""
 
-    def start(self, run_id: str) -> Sandbox:
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox:
         raise ExecFailed("no room for a sandbox")
 
     def stop(self, sandbox: Sandbox) -> None: ...

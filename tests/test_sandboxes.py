@@ -29,8 +29,8 @@ def frozen(r: Rig, path: str, wait: float = 0.4) -> bool:
 
 
 def wait_until_written(r: Rig, path: str, seconds: float = 30) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         if r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes":
             return
         time.sleep(0.05)

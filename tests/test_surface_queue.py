@@ -238,7 +238,7 @@ def test_R10_a_surface_never_publishes_a_resume_it_refuses(deployment: dict[str,
         close(service)
     assert answer.status_code == 400
     assert answer.json()["error_code"] == "scratch_not_portable"
-    assert "--accept-scratch-loss" in answer.json()["hint"]
+    assert '"accept_scratch_loss": true' in answer.json()["hint"]  # the API's words, not the CLI's
     assert _checksum(d["home"], run) == before
     assert _published(d["url"]) == published
 

@@ -324,8 +324,8 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
             await task
 
     asyncio.run(run())
-    deadline = time.time() + 5
-    while time.time() < deadline and len(timeline.read("run-1")) < 2:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(timeline.read("run-1")) < 2:
         time.sleep(0.01)
     assert last_record(timeline).banked and store.only("run-1") is not None
 

@@ -1,0 +1,217 @@
+"""The one error table: every named error's exit status, HTTP status and MCP error kind.
+
+The CLI, the HTTP API and the MCP server all read it, so one error answers alike on every
+surface. A row is looked up by the error's class, then by the classes above it: a new
+``ScratchbankError`` subclass is mapped by its family (a ``SandboxError`` is a sandbox
+failure, a ``SurfaceError`` is bad input) until it gets a row of its own. The README prints
+``markdown()``; a test checks that the two agree and that every class in
+``domain/errors.py`` has its own row.
+
+Remedies are written in the CLI's words (flags); ``remedy_for`` renders one for another
+surface: JSON fields over HTTP and MCP, Python names in the API.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import attrs
+
+from scratchbank.domain import errors
+
+Surface = Literal["cli", "http", "mcp", "python"]
+
+EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 2, 3, 4, 5, 70
+
+#: The MCP error kind of each exit status: a tool error carries it beside the code.
+MCP_KIND = {
+    EXIT_USAGE: "invalid_argument",
+    EXIT_REFUSED: "refused",
+    EXIT_NOT_FOUND: "not_found",
+    EXIT_UNAVAILABLE: "unavailable",
+    EXIT_INTERNAL: "internal",
+}
+
+
+@attrs.frozen
+class Row:
+    """How one named error answers on each surface."""
+
+    exit: int
+    http: int
+    meaning: str
+
+    @property
+    def mcp(self) -> str:
+        return MCP_KIND[self.exit]
+
+
+def _row(exit: int, http: int, meaning: str) -> Row:
+    return Row(exit, http, meaning)
+
+
+_BAD = "bad input"
+_REFUSED = "refused; nothing was written"
+_NOT_FOUND = "not found"
+_FAILED = "a store or sandbox failed or cannot be reached"
+
+#: One row per class of domain/errors.py (the coordinator adds the rows of new codes).
+ROWS: dict[type[errors.ScratchbankError], Row] = {
+    errors.ScratchbankError: _row(EXIT_UNAVAILABLE, 503, _FAILED),
+    errors.TimelineUnreadable: _row(EXIT_UNAVAILABLE, 503, "the timeline cannot be read"),
+    errors.TimelineConflict: _row(EXIT_UNAVAILABLE, 409, "another writer appended first"),
+    errors.TimelineWriteFailed: _row(EXIT_UNAVAILABLE, 503, "the timeline refused a write"),
+    errors.InvalidRunId: _row(EXIT_USAGE, 400, _BAD),
+    errors.InvalidCheckpoint: _row(EXIT_USAGE, 400, _BAD),
+    errors.BankError: _row(EXIT_UNAVAILABLE, 503, "the bank store failed"),
+    errors.BankGone: _row(EXIT_UNAVAILABLE, 503, "the bank is not in the store"),
+    errors.BankReadFailed: _row(EXIT_UNAVAILABLE, 503, "reading the bank failed; try again"),
+    errors.BankWriteFailed: _row(EXIT_UNAVAILABLE, 503, "writing the bank failed"),
+    errors.BankMismatch: _row(EXIT_UNAVAILABLE, 503, "the stored bank is not the recorded one"),
+    errors.InvalidBankObject: _row(EXIT_UNAVAILABLE, 503, "a record names an object outside the run's banks"),
+    errors.BankUnrecorded: _row(EXIT_REFUSED, 409, "an unrecorded bank an operator must settle"),
+    errors.HostileArchive: _row(EXIT_UNAVAILABLE, 503, "the bank failed the host's check"),
+    errors.UnreadableArchive: _row(EXIT_UNAVAILABLE, 503, "the bank broke the host's parser"),
+    errors.DestinationRefused: _row(EXIT_UNAVAILABLE, 503, "the host directory refused the tree"),
+    errors.NoSpaceAtDestination: _row(EXIT_UNAVAILABLE, 503, "no room in the host directory"),
+    errors.SandboxError: _row(EXIT_UNAVAILABLE, 503, _FAILED),
+    errors.SandboxGone: _row(EXIT_UNAVAILABLE, 409, "the sandbox is gone or stopped"),
+    errors.ExecFailed: _row(EXIT_UNAVAILABLE, 503, "the sandbox engine cannot be reached or run it"),
+    errors.ArchiveFailed: _row(EXIT_UNAVAILABLE, 503, "tar failed in the sandbox"),
+    errors.HostArchiveFailed: _row(EXIT_UNAVAILABLE, 503, "the host could not keep the archive"),
+    errors.RestoreRefused: _row(EXIT_UNAVAILABLE, 503, "the sandbox's tar refused the bank"),
+    errors.StreamBroken: _row(EXIT_UNAVAILABLE, 503, "the stream to the sandbox broke"),
+    errors.SandboxNotStarted: _row(EXIT_UNAVAILABLE, 503, "a fresh sandbox did not come up"),
+    errors.PodImagePull: _row(EXIT_UNAVAILABLE, 503, "the pod's image cannot be pulled"),
+    errors.PodUnschedulable: _row(EXIT_UNAVAILABLE, 503, "no node can take the pod"),
+    errors.PodEvicted: _row(EXIT_UNAVAILABLE, 503, "the node evicted the pod"),
+    errors.PodDeleted: _row(EXIT_UNAVAILABLE, 503, "the pod was deleted while it started"),
+    errors.PodStartTimeout: _row(EXIT_UNAVAILABLE, 503, "the pod did not run within its deadline"),
+    errors.RunNotFound: _row(EXIT_NOT_FOUND, 404, _NOT_FOUND),
+    errors.NoRestoreTarget: _row(EXIT_REFUSED, 400, _REFUSED),
+    errors.AttemptReused: _row(EXIT_REFUSED, 409, "an attempt id used before"),
+    errors.ResumeSuperseded: _row(EXIT_REFUSED, 409, "another resume holds the run"),
+    errors.Fenced: _row(EXIT_REFUSED, 409, "a newer lease holder owns the run"),
+    errors.SurfaceError: _row(EXIT_USAGE, 400, _BAD),
+    errors.ConfigInvalid: _row(EXIT_USAGE, 400, _BAD),
+    errors.HomeNotFound: _row(EXIT_NOT_FOUND, 404, _NOT_FOUND),
+    errors.NotAuthorized: _row(EXIT_USAGE, 401, "a write without the token"),
+    errors.SandboxNotAllowed: _row(EXIT_USAGE, 403, "a sandbox outside the allow-list"),
+    errors.HostNotAllowed: _row(EXIT_USAGE, 421, "a Host the server does not serve"),
+    errors.BodyTooLarge: _row(EXIT_USAGE, 413, "a body past the limit"),
+    errors.InvalidRequest: _row(EXIT_USAGE, 422, "a body not JSON, or a field unknown or ill-typed"),
+    errors.LeaseLost: _row(EXIT_UNAVAILABLE, 503, "the runner's lease lapsed"),
+    errors.QueueUnavailable: _row(EXIT_UNAVAILABLE, 503, "the queue cannot be reached"),
+}
+
+#: A bug: not a named error (never in ROWS, answered by every surface the same way).
+INTERNAL = Row(EXIT_INTERNAL, 500, "a bug in scratchbank")
+INTERNAL_CODE = "INTERNAL_ERROR"
+
+
+def row_of(error: errors.ScratchbankError | type[errors.ScratchbankError]) -> Row:
+    """The row of the error's class, else of the nearest class above it (its family)."""
+    cls = error if isinstance(error, type) else type(error)
+    return next(ROWS[c] for c in cls.__mro__ if c in ROWS)
+
+
+def exit_code(error: errors.ScratchbankError) -> int:
+    return row_of(error).exit
+
+
+def http_status(error: errors.ScratchbankError) -> int:
+    return row_of(error).http
+
+
+def mcp_kind(error: errors.ScratchbankError) -> str:
+    return row_of(error).mcp
+
+
+def all_error_classes() -> list[type[errors.ScratchbankError]]:
+    """Every ScratchbankError class the domain defines, in the order of domain/errors.py."""
+    found = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type)
+        and issubclass(value, errors.ScratchbankError)
+        and value.__module__ == errors.__name__
+    ]
+    return found
+
+
+def markdown() -> str:
+    """The table as the README prints it (a test checks they agree)."""
+    lines = [
+        "| code | meaning | CLI exit | HTTP | MCP error |",
+        "|---|---|---|---|---|",
+    ]
+    for cls in all_error_classes():
+        row = row_of(cls)
+        lines.append(f"| `{cls.code}` | {row.meaning} | {row.exit} | {row.http} | `{row.mcp}` |")
+    lines.append(
+        f"| `{INTERNAL_CODE}` | {INTERNAL.meaning} | {INTERNAL.exit} | {INTERNAL.http} | `{INTERNAL.mcp}` |"
+    )
+    return "\n".join(lines)
+
+
+# -- remedies per surface ------------------------------------------------------------------------
+_WORDS: dict[Surface, tuple[tuple[str, str], ...]] = {
+    "cli": (),
+    "http": (
+        (r"--accept-scratch-loss", '"accept_scratch_loss": true'),
+        (r"--force", '"force": true'),
+        (r"--sandbox ", '"sandbox": '),
+        (r"--home DIR|--home", "the server's home"),
+    ),
+    "mcp": (
+        (r"--accept-scratch-loss", "accept_scratch_loss (naming the refusal: its consent_name)"),
+        (r"--force", "force: true"),
+        (r"--sandbox ", "sandbox: "),
+        (r"--home DIR|--home", "the server's home"),
+    ),
+    "python": (
+        (r"--accept-scratch-loss", "Consents(accept_scratch_loss=True)"),
+        (r"--force", "Consents(force=True)"),
+        (r"--sandbox ", "Target(sandbox=...) for "),
+        (r"--home DIR|--home", "open_home(DIR)"),
+    ),
+}
+
+#: Remedies that are not a word-for-word rendering on a surface.
+_OWN: dict[tuple[type[errors.ScratchbankError], Surface], str] = {
+    (
+        errors.NoRestoreTarget,
+        "http",
+    ): 'name where to restore: "sandbox": "docker:NAME" in the body (an allowed one)',
+    (errors.NoRestoreTarget, "mcp"): 'name where to restore: sandbox: "docker:NAME" (an allowed one)',
+    (errors.NoRestoreTarget, "python"): "pass Target(sandbox=...) or Target(host_directory=...)",
+    (
+        errors.HomeNotFound,
+        "python",
+    ): "call open_home(DIR) (it creates the home) or give bootstrap() explicit URLs",
+    (errors.RunNotFound, "http"): "check the run id; the server reads the timeline it was started with",
+    (
+        errors.RunNotFound,
+        "mcp",
+    ): "check the run id (list_runs_needing_operator lists runs); the server reads one timeline",
+}
+
+
+def render(text: str, surface: Surface) -> str:
+    """A remedy written with the CLI's flags, in the words of ``surface``."""
+    for pattern, words in _WORDS[surface]:
+        text = re.sub(pattern, words, text)
+    return text
+
+
+def remedy_for(error: errors.ScratchbankError, surface: Surface) -> str:
+    """The error's remedy as ``surface`` says it (an explicit remedy given at raise wins)."""
+    if "remedy" not in vars(error):  # the class's own remedy: a surface may say it its own way
+        for cls in type(error).__mro__:
+            own = _OWN.get((cls, surface))
+            if own is not None:
+                return own
+            if cls is errors.ScratchbankError:
+                break
+    return render(error.remedy, surface)

@@ -1,0 +1,284 @@
+"""Checkpoint stamps against a model engine (ADR 0013, issue 21): loops, fan-outs, rewinds,
+lost ``node_finished`` events and lost teardowns.
+
+The model engine runs a workflow the way the ADR's engine does: a node pass that writes
+the scratch mints a new checkpoint id and adds that write to the live scratch; a teardown
+banks the scratch stamped with the checkpoint the run stands at; a resume (possibly a
+rewind to an earlier checkpoint of the lineage) asks the gate, then restores what it says.
+The model knows the truth (which writes each scratch holds), so it can check:
+
+- no resume restores a scratch missing a write the resumed checkpoint says happened;
+- no resume is refused when the bank is exactly the checkpoint's scratch.
+
+The event-only reading (the same timeline, no stamps) is run beside the stamped one on
+every resume, and what it gets wrong is counted (the note in ADR 0013).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scratchbank.domain import ResumeRequest, ScratchState, Verdict, decide_resume, fold
+from scratchbank.domain.checkpoints import Checkpoint
+from scratchbank.domain.records import (
+    NodeFinished,
+    Record,
+    RunResumed,
+    RunRewound,
+    ScratchBanked,
+    ScratchRestored,
+)
+from scratchbank.domain.resume_gate import ResumeDecision
+from scratchbank.testing import strategies as s
+from scratchbank.testing.builders import started
+
+Gate = Callable[[ScratchState, Checkpoint], ResumeDecision]
+#: one model step: ("node", kind, lost) | ("teardown", how) | ("resume", rewind_back)
+Op = tuple[object, ...]
+KINDS = ("agent", "loop", "each", "human", "failed")
+
+
+def stamped_gate(state: ScratchState, at: Checkpoint) -> ResumeDecision:
+    return decide_resume(state, ResumeRequest(checkpoint=at))
+
+
+def event_only_gate(state: ScratchState, at: Checkpoint) -> ResumeDecision:
+    """Today's reading (and the planted bug "the stamp ignored"): the events alone."""
+    return decide_resume(state, ResumeRequest())
+
+
+def _sha(content: frozenset[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(content)).encode()).hexdigest()
+
+
+@attrs.define
+class Model:
+    """One run under the model engine; ``gate`` decides its resumes."""
+
+    gate: Gate
+    timeline: list[Record] = attrs.Factory(lambda: [started()])
+    lineage: tuple[str, ...] = ("start",)
+    scratch: frozenset[str] | None = frozenset()  # None: no live sandbox
+    banks: dict[str, frozenset[str]] = attrs.Factory(dict)
+    names: dict[str, tuple[str, bool]] = attrs.Factory(dict)  # write id -> (node, on a cycle)
+    lost: frozenset[str] = frozenset()  # writes a go-on-without dropped (nobody's to restore)
+    content_at: dict[tuple[str, ...], frozenset[str]] = attrs.Factory(dict)
+    minted: int = 0
+    over: bool = False
+    counts: Counter[str] = attrs.Factory(Counter)
+    violations: list[str] = attrs.Factory(list)
+
+    def run(self, ops: Sequence[Op]) -> Model:
+        self.content_at[self.lineage] = frozenset()
+        for op in ops:
+            if self.over:
+                break
+            if op[0] == "node" and self.scratch is not None:
+                self.node(str(op[1]), bool(op[2]))
+            elif op[0] == "teardown" and self.scratch is not None:
+                self.teardown(str(op[1]))
+            elif op[0] == "resume" and self.scratch is None:
+                self.resume(op[1] if isinstance(op[1], int) else 0)
+        return self
+
+    def node(self, kind: str, lost: bool) -> None:
+        assert self.scratch is not None
+        cycle = kind in ("loop", "each")
+        writes = kind in ("agent", "loop", "each")
+        name = kind if cycle else f"{kind}{self.minted}"
+        record = NodeFinished(
+            node=name,
+            kind="human" if kind == "human" else "agent",
+            succeeded=kind != "failed",
+            in_sandbox=kind != "human",
+            on_cycle=cycle,
+        )
+        if writes:
+            self.minted += 1
+            write = f"c{self.minted}"
+            self.names[write] = (name, cycle)
+            self.lineage = (*self.lineage, write)
+            self.scratch = self.scratch | {write}
+            self.content_at[self.lineage] = self.scratch
+        if not lost:
+            self.timeline.append(record)
+
+    def teardown(self, how: str) -> None:
+        """``ok`` banks; ``lost``: the sandbox died with its scratch, no bank, no record;
+        ``unknown``: the sandbox was gone, recorded unknown (T19: an older bank decides)."""
+        assert self.scratch is not None
+        content, self.scratch = self.scratch, None
+        if how == "lost":
+            return
+        stamp = Checkpoint(self.lineage)
+        if how == "unknown":
+            gone = ScratchBanked(
+                banked=False, empty=False, unknown=True, bytes=0, reason="gone", checkpoint=stamp
+            )
+            self.timeline.append(gone)
+            return
+        if not content:
+            self.timeline.append(
+                ScratchBanked(banked=False, empty=True, unknown=False, bytes=0, checkpoint=stamp)
+            )
+            return
+        sha = _sha(content)
+        self.banks[sha] = content
+        record = ScratchBanked(
+            banked=True, empty=False, unknown=False, bytes=1 + len(content),
+            sha256=sha, object=f"banks/{sha}.tgz", checkpoint=stamp,
+        )  # fmt: skip
+        self.timeline.append(record)
+
+    def resume(self, back: int) -> None:
+        keep = max(1, len(self.lineage) - back)
+        at = Checkpoint(self.lineage[:keep])
+        dropped = self.lineage[keep:]
+        if dropped:
+            nodes = tuple(dict.fromkeys(self.names[w][0] for w in dropped))
+            cycles = tuple(n for n in nodes if n in ("loop", "each"))
+            self.timeline.append(RunRewound(dropped_nodes=nodes, on_cycle=cycles))
+        self.timeline.append(RunResumed())
+        state = fold(self.timeline)
+        self.judge(state, at)
+        decision = self.gate(state, at)
+        self.counts[f"{decision.verdict.value} {decision.rule}"] += 1
+        self.lineage = at.lineage
+        if decision.verdict is Verdict.REFUSE:
+            self.over = True
+        elif decision.verdict is Verdict.RESTORE:
+            assert decision.bank is not None and decision.bank.record.sha256 is not None
+            content = self.banks[decision.bank.record.sha256]
+            self.check_restore(at, content)
+            restored = ScratchRestored(restored=True, stale=decision.stale, accepted=False, checkpoint=at)
+            self.timeline.append(restored)
+            self.scratch = content
+            self.content_at[self.lineage] = content
+        else:
+            self.lost = self.lost | set(self.lineage[1:])
+            self.scratch = frozenset()
+            self.content_at[self.lineage] = self.scratch
+
+    def says_happened(self, at: Checkpoint) -> frozenset[str]:
+        return frozenset(at.lineage[1:]) - self.lost
+
+    def check_restore(self, at: Checkpoint, content: frozenset[str]) -> None:
+        missing = self.says_happened(at) - content
+        if missing:
+            self.violations.append(f"restored a scratch missing {sorted(missing)} at {at}")
+
+    def judge(self, state: ScratchState, at: Checkpoint) -> None:
+        """Run the stamped and event-only readings on this resume; count their errors."""
+        if state.bank is None or state.bank.record.sha256 is None:
+            return
+        bank = self.banks[state.bank.record.sha256]
+        exact = bank == self.content_at.get(at.lineage)
+        reverts = bool(self.says_happened(at) - bank)
+        self.counts["resumes over a bank"] += 1
+        for label, gate in (("stamped", stamped_gate), ("event-only", event_only_gate)):
+            d = gate(state, at)
+            if d.refused and exact:
+                self.counts[f"{label}: refused an exact bank"] += 1
+                if gate is self.gate:
+                    self.violations.append(f"refused {at} whose bank is exactly its scratch ({d.rule})")
+            if d.verdict is Verdict.RESTORE and reverts:
+                self.counts[f"{label}: restored a bank missing a write"] += 1
+
+
+def episodes(parts: Sequence[tuple[Sequence[tuple[str, bool]], str, int]]) -> list[Op]:
+    """Each episode: node passes, the teardown that parks the run, its resume (a rewind)."""
+    steps: list[Op] = []
+    for nodes, how, back in parts:
+        steps += [("node", kind, lost) for kind, lost in nodes]
+        steps += [("teardown", how), ("resume", back)]
+    return steps
+
+
+ops = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.sampled_from(KINDS), st.sampled_from((False, False, True))), max_size=5),
+        st.sampled_from(("ok", "ok", "lost", "unknown")),
+        st.integers(0, 3),
+    ),
+    max_size=8,
+).map(episodes)
+
+
+@given(ops)
+def test_N1_K1_no_resume_restores_a_scratch_missing_a_write_its_checkpoint_says_happened(
+    steps: list[Op],
+) -> None:
+    """Whatever finishes or teardowns were lost, a restore holds every write of its checkpoint."""
+    model = Model(stamped_gate).run(steps)
+    assert not [v for v in model.violations if v.startswith("restored")], model.violations
+
+
+@given(ops)
+def test_N2_K3_no_resume_is_refused_when_the_bank_is_exactly_its_checkpoint_scratch(steps: list[Op]) -> None:
+    """Rewinds across loops and fan-outs to the bank's own checkpoint are never refused."""
+    model = Model(stamped_gate).run(steps)
+    assert not [v for v in model.violations if v.startswith("refused")], model.violations
+
+
+@given(s.timelines, s.requests, st.lists(st.text("abc", min_size=1, max_size=2), min_size=1, max_size=4))
+def test_K5_an_unstamped_timeline_decides_exactly_as_before_whatever_the_request_says(
+    timeline: list[Record], request: ResumeRequest, lineage: list[str]
+) -> None:
+    """No stamp on the bank: a request's checkpoint changes nothing in the decision."""
+    state = fold(timeline)
+    assert state.bank is None or state.bank.checkpoint is None
+    stamped = attrs.evolve(request, checkpoint=Checkpoint(tuple(lineage)))
+    assert decide_resume(state, stamped) == decide_resume(state, request)
+
+
+def generated_runs(runs: int, seed: int = 21) -> list[list[Op]]:
+    """Seeded runs for the measurement: up to 8 park/resume episodes of up to 6 passes;
+    1 node finish in 10 lost; teardowns 8 in 10 banked, 1 lost, 1 unknown; half the
+    resumes rewind 1-3 writing passes."""
+    rng = random.Random(seed)
+    out: list[list[Op]] = []
+    for _ in range(runs):
+        parts = [
+            (
+                [(rng.choice(KINDS), rng.random() < 0.1) for _ in range(rng.randint(0, 6))],
+                rng.choice(("ok",) * 8 + ("lost", "unknown")),
+                rng.choice((0, 0, 0, 1, 2, 3)),
+            )
+            for _ in range(rng.randint(1, 8))
+        ]
+        out.append(episodes(parts))
+    return out
+
+
+def measure(gate: Gate, runs: list[list[Op]]) -> tuple[Counter[str], int]:
+    total: Counter[str] = Counter()
+    wrong = 0
+    for steps in runs:
+        model = Model(gate).run(steps)
+        total.update(model.counts)
+        wrong += len(model.violations)
+    return total, wrong
+
+
+def test_N1_N2_on_generated_runs_the_stamped_reading_is_never_wrong_where_events_are() -> None:
+    """2,000 seeded runs: the stamped reading errs nowhere; the event-only one does (the note)."""
+    counts, wrong = measure(stamped_gate, generated_runs(2000))
+    print("\nADR 0013 measurement:", dict(sorted(counts.items())))  # shown with pytest -s
+    assert wrong == 0
+    assert counts["stamped: refused an exact bank"] == 0
+    assert counts["stamped: restored a bank missing a write"] == 0
+    assert counts["event-only: refused an exact bank"] > 0
+    assert counts["event-only: restored a bank missing a write"] > 0
+
+
+def test_planted_the_stamp_ignored_is_caught_by_the_model() -> None:
+    """Planted bug: a gate that ignores the stamp reverts and refuses where the model says not."""
+    _, wrong = measure(event_only_gate, generated_runs(300))
+    assert wrong > 0

@@ -1,0 +1,98 @@
+"""The one error table (code, exit status, HTTP status, MCP error), the README that prints it,
+remedies in each surface's words, and the shipped rule reference every refusal line names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from operator_rigs import RUN, cli, parked_run
+
+from scratchbank.adapters import cli as cli_module
+from scratchbank.adapters import error_table, http_api
+from scratchbank.adapters.present import decision_text
+from scratchbank.adapters.rules import RULES
+from scratchbank.domain import errors
+from scratchbank.domain.consent import Consents
+from scratchbank.domain.fold import fold
+from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
+from scratchbank.testing.builders import banked, node, started, unbanked
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_every_error_class_of_the_domain_has_its_own_row() -> None:
+    """A code that lands in domain/errors.py gets a row here (its family answers until then)."""
+    missing = [cls.__name__ for cls in error_table.all_error_classes() if cls not in error_table.ROWS]
+    assert not missing, f"add rows to adapters/error_table.py for: {missing}"
+
+
+def test_a_new_error_subclass_answers_as_its_family() -> None:
+    """An error class without a row of its own takes its nearest ancestor's row."""
+
+    class LockHeld(errors.SandboxError):
+        code = "LOCK_HELD_EXAMPLE"
+
+    class Refusal(errors.SurfaceError):
+        code = "SURFACE_EXAMPLE"
+
+    assert error_table.row_of(LockHeld("x")) == error_table.ROWS[errors.SandboxError]
+    assert error_table.exit_code(Refusal("x")) == 2 and error_table.http_status(Refusal("x")) == 400
+
+
+def test_the_cli_and_the_api_read_the_one_table() -> None:
+    """Every class answers the table's exit status on the CLI and its status over HTTP."""
+    for cls in error_table.all_error_classes():
+        error = cls("x")
+        row = error_table.row_of(cls)
+        assert cli_module.exit_code(error) == row.exit, cls
+        assert http_api.status_of(error) == row.http, cls
+
+
+def test_the_readme_prints_the_table_the_code_has() -> None:
+    """The README's error table is error_table.markdown(), word for word."""
+    assert error_table.markdown() in README.read_text(), "regenerate the README's error table"
+
+
+@pytest.mark.parametrize("surface", ["http", "mcp", "python"])
+def test_remedies_speak_the_surfaces_words_not_cli_flags(surface: error_table.Surface) -> None:
+    """No remedy or hint names a CLI flag off the CLI (--accept-scratch-loss, --force, --sandbox, --home)."""
+    for cls in error_table.all_error_classes():
+        text = error_table.remedy_for(cls("x"), surface)
+        assert not re.search(r"--(accept-scratch-loss|force|sandbox|home)\b", text), (cls, text)
+    stale = fold([started(), node("a", "tool"), banked(), node("b", "tool")])
+    decision = decide_resume(stale, ResumeRequest(consents=Consents(force=True), source_changed=True))
+    hint = error_table.render(" ".join(decision_text(decision)), surface)
+    assert "--" not in hint, hint
+
+
+def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
+    """R1, R2 (and the rules of their causes) are said in words on the refusal's lines."""
+    cases = [
+        fold([started(), node("a", "tool"), banked(), node("b", "tool")]),
+        fold([started(), node("a", "tool"), unbanked()]),
+    ]
+    for state in cases:
+        lines = decision_text(decide_resume(state, ResumeRequest()))
+        for line in lines:
+            for rule in re.findall(r"\b([TSRXCLNA]\d{1,2})\b", line):
+                assert f"{rule}: {RULES[rule].title}" in line, line
+
+
+def test_rules_R2_prints_the_shipped_reference(tmp_path: Path) -> None:
+    """`scratchbank rules R2` from the package; an unknown id is CONFIG_INVALID."""
+    done = cli("rules", "R2", home=None)
+    assert done.returncode == 0 and done.stdout.startswith("R2: a node ran after the bank")
+    assert "RULES.md" not in done.stdout
+    every = cli("rules", home=None).stdout.splitlines()
+    assert len(every) == len(RULES) >= 80
+    bad = cli("rules", "Z9", home=None)
+    assert bad.returncode == 2 and "CONFIG_INVALID" in bad.stderr
+
+
+def test_the_refusal_on_the_cli_names_the_rule_in_words(tmp_path: Path) -> None:
+    """The installed command's refusal line says R2 in words."""
+    parked_run(tmp_path, stale=True)
+    done = cli("status", RUN, home=tmp_path)
+    assert f"(R2: {RULES['R2'].title})" in done.stdout, done.stdout
