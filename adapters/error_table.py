@@ -62,6 +62,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.TimelineUnreadable: _row(EXIT_UNAVAILABLE, 503, "the timeline cannot be read"),
     errors.TimelineConflict: _row(EXIT_UNAVAILABLE, 409, "another writer appended first"),
     errors.TimelineWriteFailed: _row(EXIT_UNAVAILABLE, 503, "the timeline refused a write"),
+    errors.TimelineBusy: _row(EXIT_UNAVAILABLE, 503, "the timeline is busy (load); call again"),
     errors.InvalidRunId: _row(EXIT_USAGE, 400, _BAD),
     errors.InvalidCheckpoint: _row(EXIT_USAGE, 400, _BAD),
     errors.BankError: _row(EXIT_UNAVAILABLE, 503, "the bank store failed"),

@@ -13,10 +13,22 @@ table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
 that stops forwarding (the server's own timeouts cannot reach us then), a watchdog
 that shuts the call's socket down a grace after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
+
+Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
+object (one process's worth); a call waits in line for a slot (``wait_seconds``), and
+the connection pool is sized from the same number, so load queues here instead of timing
+out in the pool. A call that found no slot (or, on SQLite, no turn at the single
+writer) by its deadline raises TimelineBusy: retryable, never R15.
+
+Snapshots (ADR 0010): an append that carries the timeline past a multiple of
+``snapshot_every`` records saves the folded state there, so a decision in a fresh
+process folds at most that many records after the latest snapshot. Reads are paged
+(``PAGE`` records per store call): a fold over them holds one page at a time.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -30,10 +42,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from eventsourcing.persistence import (
     AggregateRecorder,
+    ConnectionUnavailableError,
     InfrastructureFactory,
     IntegrityError,
     PersistenceError,
@@ -41,9 +54,17 @@ from eventsourcing.persistence import (
 )
 
 from scratchbank.application.retry import Deadline
-from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.errors import (
+    ScratchbankError,
+    TimelineBusy,
+    TimelineConflict,
+    TimelineUnreadable,
+    TimelineWriteFailed,
+)
+from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.records import Record, UnknownRecord
 from scratchbank.domain.runs import check_run_id
+from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
 
 from .watchdog import Watchdog
@@ -54,8 +75,36 @@ APPEND_RETRIES = 30
 CALL_SECONDS = 10.0
 #: The client-side cut comes this long after the server's own timeouts would have.
 CUT_GRACE = 2.0
+#: Store calls in flight at once per timeline (``in_flight``, or ``?in_flight=N`` on the
+#: URL): SQLite has one writer, so a handful; PostgreSQL, its pool (ADR 0010).
+IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
+#: How long a call may wait in line for a slot (``wait_seconds``) before TimelineBusy:
+#: longer than a call's own deadline, since a line of 200 callers at a few tens of
+#: milliseconds each is load, not an outage.
+WAIT_SECONDS = 60.0
+#: Records per store call when reading (a fold holds one page at a time).
+PAGE = 1000
+#: An append past a multiple of this many records saves a snapshot there.
+SNAPSHOT_EVERY = 1000
+#: How many runs' folded states an appender keeps (so its snapshots cost no read).
+FOLDED_RUNS = 256
 
 T = TypeVar("T")
+
+
+def in_flight_for_url(url: str) -> int:
+    """The URL's ``in_flight=N`` query, else the store's documented default (ADR 0010)."""
+    parsed = urlparse(url)
+    given = parse_qs(parsed.query).get("in_flight")
+    if given:
+        try:
+            n = int(given[-1])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"in_flight must be a whole number >= 1, not {given[-1]!r}")
+        return n
+    return IN_FLIGHT["sqlite" if parsed.scheme == "sqlite" else "postgresql"]
 
 
 def env_for_url(url: str) -> dict[str, str]:
@@ -83,13 +132,27 @@ def env_for_url(url: str) -> dict[str, str]:
     raise ValueError(f"unsupported timeline URL {url!r} (sqlite:///... or postgresql://...)")
 
 
-def _timeouts(settings: dict[str, str], seconds: float) -> dict[str, str]:
+def _timeouts(settings: dict[str, str], seconds: float, in_flight: int) -> dict[str, str]:
     """The deadline as each backend's own settings (SQLite's busy timeout; the pool's
-    wait and the insert's ``SET LOCAL lock_timeout`` on PostgreSQL)."""
+    wait and the insert's ``SET LOCAL lock_timeout`` on PostgreSQL), and PostgreSQL's
+    pool sized from ``in_flight`` (SQLite's pool is sized once built: ``_size_pool``)."""
     whole = str(max(1, math.ceil(seconds)))
     if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite":
         return {"SQLITE_LOCK_TIMEOUT": whole}
-    return {"POSTGRES_CONNECT_TIMEOUT": whole, "POSTGRES_LOCK_TIMEOUT": whole}
+    return {
+        "POSTGRES_CONNECT_TIMEOUT": whole,
+        "POSTGRES_LOCK_TIMEOUT": whole,
+        "POSTGRES_POOL_SIZE": str(in_flight),
+        "POSTGRES_MAX_OVERFLOW": "0",
+    }
+
+
+def _size_pool(factory: InfrastructureFactory[Any], in_flight: int, seconds: float) -> None:
+    """SQLite: eventsourcing's pool (5 + 10 connections, a fixed 5 s wait) takes the
+    slot count and the call's deadline instead (its settings have no key for them)."""
+    pool = getattr(getattr(factory, "datastore", None), "pool", None)
+    if pool is not None and hasattr(pool, "pool_timeout"):
+        pool.pool_size, pool.max_overflow, pool.pool_timeout = in_flight, 0, seconds
 
 
 def _read_only(settings: Mapping[str, str]) -> dict[str, str]:
@@ -153,8 +216,42 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Slots:
+    """At most ``n`` holders at once; waiters are served in arrival order, each within
+    its own timeout (a plain semaphore could starve one caller past its deadline while
+    later ones run)."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._lock:
+            if self._free and not self._queue:
+                self._free -= 1
+                return True
+            turn = threading.Event()
+            self._queue.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._lock:
+            if turn.is_set():  # handed a slot just as the wait ended
+                return True
+            self._queue.remove(turn)
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._queue:
+                self._queue.popleft().set()  # the slot passes straight to the next in line
+            else:
+                self._free += 1
+
+
 class EventStoreTimeline:
-    """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``."""
+    """A Timeline over an eventsourcing aggregate recorder, every call within ``call_seconds``
+    and at most ``in_flight`` calls at once (module docstring)."""
 
     def __init__(
         self,
@@ -163,18 +260,32 @@ class EventStoreTimeline:
         env: Mapping[str, str] | None = None,
         call_seconds: float = CALL_SECONDS,
         read_only: bool = False,
+        in_flight: int | None = None,
+        wait_seconds: float = WAIT_SECONDS,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
+        self.in_flight = in_flight or in_flight_for_url(url)
+        self.wait_seconds = wait_seconds
         settings = env_for_url(url)
-        settings = settings | _timeouts(settings, call_seconds) | dict(env or {})
+        settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
         if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
             settings = settings | _read_only(settings)
         self.call_seconds = call_seconds
+        self.snapshot_every = snapshot_every
+        self.sqlite = settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite"
+        #: Records decoded from the store by this object (the bench and the tests count them).
+        self.records_read = 0
+        self._slots = _Slots(self.in_flight)
+        #: The folded state of the runs this object appended to last (``_after_append``).
+        self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
+        self._folded_lock = threading.Lock()
         try:
             name = settings.get("SQLITE_DBNAME", ":memory:")
             if name != ":memory:" and not read_only:  # an engine's first run: its folder
                 Path(name).parent.mkdir(parents=True, exist_ok=True)
             self._factory = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, call_seconds)
+            _size_pool(self._factory, self.in_flight, call_seconds)
             self._cutter = _Cutter(self._factory)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
             self._select = _once(self._recorder, "select_events")
@@ -188,25 +299,21 @@ class EventStoreTimeline:
     def close(self) -> None:
         self._factory.close()
 
-    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
-        """The latest folded state saved for the run; None when there is none or it is bad."""
-        try:
-            last = self._snapshots.select_events(check_run_id(run_id), desc=True, limit=1)
-            return (last[0].originator_version, json.loads(last[0].state)) if last else None
-        except (PersistenceError, ValueError):
-            return None
-
-    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
-        """Best effort: a snapshot is a cache, and another writer may have saved this one."""
-        state = json.dumps(data, sort_keys=True).encode()
-        with contextlib.suppress(PersistenceError):
-            self._snapshots.insert_events([StoredEvent(run_id, position, "scratchbank.snapshot", state)])
-
-    def read(self, run_id: str) -> tuple[Record, ...]:
-        return self.read_after(run_id, 0)
+    # -- every store call goes through here ----------------------------------------------
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
-        """Run one store call within the deadline; a driver error (or the cut) by name."""
+        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
+        if not self._slots.acquire(timeout=self.wait_seconds):
+            raise TimelineBusy(
+                f"{what}: {self.in_flight} timeline calls in flight in this process, "
+                f"none ended within {self.wait_seconds:g} s"
+            )
+        try:
+            return self._cut_at_deadline(call, fail, what)
+        finally:
+            self._slots.release()
+
+    def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
         deadline = Deadline.after(self.call_seconds + CUT_GRACE)
         with Watchdog(deadline, lambda: self._cutter.cut(thread)) as dog:
@@ -216,29 +323,111 @@ class EventStoreTimeline:
                 if dog.fired:
                     why = f"{what}: no answer within its deadline ({self.call_seconds:.0f} s): cut"
                     raise fail(why) from error
+                if self._busy(error, reading=fail is TimelineUnreadable):
+                    raise TimelineBusy(f"{what}: the store's writer stayed busy: {error}") from error
                 raise fail(f"{what}: {error}") from error
 
-    def read_after(self, run_id: str, position: int) -> tuple[Record, ...]:
-        """The records after the first ``position`` ones (a snapshot's tail)."""
-        check_run_id(run_id)
-        stored_events = self._within(
-            lambda: self._select(run_id, gt=position or None),
-            TimelineUnreadable,
-            f"cannot read run {run_id}",
+    def _busy(self, error: PersistenceError, *, reading: bool) -> bool:
+        """SQLite under load, not broken: this process's writer lock or pool still taken
+        at the deadline, or (for a read, which R15 would otherwise refuse on) the file
+        locked by another process. An append the file's lock stopped stays a failed
+        write (T8: retried within its budget all the same)."""
+        if not self.sqlite:
+            return False
+        return isinstance(error, ConnectionUnavailableError) or (
+            reading and "database is locked" in str(error)
         )
-        records = []
-        for index, stored in enumerate(stored_events, start=position):
-            if stored.originator_version != index + 1:
-                raise TimelineUnreadable(
-                    f"run {run_id} has a gap before version {stored.originator_version}",
-                    position=index,
-                )
-            try:
-                obj = json.loads(stored.state)
-            except (ValueError, UnicodeDecodeError) as error:
-                raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
-            records.append(decode(obj, position=index))
-        return tuple(records)
+
+    # -- snapshots (SnapshotStore) ---------------------------------------------------------
+
+    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The latest folded state saved for the run; None when there is none or it is bad.
+
+        Raises TimelineBusy (a busy store is not a missing snapshot: a full read under
+        load is the last thing to start)."""
+        check_run_id(run_id)
+        try:
+            last = self._within(
+                lambda: self._snapshots.select_events(run_id, desc=True, limit=1),
+                TimelineUnreadable,
+                f"cannot read run {run_id}'s snapshot",
+            )
+            return (last[0].originator_version, json.loads(last[0].state)) if last else None
+        except (TimelineUnreadable, ValueError):
+            return None
+
+    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
+        """Best effort: a snapshot is a cache, and another writer may have saved this one."""
+        state = json.dumps(data, sort_keys=True).encode()
+        stored = [StoredEvent(run_id, position, "scratchbank.snapshot", state)]
+        with contextlib.suppress(ScratchbankError, PersistenceError):
+            self._within(
+                lambda: self._snapshots.insert_events(stored),
+                TimelineWriteFailed,
+                f"cannot save run {run_id}'s snapshot",
+            )
+
+    def _after_append(self, run_id: str, start: int, records: Sequence[Record]) -> None:
+        """Keep the run's folded state (this process appended it: no read), and save it as
+        a snapshot when the append crossed a multiple of ``snapshot_every``. The state of a
+        run this process did not follow is folded from the latest snapshot, and only when
+        one is due. Never fails the append that landed: a snapshot is a cache."""
+        end = start + len(records)
+        due = end // self.snapshot_every > start // self.snapshot_every
+        with self._folded_lock:
+            state = self._folded.pop(run_id, None)
+        with contextlib.suppress(ScratchbankError):
+            if start == 0:
+                state = fold(records)
+            elif state is not None and state.records == start:
+                state = fold(records, start=state)
+            elif due:
+                begin = _trusted(self.load_snapshot(run_id))
+                state = fold(self.read_after(run_id, begin.records if begin else 0), start=begin)
+            else:
+                return
+            if due:
+                self.save_snapshot(run_id, state.records, state_to_data(state))
+            with self._folded_lock:
+                self._folded[run_id] = state
+                while len(self._folded) > FOLDED_RUNS:
+                    self._folded.popitem(last=False)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(self, run_id: str) -> tuple[Record, ...]:
+        return tuple(self.read_after(run_id, 0))
+
+    def read_after(self, run_id: str, position: int) -> Iterator[Record]:
+        """The records after the first ``position`` ones, a page per store call (lazily:
+        a fold over it holds one page; TimelineUnreadable is raised while iterating)."""
+        check_run_id(run_id)
+        index = position
+        while True:
+            page = self._within(
+                functools.partial(self._select, run_id, gt=index or None, limit=PAGE),
+                TimelineUnreadable,
+                f"cannot read run {run_id}",
+            )
+            for stored in page:
+                yield self._decode(run_id, stored, index)
+                index += 1
+            self.records_read += len(page)
+            if len(page) < PAGE:
+                return
+
+    def _decode(self, run_id: str, stored: StoredEvent, index: int) -> Record:
+        if stored.originator_version != index + 1:
+            raise TimelineUnreadable(
+                f"run {run_id} has a gap before version {stored.originator_version}", position=index
+            )
+        try:
+            obj = json.loads(stored.state)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise TimelineUnreadable(f"not JSON: {error}", position=index) from None
+        return decode(obj, position=index)
+
+    # -- appends -------------------------------------------------------------------------
 
     def run_ids(self) -> list[str]:
         """Every run this store holds a record of (the operator MCP's listing), within the deadline."""
@@ -276,6 +465,13 @@ class EventStoreTimeline:
 
     def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
         check_run_id(run_id)
+        start = self._append(run_id, records, expected)
+        end = start + len(records)
+        self._after_append(run_id, start, records)
+        return end
+
+    def _append(self, run_id: str, records: Sequence[Record], expected: int | None) -> int:
+        """Insert at ``expected`` (or at the end, retrying lost races); the start used."""
         for attempt in range(APPEND_RETRIES):
             if attempt:
                 # Racing writers without an expectation: back off with jitter, so that
@@ -289,7 +485,7 @@ class EventStoreTimeline:
                     TimelineWriteFailed,
                     f"cannot append to run {run_id}",
                 )
-                return start + len(records)
+                return start
             except _Conflict:
                 if expected is not None:
                     raise TimelineConflict(
@@ -364,17 +560,30 @@ class EventStoreTimeline:
             return [(r["originator_id"], r["topic"], bytes(r["state"])) for r in fetched]
 
         thread = threading.get_ident()
-        with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
-            try:
-                return call()
-            except Exception as error:  # any driver's error: sqlite3, psycopg
-                raise TimelineUnreadable(f"cannot list the queued runs: {error}") from error
+        if not self._slots.acquire(timeout=self.wait_seconds):  # in line with every call (ADR 0010)
+            raise TimelineBusy(f"cannot list the queued runs: no call slot within {self.wait_seconds:g} s")
+        try:
+            with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
+                try:
+                    return call()
+                except Exception as error:  # any driver's error: sqlite3, psycopg
+                    raise TimelineUnreadable(f"cannot list the queued runs: {error}") from error
+        finally:
+            self._slots.release()
 
     def _insert(self, stored: list[StoredEvent]) -> None:
         try:
             self._insert_events(stored)
         except IntegrityError:
             raise _Conflict from None
+
+
+def _trusted(snap: tuple[int, dict[str, Any]] | None) -> ScratchState | None:
+    """The snapshot's state when this build can trust it (its position is its length)."""
+    if snap is None:
+        return None
+    state = state_from_data(snap[1])
+    return state if state is not None and state.records == snap[0] else None
 
 
 class _Conflict(Exception):

@@ -183,6 +183,8 @@ def outcome_text(out: ResumeOutcome) -> list[str]:
             lines.append(f"restore: failed ({title(r.rule)}): {r.record.reason}")
         if r.park is not None:
             lines.append(f"  parked {'with ' + r.park.code if r.park.code else 'without a code'}")
+        if not out.recorded:
+            lines.append(f"  its record ({r.record.WIRE}) was not written: the timeline does not show it")
     lines.append("the run goes on" if out.proceeds else "the run does not go on")
     return lines
 

@@ -25,7 +25,8 @@ class Timeline(Protocol):
     ``read`` raises TimelineUnreadable when the store cannot be read or a known record
     is malformed; it never answers an empty history for a history it could not read
     (R15). ``append`` raises TimelineConflict when ``expected`` is given and the
-    timeline no longer has that many records (another writer won).
+    timeline no longer has that many records (another writer won). Either may raise
+    TimelineBusy when the store is merely under load (retryable, never R15).
     """
 
     def read(self, run_id: str) -> Sequence[Record]: ...
@@ -38,14 +39,16 @@ class Timeline(Protocol):
 class SnapshotStore(Protocol):
     """Where folded states are cached for long timelines. A cache: losing it costs time.
 
-    ``load`` returns (position, data) of the latest snapshot, or None.
+    ``load`` returns (position, data) of the latest snapshot, or None. ``read_after``
+    yields the records after the first ``position`` ones, possibly lazily (a fold over it
+    then holds what the store hands over at a time; errors are raised while iterating).
     """
 
     def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None: ...
 
     def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None: ...
 
-    def read_after(self, run_id: str, position: int) -> Sequence[Record]: ...
+    def read_after(self, run_id: str, position: int) -> Iterable[Record]: ...
 
 
 @attrs.frozen

@@ -17,14 +17,14 @@ from collections.abc import Sequence
 
 import attrs
 
-from scratchbank.domain.errors import TimelineConflict, TimelineUnreadable, TimelineWriteFailed
+from scratchbank.domain.errors import TimelineBusy, TimelineConflict, TimelineUnreadable, TimelineWriteFailed
 from scratchbank.domain.records import Record, RunResumed, RunStarted, ScratchBanked
 
 from .ports import Timeline
 from .retry import Budget, Pauses, retry_within
 
-#: What one failed append may be retried for: a store outage, never a conflict.
-RETRYABLE = (TimelineWriteFailed, TimelineUnreadable)
+#: What one failed append may be retried for: a store outage or a busy store, never a conflict.
+RETRYABLE = (TimelineWriteFailed, TimelineUnreadable, TimelineBusy)
 
 
 @attrs.frozen
@@ -48,11 +48,15 @@ def read_since(timeline: Timeline, claim: Claim) -> tuple[Record, ...]:
     return tuple(timeline.read(claim.run_id))[claim.position :]
 
 
-def _landed(timeline: Timeline, claim: Claim, records: Sequence[Record]) -> bool:
-    """Did our own earlier try land after all (a write that failed on the way back)?"""
+def landed(timeline: Timeline, claim: Claim, records: Sequence[Record]) -> bool:
+    """Did our own earlier try land after all (a write that failed on the way back)?
+
+    False when the timeline cannot tell (unreadable, busy): a report never claims a
+    record it has not seen.
+    """
     try:
         since = read_since(timeline, claim)
-    except TimelineUnreadable:
+    except (TimelineUnreadable, TimelineBusy):
         return False
     return since[: len(records)] == tuple(records)
 
@@ -79,7 +83,7 @@ def append_at(
         try:
             timeline.append(claim.run_id, records, expected=claim.position)
         except TimelineConflict:
-            if tried and _landed(timeline, claim, records):
+            if tried and landed(timeline, claim, records):
                 return claim.after(records)
             raise
         except RETRYABLE:

@@ -24,7 +24,6 @@ from scratchbank.domain.errors import (
     RunNotFound,
     TimelineConflict,
     TimelineUnreadable,
-    TimelineWriteFailed,
 )
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
@@ -44,7 +43,7 @@ from . import retry
 from .bank_objects import reconcile_before_resume
 from .clock import Clock, SystemClock
 from .ports import BankStore, Sandbox, SnapshotStore, Timeline
-from .recording import Claim, append_at
+from .recording import RETRYABLE, Claim, append_at, landed
 from .restore import Progress, attempt_of, restore_bank
 from .retry import Budget
 
@@ -77,8 +76,7 @@ def current_state(
         if start is not None and start.records != snap[0]:
             start = None
     since = start.records if start is not None else 0
-    tail = snapshots.read_after(run_id, since) if start is not None else timeline.read(run_id)
-    state = fold(tail, start=start)
+    state = fold(snapshots.read_after(run_id, since), start=start)  # streamed: memory stays flat
     if state.records - since >= SNAPSHOT_EVERY:
         snapshots.save_snapshot(run_id, state.records, state_to_data(state))
     return state
@@ -126,7 +124,11 @@ def _gate(
 
 @attrs.frozen
 class ResumeOutcome:
-    """What a resume did. ``claim`` is where its next write must land (None: it wrote nothing)."""
+    """What a resume did. ``claim`` is where its next write must land (None: it wrote nothing).
+
+    ``recorded``: the restore's record is known to have landed (re-read when its append
+    failed); False when it did not or nobody can tell, whatever X7 lets the run do.
+    """
 
     decision: ResumeDecision
     restore: RestoreOutcome | None = None
@@ -135,9 +137,11 @@ class ResumeOutcome:
 
     @property
     def proceeds(self) -> bool:
+        """X7: a record that must land and did not stops the run; a best-effort one does not."""
         if self.decision.verdict in (Verdict.REFUSE, Verdict.DEFER_TO_ENGINE):
             return False
-        return self.restore is None or (self.restore.proceed and self.recorded)
+        r = self.restore
+        return r is None or (r.proceed and (self.recorded or not r.must_record))
 
 
 @attrs.frozen
@@ -210,7 +214,7 @@ def _reconcile(
         return None, None
     try:
         done = reconcile_before_resume(store, timeline, run_id, clock, budget)
-    except (TimelineConflict, TimelineWriteFailed, TimelineUnreadable):
+    except (TimelineConflict, *RETRYABLE):  # a busy store too (issue 26): the gate reads again
         return None, None
     if done is None:
         return None, None
@@ -318,7 +322,9 @@ def _record_restore(
             f"run {claim.run_id}: another writer appended after this resume's claim "
             f"(record {claim.position + 1}); its restore record was not written"
         ) from None
-    except (TimelineWriteFailed, TimelineUnreadable):
-        recorded = not outcome.must_record
-        return ResumeOutcome(decision, attrs.evolve(outcome, record=record), recorded, claim)
+    except RETRYABLE:
+        # Recorded only when it is known to have landed: re-read (issue 26).
+        if not landed(timeline, claim, [record]):
+            return ResumeOutcome(decision, attrs.evolve(outcome, record=record), False, claim)
+        after = claim.after([record])
     return ResumeOutcome(decision, attrs.evolve(outcome, record=record), True, after)

@@ -568,6 +568,10 @@ def print_goals(results: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    if "--scale" in sys.argv[1:]:  # how cost grows with work: bench/scale.py (issue 26)
+        import scale
+
+        return scale.main([a for a in sys.argv[1:] if a != "--scale"])
     started = time.monotonic()
     plan = parse_plan()
     results: dict[str, Any] = {

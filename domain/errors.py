@@ -6,6 +6,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     ├── TimelineUnreadable        code TIMELINE_UNREADABLE   (R15, A6)
     ├── TimelineConflict          code TIMELINE_CONFLICT     (optimistic concurrency lost)
     ├── TimelineWriteFailed       code TIMELINE_WRITE_FAILED (T8: the record is retried)
+    ├── TimelineBusy              code TIMELINE_BUSY         (load, not R15: call again later)
     ├── BankError
     │   ├── BankGone              code BANK_GONE             (X4: the bank is not there)
     │   ├── BankReadFailed        code BANK_READ_FAILED      (X5: read again)
@@ -110,6 +111,19 @@ class TimelineWriteFailed(ScratchbankError):
 
     code = "TIMELINE_WRITE_FAILED"
     remedy = "check the timeline store; the record is retried within its budget"
+
+
+class TimelineBusy(ScratchbankError):
+    """The timeline store is busy: no call slot (or its writer lock) came free in time.
+
+    Raised when: this process already has its bound of timeline calls in flight and none
+    ended within the call's deadline, or SQLite's single writer stayed locked that long
+    (ADR 0010). Not raised for: a store that cannot be read (TimelineUnreadable, R15) or
+    that refused a write (TimelineWriteFailed). Retryable: nothing was read or written.
+    """
+
+    code = "TIMELINE_BUSY"
+    remedy = "the timeline store is under load, not broken: call again; nothing was read or written"
 
 
 class InvalidRunId(ScratchbankError):

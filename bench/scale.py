@@ -1,0 +1,414 @@
+"""How cost grows with work (issue 26): ``./dev bench --scale`` (or ``python bench/scale.py``).
+
+Two sections, each measured in fresh child processes (VmHWM is the child's own peak):
+
+- ``runs``: N runs at once (a thread per run, one service, as an engine holds them),
+  each torn down (banked) and then resumed (restored) into real local sandboxes with
+  ``--files`` files of ``--file-kib`` KiB of scratch each, on the embedded default
+  (SQLite + files) and on PostgreSQL + S3. Per phase: throughput, p50/p95, the CPU the
+  process and its children used per wall second (2.0 = both cores busy), errors by name
+  (a refusal by its rule, an exception by its code), and ``false_recorded``: a report
+  that said ``recorded`` for a record the timeline does not hold.
+- ``decisions``: a run grown through the Timeline port to 1k..1M records (batches of
+  1,000, as an engine appends), then in a fresh process the first decision (cold) and a
+  second one (warm): seconds, records read, peak memory.
+
+Results: ``bench/results/DATE-scale.json`` with the date, the machine and its load.
+Needs SCRATCHBANK_POSTGRES_URL and SCRATCHBANK_S3_ENDPOINT for the second backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+BATCH = 1000
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def vm_hwm_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def cpu_seconds() -> float:
+    """This process and its waited-for children (tar, nsenter), user + system."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def percentile(xs: list[float], p: float) -> float | None:
+    if not xs:
+        return None
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+    }
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+
+def timeline_url(backend: str, work: Path, name: str) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{work}/{name}.db"
+    import psycopg
+
+    base = os.environ["SCRATCHBANK_POSTGRES_URL"]
+    db = "bench_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    return base.rsplit("/", 1)[0] + "/" + db
+
+
+def bank_store(backend: str, work: Path) -> Any:
+    if backend == "sqlite":
+        from scratchbank.adapters.fs_bank import FilesystemBankStore
+
+        return FilesystemBankStore(work / "banks")
+    import boto3
+
+    from scratchbank.adapters.s3_bank import S3BankStore
+
+    endpoint = os.environ["SCRATCHBANK_S3_ENDPOINT"]
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="b", aws_secret_access_key="b"
+    )
+    bucket = "scale-" + uuid.uuid4().hex[:8]
+    client.create_bucket(Bucket=bucket)
+    return S3BankStore(bucket, client=client)
+
+
+# -- runs: N at once --------------------------------------------------------------------------
+
+
+def fill_scratch(scratch: Path, files: int, kib: int, seed: int) -> None:
+    for i in range(files):
+        folder = scratch / f"d{i % 10}"
+        folder.mkdir(parents=True, exist_ok=True)
+        line = f"run {seed} file {i} ".encode()
+        (folder / f"f{i}.txt").write_bytes((line * (kib * 1024 // len(line) + 1))[: kib * 1024])
+
+
+def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
+    """``work(i)`` in n threads released at once: what each ended as, and how long it took."""
+    barrier = threading.Barrier(n)
+    took: list[float] = [0.0] * n
+    ended: list[str] = [""] * n
+
+    def one(i: int) -> None:
+        from scratchbank.domain.errors import ScratchbankError
+
+        barrier.wait()
+        t0 = time.perf_counter()
+        try:
+            ended[i] = work(i)
+        except ScratchbankError as error:
+            ended[i] = error.code
+        except Exception as error:  # a bug: counted by its type, never hidden
+            ended[i] = type(error).__name__
+        took[i] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [took[i] for i in range(n) if ended[i] == "ok"]
+    return {
+        "n": n,
+        "wall_s": round(wall, 3),
+        "per_s": round(len(ok) / wall, 2),
+        "p50_s": percentile(ok, 50),
+        "p95_s": percentile(ok, 95),
+        "cpu_per_wall": round((cpu_seconds() - cpu0) / wall, 2),
+        "errors": dict(Counter(e for e in ended if e != "ok")),
+    }
+
+
+def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[str, Any]:
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.adapters.local_sandbox import LocalSandbox
+    from scratchbank.application.service import ScratchService, Target
+    from scratchbank.domain.errors import ScratchbankError
+    from scratchbank.domain.records import ScratchBanked, ScratchRestored
+    from scratchbank.testing.builders import node, started
+
+    store_errors: Counter[str] = Counter()
+
+    class Counted(EventStoreTimeline):
+        """Counts every store call's named error (the use cases may retry or absorb it)."""
+
+        def _within(self, call: Any, fail: Any, what: str) -> Any:
+            try:
+                return super()._within(call, fail, what)
+            except ScratchbankError as error:
+                store_errors[f"{error.code} ({what.split(':')[0].split(' run ')[0]})"] += 1
+                raise
+
+    timeline = Counted(timeline_url(backend, work, "runs"))
+    service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
+    runs = [f"run-{i}" for i in range(n)]
+    old, new = [], []
+    for i, run in enumerate(runs):
+        timeline.append(run, [started(), node("clone", "tool")])
+        box = LocalSandbox(work / f"old-{i}")
+        fill_scratch(Path(box.facts.scratch), files, kib, i)
+        old.append(box)
+        new.append(LocalSandbox(work / f"new-{i}"))
+    said: dict[str, list[str]] = {"banked": [], "restored": []}
+
+    def teardown(i: int) -> str:
+        report = service.bank_at_teardown(runs[i], old[i], run_finished=False)
+        if report.recorded:
+            said["banked"].append(runs[i])
+        if report.record is not None and not report.record.banked:
+            return f"recorded unbanked: {report.record.reason[:60]}"
+        return "ok" if report.recorded else "not recorded"
+
+    def resume(i: int) -> str:
+        out = service.resume(runs[i], target=Target(sandbox=new[i]))
+        if out.recorded and out.restore is not None:
+            said["restored"].append(runs[i])
+        if out.restore is None:
+            return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
+        if not out.proceeds:
+            return f"restore {out.restore.rule}: {out.restore.record.reason[:60]}"
+        return "ok" if out.recorded else "restored, record not written"
+
+    try:
+        result = {"teardown": phase(n, teardown), "resume": phase(n, resume)}
+        false = 0
+        for kind, record in (("banked", ScratchBanked), ("restored", ScratchRestored)):
+            false += sum(not any(isinstance(r, record) for r in timeline.read(run)) for run in said[kind])
+        result["false_recorded"] = false
+        result["peak_mib"] = round(vm_hwm_mib(), 1)
+        result["in_flight"] = timeline.in_flight
+        result["store_call_errors"] = dict(store_errors)
+        return result
+    finally:
+        for box in old + new:
+            box.destroy()
+        timeline.close()
+
+
+# -- decisions at 1k..1M records --------------------------------------------------------------
+
+
+def child_fill(url: str, start: int, end: int) -> dict[str, Any]:
+    """Grow run-d from ``start`` to ``end`` records through the port, a batch at a time."""
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.testing.builders import banked, node, started
+
+    timeline = EventStoreTimeline(url)
+    t0 = time.perf_counter()
+    written = start
+    if written == 0:
+        written = timeline.append("run-d", [started(), banked()])
+    while written < end:
+        count = min(BATCH, end - written)
+        written = timeline.append("run-d", [node(f"n{(written + i) % 50}", "human") for i in range(count)])
+    took = time.perf_counter() - t0
+    timeline.close()
+    return {"records": written, "append_s": round(took, 2), "records_per_s": round((written - start) / took)}
+
+
+def child_decide(url: str, full: bool) -> dict[str, Any]:
+    """A fresh process: the first decision (cold), a second (warm), and with ``full`` a
+    fold of the whole run from its first record (what a decision without snapshots pays)."""
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.application.service import ScratchService
+    from scratchbank.domain import fold
+
+    timeline = EventStoreTimeline(url)
+    service = ScratchService(timeline, bank_store("sqlite", Path(tempfile.mkdtemp())), snapshots=timeline)
+    hwm0 = vm_hwm_mib()
+    t0 = time.perf_counter()
+    cold = service.assess("run-d")
+    cold_s = time.perf_counter() - t0
+    cold_read = timeline.records_read
+    t0 = time.perf_counter()
+    warm = service.assess("run-d")
+    warm_s = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "records": cold.state.records,
+        "verdict": cold.decision.verdict.value,
+        "same_decision": cold.decision == warm.decision,
+        "cold_s": round(cold_s, 4),
+        "warm_s": round(warm_s, 4),
+        "cold_records_read": cold_read,
+        "warm_records_read": timeline.records_read - cold_read,
+        "peak_mib": round(vm_hwm_mib(), 1),
+        "peak_before_mib": round(hwm0, 1),
+    }
+    if full:
+        t0 = time.perf_counter()
+        state = fold(timeline.read_after("run-d", 0))
+        out["full_fold_s"] = round(time.perf_counter() - t0, 3)
+        out["full_fold_same_state"] = state == cold.state
+        out["peak_after_full_mib"] = round(vm_hwm_mib(), 1)
+    timeline.close()
+    return out
+
+
+# -- the parent -------------------------------------------------------------------------------
+
+
+def in_child(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return {"failed": proc.returncode, "stderr": proc.stderr[-2000:]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def runs_section(plan: argparse.Namespace, results: dict[str, Any], save: Callable[[], None]) -> None:
+    for backend in plan.backends:
+        for n in plan.ns:
+            work = Path(tempfile.mkdtemp(prefix=f"scale-{backend}-{n}-"))
+            try:
+                got = in_child("runs", backend, str(n), str(plan.files), str(plan.file_kib), str(work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            got |= {"backend": backend, "n": n, "load": os.getloadavg()}
+            results["runs"].append(got)
+            print(runs_line(got), flush=True)
+            save()
+
+
+def runs_line(r: dict[str, Any]) -> str:
+    if "failed" in r:
+        return f"runs {r['backend']:8} N={r['n']:<4} FAILED {r['stderr'][-300:]}"
+    t, s = r["teardown"], r["resume"]
+    return (
+        f"runs {r['backend']:8} N={r['n']:<4} teardown {t['per_s']:6.1f}/s p50 {t['p50_s'] or 0:.2f} "
+        f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_per_wall']:.2f} | resume {s['per_s']:6.1f}/s "
+        f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_per_wall']:.2f} | "
+        f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
+        f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
+    )
+
+
+def decisions_section(plan: argparse.Namespace, results: dict[str, Any], save: Callable[[], None]) -> None:
+    for backend in plan.backends:
+        work = Path(tempfile.mkdtemp(prefix=f"scale-decide-{backend}-"))
+        url = timeline_url(backend, work, "decide")
+        have = 0
+        try:
+            for length in plan.lengths:
+                fill = in_child("fill", url, str(have), str(length))
+                have = fill.get("records", have)
+                got = in_child("decide", url, "1" if length <= plan.full_up_to else "0")
+                got |= {"backend": backend, "length": length, "fill": fill, "load": os.getloadavg()}
+                results["decisions"].append(got)
+                print(decision_line(got), flush=True)
+                save()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def decision_line(d: dict[str, Any]) -> str:
+    if "failed" in d:
+        return f"decide {d['backend']:8} {d['length']:>8} FAILED {d['stderr'][-300:]}"
+    full = f" | full fold {d['full_fold_s']:.3f} s" if "full_fold_s" in d else ""
+    return (
+        f"decide {d['backend']:8} {d['records']:>8} records: cold {d['cold_s'] * 1000:7.1f} ms "
+        f"({d['cold_records_read']} read), warm {d['warm_s'] * 1000:6.1f} ms, peak {d['peak_mib']} MiB"
+        f"{full} (filled at {d['fill'].get('records_per_s')} records/s)"
+    )
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", default="runs,decisions")
+    parser.add_argument("--backends", default="")
+    parser.add_argument("--ns", default="1,10,50,200")
+    parser.add_argument("--lengths", default="1000,10000,100000,1000000")
+    parser.add_argument("--full-up-to", type=int, default=100_000, help="fold whole runs up to this length")
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--file-kib", type=int, default=10)
+    parser.add_argument("--out", default="")
+    plan = parser.parse_args(argv)
+    pg = os.environ.get("SCRATCHBANK_POSTGRES_URL") and os.environ.get("SCRATCHBANK_S3_ENDPOINT")
+    plan.backends = [b for b in (plan.backends or ("sqlite,postgres" if pg else "sqlite")).split(",") if b]
+    plan.ns = [int(x) for x in plan.ns.split(",") if x]
+    plan.lengths = [int(x) for x in plan.lengths.split(",") if x]
+    plan.out = plan.out or f"bench/results/{dt.date.today().isoformat()}-scale.json"
+    return plan
+
+
+def child(args: list[str]) -> dict[str, Any]:
+    what, rest = args[0], args[1:]
+    if what == "runs":
+        backend, n, files, kib, work = rest
+        return child_runs(backend, int(n), int(files), int(kib), Path(work))
+    if what == "fill":
+        return child_fill(rest[0], int(rest[1]), int(rest[2]))
+    return child_decide(rest[0], rest[1] == "1")
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--child"]:
+        print(json.dumps(child(argv[1:])))
+        return 0
+    plan = parse(argv)
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "machine": machine(),
+        "plan": {k: v for k, v in vars(plan).items() if k != "out"},
+        "runs": [],
+        "decisions": [],
+    }
+
+    def save() -> None:
+        Path(plan.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(plan.out).write_text(json.dumps(results, indent=2, default=str))
+
+    if "runs" in plan.sections:
+        runs_section(plan, results, save)
+    if "decisions" in plan.sections:
+        decisions_section(plan, results, save)
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    results["load_at_end"] = os.getloadavg()
+    save()
+    print(f"written {plan.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

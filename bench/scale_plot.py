@@ -1,0 +1,94 @@
+"""The curves of a ``--scale`` run as one SVG (no plotting library needed).
+
+    python bench/scale_plot.py RESULTS.json [MORE.json ...] OUT.svg
+
+A later file's run at the same (backend, N) replaces an earlier one's (a re-run).
+
+Left: runs per second against runs at once (teardowns and resumes, each backend).
+Right: the first decision in a fresh process (cold) against the run's length, log-log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+W, H, PAD = 360, 240, 44
+COLOURS = {"sqlite": "#1f77b4", "postgres": "#d62728"}
+
+
+def scale(values: list[float], lo_px: float, hi_px: float, log: bool) -> tuple[float, float, Any]:
+    f = (lambda v: math.log10(max(v, 1e-9))) if log else (lambda v: v)
+    lo, hi = min(f(v) for v in values), max(f(v) for v in values)
+    lo, hi = (lo, hi) if hi > lo else (lo - 1, hi + 1)
+    lo = 0.0 if not log else lo
+    return lo, hi, lambda v: lo_px + (f(v) - lo) / (hi - lo) * (hi_px - lo_px)
+
+
+def panel(
+    x0: int, title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]], log: bool
+) -> list[str]:
+    points = [p for s in series.values() for p in s]
+    if not points:
+        return []
+    _, _, sx = scale([p[0] for p in points], x0 + PAD, x0 + W - 10, log)
+    _, _, sy = scale([p[1] for p in points], H - PAD, 20, log)
+    out = [
+        f'<text x="{x0 + W / 2}" y="14" text-anchor="middle" font-size="12">{title}</text>',
+        f'<line x1="{x0 + PAD}" y1="{H - PAD}" x2="{x0 + W - 10}" y2="{H - PAD}" stroke="#000"/>',
+        f'<line x1="{x0 + PAD}" y1="20" x2="{x0 + PAD}" y2="{H - PAD}" stroke="#000"/>',
+        f'<text x="{x0 + W / 2}" y="{H - 8}" text-anchor="middle" font-size="10">{xlabel}</text>',
+        f'<text x="{x0 + 10}" y="{H / 2}" font-size="10" transform="rotate(-90 {x0 + 10} {H / 2})" '
+        f'text-anchor="middle">{ylabel}</text>',
+    ]
+    for x in sorted({p[0] for p in points}):
+        out.append(
+            f'<text x="{sx(x):.1f}" y="{H - PAD + 12}" text-anchor="middle" font-size="9">{x:g}</text>'
+        )
+    for y in sorted({round(p[1], 3) for p in points})[:: max(1, len(points) // 6)]:
+        out.append(f'<text x="{x0 + PAD - 3}" y="{sy(y):.1f}" text-anchor="end" font-size="9">{y:g}</text>')
+    for i, (name, pts) in enumerate(series.items()):
+        colour = COLOURS[name.split()[0]]
+        dash = "" if "teardown" in name or "cold" in name else ' stroke-dasharray="4 3"'
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(pts))
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}"{dash}/>')
+        out.append(f'<text x="{x0 + PAD + 6}" y="{28 + 11 * i}" font-size="9" fill="{colour}">{name}</text>')
+    return out
+
+
+def main(srcs: list[str], dest: str) -> None:
+    files = [json.loads(Path(src).read_text()) for src in srcs]
+    data = {
+        "runs": list({(r["backend"], r["n"]): r for f in files for r in f["runs"]}.values()),
+        "decisions": [d for f in files for d in f["decisions"]],
+    }
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for r in data["runs"]:
+        if "failed" in r:
+            continue
+        for op in ("teardown", "resume"):
+            runs.setdefault(f"{r['backend']} {op}s/s", []).append((r["n"], r[op]["per_s"]))
+    decisions: dict[str, list[tuple[float, float]]] = {}
+    for d in data["decisions"]:
+        if "failed" in d:
+            continue
+        decisions.setdefault(f"{d['backend']} cold ms", []).append((d["records"], d["cold_s"] * 1000))
+        if "full_fold_s" in d:
+            decisions.setdefault(f"{d['backend']} full read ms", []).append(
+                (d["records"], d["full_fold_s"] * 1000)
+            )
+    body = panel(0, "throughput vs runs at once", "runs at once (N)", "per second", runs, False)
+    body += panel(W + 20, "first decision in a fresh process", "records (log)", "ms (log)", decisions, True)
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * W + 20}" height="{H}" font-family="sans-serif">'
+    )
+    Path(dest).write_text(
+        "\n".join([svg, '<rect width="100%" height="100%" fill="#fff"/>', *body, "</svg>\n"])
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:-1], sys.argv[-1])
