@@ -23,9 +23,9 @@ from docker.utils.socket import frames_iter
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
 from .watchdog import Feeder, Watchdog
 
 CHUNK = 1 << 20
@@ -115,9 +115,10 @@ class DockerSandbox(ScriptedSandbox):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
         deadline = deadline_of(deadline, EXEC_SECONDS)
-        exec_id, sock = self._start(source, args, stdin is not None, user)
+        exec_id, sock = self._start(command(source, args, token), stdin is not None, user)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
         output = Output(stdout)
@@ -128,8 +129,8 @@ class DockerSandbox(ScriptedSandbox):
                     writer.start()
                 try:
                     _read_frames(sock, output)
-                except StreamBroken:
-                    if not self._exited_unread(exec_id, writer):
+                except StreamBroken as error:
+                    if isinstance(error, OutputOverBound) or not self._exited_unread(exec_id, writer):
                         raise
                 if writer is not None:
                     writer.exec_ended()
@@ -142,10 +143,9 @@ class DockerSandbox(ScriptedSandbox):
         _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
         return output.result(self._exit_code(exec_id))
 
-    def _start(self, source: str, args: Sequence[str], stdin: bool, user: str | None) -> tuple[str, Any]:
+    def _start(self, cmd: list[str], stdin: bool, user: str | None) -> tuple[str, Any]:
         """Create and start the exec; translate the engine's answers (gone vs failed)."""
         api = self.client.api
-        cmd = ["sh", "-c", source, "scratchbank", *args]
         try:
             exec_id = api.exec_create(
                 self.container_id,

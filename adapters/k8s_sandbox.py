@@ -31,7 +31,7 @@ from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
 from .watchdog import Feeder, Watchdog
 
 FRAME = 1 << 20
@@ -139,9 +139,10 @@ class KubernetesSandbox(ScriptedSandbox):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
         deadline = deadline_of(deadline, EXEC_SECONDS)
-        ws = self._open(["sh", "-c", source, "scratchbank", *args], stdin is not None)
+        ws = self._open(command(source, args, token), stdin is not None)
         # create_websocket offers the protocols as a raw header, so websocket-client does
         # not record the one chosen: read it from the handshake's answer.
         answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}

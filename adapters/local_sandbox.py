@@ -16,15 +16,15 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox
+from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
 from .watchdog import Feeder, Watchdog
 
 CHUNK = 1 << 20
@@ -42,9 +42,16 @@ class _Pump(Feeder):
     """Copies one stream to another. A failing source (not the peer closing early) is kept
     in ``error`` and cuts the command, so that nobody waits for bytes that will not come."""
 
-    def __init__(self, src: IO[bytes], dst: IO[bytes] | ByteSink, close_dst: bool, dog: Watchdog) -> None:
+    def __init__(
+        self,
+        src: IO[bytes],
+        dst: IO[bytes] | ByteSink,
+        close_dst: bool,
+        dog: Watchdog,
+        close_src: bool = False,
+    ) -> None:
         super().__init__(src, dog)
-        self.dst, self.close_dst = dst, close_dst
+        self.dst, self.close_dst, self.close_src = dst, close_dst, close_src
 
     def run(self) -> None:
         # Into a command's stdin, each chunk goes at once: a source that waits between
@@ -65,6 +72,10 @@ class _Pump(Feeder):
             if self.close_dst:
                 with contextlib.suppress(OSError):
                     self.dst.close()  # type: ignore[union-attr]
+            if self.close_src:  # a command's output pipe: closed by its reader only (a
+                # close from another thread would wait for this read to return)
+                with contextlib.suppress(OSError):
+                    self.src.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -128,8 +139,8 @@ class LocalSandbox(ScriptedSandbox):
         errors.close()
         return "unshare did not start in time"
 
-    def _argv(self, source: str, args: Sequence[str]) -> list[str]:
-        cmd = ["sh", "-c", source, "scratchbank", *args]
+    def _argv(self, source: str, args: Sequence[str], token: str | None = None) -> list[str]:
+        cmd = command(source, args, token)
         if self.ns_pid is None:
             return cmd
         if self._init is None or self._init.poll() is not None:
@@ -157,30 +168,29 @@ class LocalSandbox(ScriptedSandbox):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
         deadline = deadline_of(deadline, EXEC_SECONDS)
-        argv = self._argv(source, args)
+        argv = self._argv(source, args, token)
         direct_in = stdin is not None and _real_file(stdin)
         direct_out = stdout is not None and _real_file(stdout)
-        with tempfile.TemporaryFile() as err:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=stdin if direct_in else (subprocess.PIPE if stdin else subprocess.DEVNULL),
-                    stdout=stdout if direct_out else subprocess.PIPE,  # type: ignore[arg-type]
-                    stderr=err,
-                    start_new_session=True,
-                )
-            except OSError as error:
-                raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
-            with Watchdog(deadline, lambda: _kill_group(proc)) as dog:
-                pumps, captured, code = _drive(proc, stdin, stdout, direct_in, direct_out, dog)
-            err.seek(0)
-            stderr = err.read()[-(1 << 20) :]
+        output = Output(stdout)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=stdin if direct_in else (subprocess.PIPE if stdin else subprocess.DEVNULL),
+                stdout=stdout if direct_out else subprocess.PIPE,  # type: ignore[arg-type]
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as error:
+            raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
+        with Watchdog(deadline, lambda: _kill_group(proc)) as dog:
+            pumps, code = _drive(proc, stdin, output, direct_in, direct_out, dog)
         _raise_cut(dog, pumps, streaming=stdin is not None or stdout is not None)
         if code < 0:
             raise StreamBroken(f"the command was killed by signal {-code}")
-        return ExecResult(code, captured, stderr)
+        return output.result(code)
 
     def destroy(self) -> None:
         """End every process of the sandbox and remove its directory."""
@@ -197,38 +207,45 @@ class LocalSandbox(ScriptedSandbox):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class _Into:
+    """A ByteSink over one of Output's channels."""
+
+    def __init__(self, channel: Callable[[bytes], None]) -> None:
+        self.write = channel
+
+
 def _drive(
     proc: subprocess.Popen[bytes],
     stdin: BinaryIO | None,
-    stdout: ByteSink | None,
+    output: Output,
     direct_in: bool,
     direct_out: bool,
     dog: Watchdog,
-) -> tuple[list[_Pump], bytes, int]:
-    """Pump the streams the command does not read or write directly; wait for its end."""
+) -> tuple[list[_Pump], int]:
+    """Pump the streams the command does not read or write directly (stderr always, as
+    a capped tail); wait for its end."""
     pumps = []
     if stdin is not None and not direct_in:
         assert proc.stdin is not None
         pumps.append(_Pump(stdin, proc.stdin, True, dog))
-    if stdout is not None and not direct_out:
+    if not direct_out:
         assert proc.stdout is not None
-        pumps.append(_Pump(proc.stdout, stdout, False, dog))
+        pumps.append(_Pump(proc.stdout, _Into(output.stdout), False, dog, close_src=True))  # type: ignore[arg-type]
+    assert proc.stderr is not None
+    pumps.append(_Pump(proc.stderr, _Into(output.stderr), False, dog, close_src=True))  # type: ignore[arg-type]
     for p in pumps:
         p.start()
-    captured = b""
-    if stdout is None:
-        assert proc.stdout is not None
-        captured = proc.stdout.read()
     code = proc.wait()
     for p in pumps:  # one blocked on a stalled source is not waited for, nor stdin's once
         # the command has ended (nobody reads it: a source waiting on the host, as a
-        # restore's verdict does, would otherwise hold the call until its deadline)
+        # restore's verdict does, would otherwise hold the call until its deadline); an
+        # output pipe a detached child still holds is left to its reader, which ends
+        # once the call's reap (ScriptedSandbox.call) has ended that child
         p.join(timeout=0.2 if dog.fired or p.close_dst else max(1.0, dog.deadline.left()))
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    return pumps, captured, code
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    return pumps, code
 
 
 def _raise_cut(dog: Watchdog, pumps: list[_Pump], *, streaming: bool) -> None:
@@ -237,5 +254,7 @@ def _raise_cut(dog: Watchdog, pumps: list[_Pump], *, streaming: bool) -> None:
         why = "the command did not end within its deadline: cut"
         raise StreamBroken(why) if streaming else ExecFailed(why)
     failed = next((p.error for p in pumps if p.error is not None), None)
+    if isinstance(failed, OutputOverBound):
+        raise failed  # the sandbox said too much: its own name, not a broken stream
     if failed is not None:
         raise StreamBroken(f"the stream broke on the host side: {failed!r}")

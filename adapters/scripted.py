@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -34,7 +33,14 @@ from scratchbank.application.ports import (
     StagedRestore,
 )
 from scratchbank.application.retry import Deadline
-from scratchbank.domain.errors import ArchiveFailed, RestoreRefused, ScratchbankError, StreamBroken
+from scratchbank.domain.errors import (
+    ArchiveFailed,
+    OutputOverBound,
+    RestoreRefused,
+    SandboxGone,
+    ScratchbankError,
+    StreamBroken,
+)
 
 
 def script(name: str) -> str:
@@ -45,6 +51,30 @@ QUIESCE, ARCHIVE, RESTORE = script("quiesce.sh"), script("archive.sh"), script("
 LIST = RESTORE  # ``restore.sh list SCRATCH``: the tree in the stage's NUL-safe format
 #: quiesce, archive and continue in one exec (T11-T16): bank.sh over the other two's functions
 BANK = "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + "\n" + ARCHIVE + "\n" + script("bank.sh")
+
+#: The variable that marks every process of one call (``ScriptedSandbox.call``).
+TOKEN_VAR = "SCRATCHBANK_EXEC"
+#: After a cut: end every process whose environment carries the call's token, by a fresh
+#: exec (its own shell and pipeline carry no token). /proc/PID/environ is the
+#: environment a process was started with: a script cannot shed it by unsetting a variable.
+REAP = f"""me=$$
+for d in /proc/[0-9]*; do
+    p=${{d#/proc/}}
+    [ "$p" = "$me" ] && continue
+    tr '\\000' '\\n' <"$d/environ" 2>/dev/null | grep -qx "{TOKEN_VAR}=$1" && kill -KILL "$p" 2>/dev/null
+done
+exit 0
+"""
+#: how long a reap may take after a cut (on top of the cut call's deadline)
+REAP_SECONDS = 5.0
+
+
+def command(source: str, args: Sequence[str], token: str | None = None) -> list[str]:
+    """The argv of a script's exec: ``sh -c source scratchbank args...``, started by
+    ``env`` with the call's token in its environment when there is one (every transport)."""
+    head = ["env", f"{TOKEN_VAR}={token}"] if token else []
+    return [*head, "sh", "-c", source, "scratchbank", *args]
+
 
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
@@ -65,6 +95,64 @@ _NEUTRAL = (
 )
 
 
+# -- what a sandbox may send: every stream bounded by its purpose (ADR 0008) ------------------
+#: stderr: the last 64 KiB are kept (a tail: never an error, never more)
+STDERR_TAIL = 64 << 10
+#: stdout of a call given no sink (a transport's safety net; the scripts' calls pass tighter)
+CAPTURE_BYTES = 1 << 20
+#: stdout of steps that should print nothing (continue, commit, discard): past it, cut
+QUIET_BYTES = 4 << 10
+#: the quiesce report (a few lines per process that would not stop; fixed)
+REPORT_BYTES = 64 << 10
+#: list_scratch, which has no manifest to go by
+LIST_BYTES = 64 << 20
+#: a listing line's stats ("MODEHEX SIZE\n") and name ("./" + 4096 bytes + NUL) at most
+ENTRY_BYTES = 32 + 4100
+#: text of the sandbox's in a record or a log: escaped, its last this many characters
+SAID_CHARS = 2000
+
+
+def said(raw: bytes, limit: int = SAID_CHARS) -> str:
+    """Text a sandbox sent, as a record or a log may hold it: its tail, decoded, every
+    control or undecodable byte escaped (a NUL, an ANSI escape, a newline that would forge
+    a log line), cut to ``limit`` characters."""
+    text = raw[-4 * limit :].decode("utf-8", "backslashreplace").strip()
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return escaped[-limit:]
+
+
+def listing_bound(entries: int | None) -> int:
+    """The bytes a restore's listing may take: what ``entries`` entries can need, twice
+    over (implicit parents), at least 1 MiB; LIST_BYTES when the count is not known."""
+    if entries is None:
+        return LIST_BYTES
+    return max(1 << 20, 2 * entries * ENTRY_BYTES)
+
+
+class Bounded:
+    """A sink that takes at most ``limit`` bytes (into ``keep``, or kept in memory); one
+    byte more raises OutputOverBound, which every transport lets through as it is after
+    cutting the exec, so the host never holds more than the bound."""
+
+    def __init__(self, limit: int, what: str, keep: ByteSink | None = None) -> None:
+        self.limit, self.what, self._keep = limit, what, keep
+        self._kept = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes, /) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise OutputOverBound(f"{self.what} passed its bound of {self.limit} bytes: the exec was cut")
+        if self._keep is not None:
+            self._keep.write(data)
+        else:
+            self._kept += data
+        return len(data)
+
+    def getvalue(self) -> bytes:
+        return bytes(self._kept)
+
+
 @attrs.frozen
 class ExecResult:
     exit_code: int
@@ -73,17 +161,18 @@ class ExecResult:
 
     @property
     def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace").strip()
+        """stderr's tail as a record may hold it (escaped, cut)."""
+        return said(self.stderr)
 
 
 class Output:
-    """Where an exec's channels go: stdout to the caller's sink (or captured when none),
-    stderr kept to its last MiB. One collector for every streaming transport."""
+    """Where an exec's channels go: stdout to the caller's sink (or captured, bounded, when
+    none), stderr kept to its last STDERR_TAIL bytes. One collector for every transport."""
 
-    KEEP = 1 << 20
+    KEEP = STDERR_TAIL
 
     def __init__(self, stdout: ByteSink | None) -> None:
-        self._captured = io.BytesIO() if stdout is None else None
+        self._captured = Bounded(CAPTURE_BYTES, "the exec's stdout") if stdout is None else None
         self._sink: ByteSink = stdout if stdout is not None else self._captured  # type: ignore[assignment]
         self._err = bytearray()
 
@@ -91,7 +180,7 @@ class Output:
         self._sink.write(data)
 
     def stderr(self, data: bytes) -> None:
-        self._err += data
+        self._err += data[-self.KEEP :]
         del self._err[: max(0, len(self._err) - self.KEEP)]
 
     def result(self, exit_code: int) -> ExecResult:
@@ -125,30 +214,35 @@ def _mode_kind(mode_hex: str) -> str:
 
 def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> QuiesceReport:
     """quiesce.sh's exit code and report lines as a QuiesceReport (T12, T13)."""
-    said = ("refused: ", "unquiesced: ")
-    reasons = tuple(line.split(": ", 1)[1] for line in lines if line.startswith(said))
-    stopped = next((int(line.split()[1]) for line in lines if line.startswith("stopped ")), 0)
+    tags = ("refused: ", "unquiesced: ")
+    reasons = tuple(said(line.split(": ", 1)[1].encode(), 300) for line in lines if line.startswith(tags))
+    counts = (_STOPPED.match(line) for line in lines)
+    stopped = next((int(m.group(1)) for m in counts if m is not None), 0)
     if exit_code == 0:
         return QuiesceReport(True, False, (), stopped)
     if exit_code == QUIESCE_REFUSED:
         return QuiesceReport(False, True, reasons or ("refused",))
     if exit_code == QUIESCE_PARTIAL:
         return QuiesceReport(False, False, reasons, stopped)
-    detail = err or "\n".join(lines)
-    return QuiesceReport(False, False, (f"quiesce exited {exit_code}: {detail!r}",))
+    detail = err or said("\n".join(lines).encode(), 500)
+    return QuiesceReport(False, False, (f"quiesce exited {exit_code}: {detail}",))
+
+
+_STOPPED = re.compile(r"^stopped (\d{1,9})$")
 
 
 def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:
     """archive.sh's exit code and tar's warnings as an ArchiveReport, or ArchiveFailed."""
     if exit_code == EMPTY:
         return ArchiveReport(empty=True)
-    err = stderr.decode("utf-8", "replace").strip()
+    err = said(stderr)
     if exit_code == CANNOT_LIST:
         raise ArchiveFailed(f"cannot list the scratch: {err}")
     raced, neutral, other = read_tar_stderr(stderr)
     if exit_code == 0 or (exit_code == 1 and raced and not other):
-        return ArchiveReport(False, tuple(raced), tuple(neutral + other))
-    raise ArchiveFailed(f"tar exited {exit_code}: {err[-2000:]}")
+        notices = [said(line.encode("utf-8", "surrogateescape"), 300) for line in neutral + other]
+        return ArchiveReport(False, tuple(raced), tuple(notices[:100]))
+    raise ArchiveFailed(f"tar exited {exit_code}: {err}")
 
 
 _STATUS = b"scratchbank-bank: "
@@ -172,7 +266,7 @@ class QuiesceHead:
     """bank.sh's stdout: the quiesce report, up to its "scratchbank-quiesced CODE" line,
     read into ``report``; every byte after it (the tar stream) passed on to ``dest``."""
 
-    LIMIT = 1 << 20
+    LIMIT = REPORT_BYTES
     _END = re.compile(rb"(?:^|\n)scratchbank-quiesced (\d+)\n")
 
     def __init__(self, dest: ByteSink) -> None:
@@ -188,7 +282,9 @@ class QuiesceHead:
         end = self._END.search(self._head)
         if end is None:
             if len(self._head) > self.LIMIT:
-                raise StreamBroken("the bank script's quiesce report never ended")
+                raise OutputOverBound(
+                    f"the bank script's quiesce report passed its bound of {self.LIMIT} bytes"
+                )
             return len(data)
         lines = self._head[: end.start()].decode("utf-8", "replace").splitlines()
         self.report = quiesce_report(int(end.group(1)), lines)
@@ -205,6 +301,49 @@ class ScriptedSandbox(abc.ABC):
     facts: SandboxFacts
     #: the user the quiesce and archive run as (None: the sandbox's default user)
     admin_user: str | None = None
+    #: bounds of what the scripts may print (ADR 0008); past one, OutputOverBound
+    list_bytes: int = LIST_BYTES
+    quiet_bytes: int = QUIET_BYTES
+    report_bytes: int = REPORT_BYTES
+
+    def _quiet(self, what: str) -> Bounded:
+        return Bounded(self.quiet_bytes, what)
+
+    def call(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> ExecResult:
+        """``run`` a script as one cancellable unit: it starts with a token in its
+        environment (inherited by every process it starts, a child that detached with
+        setsid too), and when the call is cut or fails, a fresh exec ends every process
+        that carries the token (REAP): nothing a cut call started keeps writing the
+        scratch. A sandbox that is gone needs no reaping."""
+        token = secrets.token_hex(8)
+        try:
+            return self.run(
+                source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
+            )
+        except SandboxGone:
+            raise
+        except Exception:
+            self._reap(token, user)
+            raise
+
+    def _reap(self, token: str, user: str | None) -> None:
+        with contextlib.suppress(Exception):
+            self.run(
+                REAP,
+                [token],
+                stdout=self._quiet("the reaper's output"),
+                user=user,
+                deadline=Deadline.after(REAP_SECONDS),
+            )
 
     @abc.abstractmethod
     def run(
@@ -216,8 +355,10 @@ class ScriptedSandbox(abc.ABC):
         stdout: ByteSink | None = None,
         user: str | None = None,
         deadline: Deadline | None = None,
+        token: str | None = None,
     ) -> ExecResult:
-        """Run ``sh -c source scratchbank args...`` in the sandbox.
+        """Run ``command(source, args, token)`` in the sandbox (``sh -c source scratchbank
+        args...``, under ``env TOKEN_VAR=token`` when a token is given).
 
         Streams ``stdin`` in and ``stdout`` out when given (else stdout is captured);
         raises SandboxGone when the sandbox no longer exists, ExecFailed when the command
@@ -232,17 +373,23 @@ class ScriptedSandbox(abc.ABC):
         self, *, budget_seconds: int, wait_seconds: int, deadline: Deadline | None = None
     ) -> QuiesceReport:
         args = ["stop", str(budget_seconds), str(wait_seconds)]
-        done = self.run(QUIESCE, args, user=self.admin_user, deadline=deadline)
-        return quiesce_report(done.exit_code, done.stdout.decode("utf-8", "replace").splitlines(), done.err)
+        report = Bounded(self.report_bytes, "the quiesce report")
+        try:
+            done = self.call(QUIESCE, args, stdout=report, user=self.admin_user, deadline=deadline)
+        except OutputOverBound as error:  # what it stopped is unknown: the watchdog continues
+            return QuiesceReport(False, False, (error.message,))
+        lines = report.getvalue().decode("utf-8", "replace").splitlines()
+        return quiesce_report(done.exit_code, lines, done.err)
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
-        self.run(QUIESCE, ["cont"], user=self.admin_user, deadline=deadline)
+        out = self._quiet("the continue step's output")
+        self.call(QUIESCE, ["cont"], stdout=out, user=self.admin_user, deadline=deadline)
 
     def archive(
         self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
     ) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
-        done = self.run(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
+        done = self.call(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
         return archive_report(done.exit_code, done.stderr)
 
     def quiesce_and_archive(
@@ -261,7 +408,7 @@ class ScriptedSandbox(abc.ABC):
         head = QuiesceHead(dest)
         args = [self.facts.scratch, "z" if compress else "raw", str(budget_seconds), str(wait_seconds)]
         try:
-            done = self.run(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
+            done = self.call(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
         except ScratchbankError as error:
             if head.report is None:
                 raise
@@ -277,14 +424,23 @@ class ScriptedSandbox(abc.ABC):
             return QuiescedArchive(head.report, None, continued, error)
 
     def stage_restore(
-        self, src: BinaryIO, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
+        self,
+        src: BinaryIO,
+        *,
+        compressed: bool,
+        listing: ByteSink,
+        need_bytes: int = 0,
+        entries: int | None = None,
     ) -> StagedRestore:
+        """``entries``: the manifest's, bounding the listing (ADR 0008); unknown: LIST_BYTES."""
         token = secrets.token_hex(8)
         framed = FramedStream(src)
         args = ["stage", self.facts.scratch, token, "z" if compressed else "raw", str(need_bytes)]
         with tempfile.TemporaryFile() as raw:
+            bound = listing_bound(entries) if entries is not None else self.list_bytes
+            out = Bounded(bound, "the restore's listing", keep=raw)
             try:
-                done = self.run(RESTORE, args, stdin=framed, stdout=raw)  # type: ignore[arg-type]
+                done = self.call(RESTORE, args, stdin=framed, stdout=out)  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -293,11 +449,14 @@ class ScriptedSandbox(abc.ABC):
             if done.exit_code != 0:
                 self._discard(token)
                 raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
-            staged = _staged_header(raw, token)
-            if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+            try:
+                staged = _staged_header(raw, token)
+                if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+                    raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
+                write_listing(raw, listing)
+            except BaseException:
                 self._discard(token)
-                raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
-            write_listing(raw, listing)
+                raise
         return staged
 
     def commit_restore(self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()) -> str:
@@ -305,10 +464,11 @@ class ScriptedSandbox(abc.ABC):
         stayed behind (or "")."""
         with tempfile.TemporaryFile() as modes:
             write_modes(dir_modes, modes)
-            done = self.run(
+            done = self.call(
                 RESTORE,
                 ["commit", self.facts.scratch, staged.token],
                 stdin=FramedStream(modes),  # type: ignore[arg-type]
+                stdout=self._quiet("the commit's output"),
             )
         if done.exit_code != 0:
             raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
@@ -318,20 +478,33 @@ class ScriptedSandbox(abc.ABC):
         self._discard(staged.token)
 
     def restore_in_one_exec(
-        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+        self,
+        src: BinaryIO,
+        *,
+        compressed: bool,
+        need_bytes: int,
+        decide: Decide,
+        entries: int | None = None,
     ) -> str | None:
         """Stage, list, take the host's verdict and commit or discard: one exec (the
-        script waits on stdin for the verdict ``decide`` gives once the listing is in)."""
+        script waits on stdin for the verdict ``decide`` gives once the listing is in).
+        ``entries`` (the manifest's) bounds the listing; past it, or past QUIET_BYTES
+        after the listing it announced, OutputOverBound (ADR 0008)."""
         token = secrets.token_hex(8)
         framed = FramedStream(src)
         stdin = _ThenVerdict(framed)
         args = ["stage", self.facts.scratch, token, "z" if compressed else "raw", str(need_bytes), "converse"]
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as modes:
             talk = _Conversation(
-                raw, lambda: self._verdict(raw, token, framed, decide, modes, stdin), give_up=stdin.discard
+                raw,
+                lambda: self._verdict(raw, token, framed, decide, modes, stdin),
+                give_up=stdin.discard,
+                bound=listing_bound(entries) if entries is not None else self.list_bytes,
+                after=self.quiet_bytes,
+                committed=lambda: stdin.committed,
             )
             try:
-                done = self.run(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
+                done = self.call(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -375,12 +548,16 @@ class ScriptedSandbox(abc.ABC):
 
     def _discard(self, token: str) -> None:
         with contextlib.suppress(ScratchbankError):
-            self.run(RESTORE, ["discard", self.facts.scratch, token])
+            self.call(
+                RESTORE, ["discard", self.facts.scratch, token], stdout=self._quiet("the discard's output")
+            )
 
     def list_scratch(self) -> list[str]:
-        """The scratch's tree as sorted manifest lines (see manifest.py); [] when absent."""
+        """The scratch's tree as sorted manifest lines (see manifest.py); [] when absent.
+        Its listing is bounded by ``list_bytes`` (no manifest to go by): OutputOverBound."""
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
-            done = self.run(LIST, ["list", self.facts.scratch], stdout=raw, user=self.admin_user)
+            out = Bounded(self.list_bytes, "the scratch's listing", keep=raw)
+            done = self.call(LIST, ["list", self.facts.scratch], stdout=out, user=self.admin_user)
             if done.exit_code != 0:
                 return []
             raw.seek(0)
@@ -412,8 +589,9 @@ def write_modes(dir_modes: Iterable[tuple[str, int]], out: BinaryIO) -> None:
 
 def commit_notes(done: ExecResult) -> str:
     """What a commit left behind, from its stderr's note lines ("" when nothing)."""
-    notes = [line for line in done.err.splitlines() if line.startswith("scratchbank: note:")]
-    return "; ".join(notes)[:2000]
+    lines = done.stderr.split(b"\n")
+    notes = [said(line, 300) for line in lines if line.startswith(b"scratchbank: note:")]
+    return "; ".join(notes)[:SAID_CHARS]
 
 
 class FramedStream:
@@ -495,14 +673,30 @@ class _ThenVerdict:
 
 
 class _Conversation:
-    """stdout of a conversing restore: kept whole in ``raw``; once the staged header and
-    the whole listing are in, ``then`` runs (in the reading thread). What it raises is
-    kept (``error``) and answered with a discard, never raised into the transport."""
+    """stdout of a conversing restore: kept in ``raw`` up to the end of the listing the
+    script announced and its "awaiting verdict" line; then ``then`` runs (in the reading
+    thread). What it raises is kept (``error``) and answered with a discard, never raised
+    into the transport. Bounded (ADR 0008): the listing by ``bound``; any byte between
+    the announced listing and that line, or a listing announced past ``bound``, is
+    OutputOverBound (the exec is cut, the verdict a discard); after the verdict, output
+    past ``after`` bytes is cut too, unless the verdict was commit (then it is dropped:
+    the commit's exit status says whether the tree is in place)."""
 
     HEAD = 512
+    MARK = b"scratchbank-awaiting-verdict\n"
 
-    def __init__(self, raw: BinaryIO, then: Callable[[], None], *, give_up: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        raw: BinaryIO,
+        then: Callable[[], None],
+        *,
+        give_up: Callable[[], None],
+        bound: int = LIST_BYTES,
+        after: int = QUIET_BYTES,
+        committed: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._raw, self._then, self._give_up = raw, then, give_up
+        self._bound, self._after, self._committed = bound, after, committed
         self._head = bytearray()
         self._need: int | None = None
         self.got = 0
@@ -510,18 +704,39 @@ class _Conversation:
         self.error: BaseException | None = None
 
     def write(self, data: bytes) -> int:
-        self._raw.write(data)
         self.got += len(data)
-        if not self.answered:
-            if self._need is None and len(self._head) < self.HEAD:
-                self._head += data[: self.HEAD - len(self._head)]
-                self._need = self._needed()
-            if self._need is not None and self.got >= self._need:
-                self._answer()
+        if self.answered:
+            return self._after_verdict(len(data))
+        limit = self._bound if self._need is None else self._need
+        if self.got > limit:
+            what = "announced" if self._need is not None else "its bound"
+            self._over(f"the restore script printed past the listing {what} ({limit} bytes)")
+        self._raw.write(data)
+        if self._need is None and len(self._head) < self.HEAD:
+            self._head += data[: self.HEAD - len(self._head)]
+            self._need = self._needed()
+        if not self.answered and self._need is not None and self.got >= self._need:
+            self._raw.flush()
+            mark = os.pread(self._raw.fileno(), len(self.MARK), self._need - len(self.MARK))
+            if mark != self.MARK:
+                self._over("the restore script's listing did not end where it announced")
+            self._answer()
         return len(data)
 
+    def _after_verdict(self, n: int) -> int:
+        past = self.got - (self._need or 0)
+        if past > self._after and not self._committed():
+            self._over(f"the restore script printed more than {self._after} bytes after its listing")
+        return n
+
+    def _over(self, why: str) -> None:
+        error = OutputOverBound(f"{why}: the exec was cut")
+        if self.error is None:
+            self._fail(error)
+        raise error
+
     def _needed(self) -> int | None:
-        """Bytes of output up to the listing's end, once its two head lines are in."""
+        """Bytes of output up to the "awaiting verdict" line, once the two head lines are in."""
         lines = bytes(self._head).split(b"\n", 2)
         if len(lines) < 3:
             if len(self._head) >= self.HEAD:
@@ -534,7 +749,15 @@ class _Conversation:
         except StreamBroken as error:
             self._fail(error)
             return None
-        return len(lines[0]) + len(lines[1]) + 2 + stats + names
+        need = len(lines[0]) + len(lines[1]) + 2 + stats + names + len(self.MARK)
+        if need > self._bound:
+            self._fail(
+                OutputOverBound(
+                    f"the restore's listing announces {need} bytes, past its bound of {self._bound}"
+                )
+            )
+            return None
+        return need
 
     def _answer(self) -> None:
         self.answered = True

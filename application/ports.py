@@ -284,11 +284,19 @@ class RestoresInOneExec(Protocol):
     the exec ending before it answered) leaves nothing staged."""
 
     def restore_in_one_exec(
-        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+        self,
+        src: BinaryIO,
+        *,
+        compressed: bool,
+        need_bytes: int,
+        decide: Decide,
+        entries: int | None = None,
     ) -> str | None:
         """The commit's note ("" when none) once the tree is in place; None when the
         host's verdict discarded it. Raises as stage_restore and commit_restore do, and
-        re-raises what ``decide`` raised (after discarding)."""
+        re-raises what ``decide`` raised (after discarding). ``entries`` (the manifest's,
+        None when unknown) bounds the listing the sandbox may send: past it,
+        OutputOverBound (a refusal in the sandbox)."""
         ...
 
 

@@ -38,6 +38,7 @@ from scratchbank.domain.errors import (
     HostileArchive,
     InvalidBankObject,
     LeaseLost,
+    OutputOverBound,
     RestoreRefused,
     SandboxGone,
     ScratchbankError,
@@ -113,6 +114,7 @@ def restore_bank(
 
 #: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
 _RESULTS: tuple[tuple[type[ScratchbankError], RestoreResult], ...] = (
+    (OutputOverBound, RestoreResult.REFUSED_IN_SANDBOX),  # before StreamBroken: the sandbox's own fault
     (BankGone, RestoreResult.GONE),
     (BankReadFailed, RestoreResult.READ_FAILED),
     (HostileArchive, RestoreResult.REFUSED_ON_HOST),
@@ -298,7 +300,11 @@ def _into_sandbox(
         need = bank.record.manifest_bytes or 0
         try:
             note = _in_one_exec(sandbox).restore_in_one_exec(
-                src, compressed=gzip_level is not None, need_bytes=need, decide=decide
+                src,
+                compressed=gzip_level is not None,
+                need_bytes=need,
+                decide=decide,
+                entries=bank.record.manifest_entries,
             )
         except (RestoreRefused, StreamBroken, ExecFailed, SandboxGone) as error:
             if refused:
@@ -331,7 +337,13 @@ class _TwoPhases:
     sandbox: Sandbox
 
     def restore_in_one_exec(
-        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+        self,
+        src: BinaryIO,
+        *,
+        compressed: bool,
+        need_bytes: int,
+        decide: Decide,
+        entries: int | None = None,
     ) -> str | None:
         with tempfile.TemporaryFile() as listing:
             staged = self.sandbox.stage_restore(

@@ -28,7 +28,6 @@ record needs (``bank_objects.prune``), never after a cut.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -540,16 +539,13 @@ def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOu
 
 
 def _continue(run: _Run) -> None:
-    """T14: continue on a budget of its own, never holding the sandbox's shutdown."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    """T14: continue on a budget of its own, never holding the sandbox's shutdown: the
+    call's deadline is the budget (every transport returns by it; no thread is left)."""
     deadline = Deadline.after(run.budgets.continue_seconds)
-    future = pool.submit(run.sandbox.continue_processes, deadline=deadline)
     try:
-        future.result(timeout=run.budgets.continue_seconds)
+        run.sandbox.continue_processes(deadline=deadline)
     except Exception as error:  # the watchdog in the sandbox continues them anyway
         run.notes.append(f"continuing processes failed ({error}); the watchdog will")
-    finally:
-        pool.shutdown(wait=False)
 
 
 def _archive(run: _Run, attempt: int, *, quiesce: bool) -> Complete | None:

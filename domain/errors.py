@@ -23,6 +23,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   │   └── HostArchiveFailed code HOST_ARCHIVE_FAILED   (T8: the host could not keep the stream)
     │   ├── RestoreRefused        code RESTORE_REFUSED       (X2/X4: the sandbox's tar refused)
     │   └── StreamBroken          code STREAM_BROKEN         (X5: transport broke)
+    │       └── OutputOverBound   code SANDBOX_OUTPUT_OVER_BOUND (X4: the sandbox said too much)
     ├── DestinationRefused        code DESTINATION_REFUSED   (X6: the host directory cannot take it)
     │   └── NoSpaceAtDestination  code NO_SPACE_AT_DESTINATION (X6: less free space than declared)
     ├── InvalidRunId              code INVALID_RUN_ID
@@ -332,6 +333,24 @@ class StreamBroken(SandboxError):
 
     code = "STREAM_BROKEN"
     remedy = "resume again; the runner redelivers"
+
+
+class OutputOverBound(StreamBroken):
+    """A sandbox sent more than the host expects of that stream: a listing past what the
+    manifest's entries can take, a report past its fixed size, output from a step that
+    should print nothing. The exec is cut at the bound; nothing past it is kept.
+
+    Raised when: a stream's bound is passed (the sandbox's own fault: a restore reads it
+    as a refusal in the sandbox, X4, not a stream to read again). A StreamBroken so that
+    every step that survives a broken stream survives this one. Not raised for: a
+    stream that broke or stalled (StreamBroken), stderr (a capped tail, never an error).
+    """
+
+    code = "SANDBOX_OUTPUT_OVER_BOUND"
+    remedy = (
+        "the sandbox printed more than it should: inspect its binaries and its workload; "
+        "nothing past the bound was kept"
+    )
 
 
 class SandboxNotStarted(SandboxError):

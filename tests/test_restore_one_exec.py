@@ -58,12 +58,14 @@ class DropsFromListing:
         return getattr(self.inner, name)
 
     def restore_in_one_exec(
-        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide
+        self, src: BinaryIO, *, compressed: bool, need_bytes: int, decide: Decide, entries: int | None = None
     ) -> str | None:
         def lossy(staged: StagedRestore, listing: BinaryIO) -> Any:
             return decide(staged, io.BytesIO(b"".join(listing.read().splitlines(keepends=True)[1:])))
 
-        return self.inner.restore_in_one_exec(src, compressed=compressed, need_bytes=need_bytes, decide=lossy)
+        return self.inner.restore_in_one_exec(
+            src, compressed=compressed, need_bytes=need_bytes, decide=lossy, entries=entries
+        )
 
 
 def test_X2_a_restore_into_a_scripted_sandbox_is_one_exec(box: Rig) -> None:

@@ -127,7 +127,10 @@ def test_T13_a_process_of_another_user_is_reported_unquiesced(engine: str) -> No
 
 @pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu", "podman-gnu"])
 def test_T13_a_writer_that_is_pid_1_means_unquiesced(engine: str) -> None:
-    loop = "mkdir -p /tmp/iterion-scratch; while :; do echo x >> /tmp/iterion-scratch/w; sleep 0.01; done"
+    """PID 1 writes with builtins only (one that forks a ``sleep`` waits on it once the
+    quiesce stopped it: then it is idle, and its counters say so, ADR 0008)."""
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = f"mkdir -p /tmp/iterion-scratch; while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
     with rig(engine, command=["sh", "-c", loop]) as r:
         time.sleep(0.3)
         report = r.sandbox.quiesce(budget_seconds=10, wait_seconds=1)

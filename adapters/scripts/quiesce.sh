@@ -10,21 +10,29 @@
 # own shell). Refusals come before any signal. Output lines: "refused: ...",
 # "unquiesced: ...", "stopped N", "watchdog PID".
 #
+# The sandbox is hostile (issue 25): no name is believed. A process's state is read from
+# the State: line of /proc/PID/status (and of every task), never from /proc/PID/stat,
+# whose first line a name with ") T 0" and a newline forges; PID 1, which kill -1 never
+# stops, is quiet only when its write counters (/proc/1/io) did not move over the
+# quiesce, whatever it calls itself. Running as root, the script never creates, truncates
+# or follows a fixed name the workload can plant: the watchdog's flag lives in a
+# directory made by mktemp -d (exclusive, mode 0700), created there with noclobber.
+#
 # With SCRATCHBANK_LIBRARY set it only defines quiesce_stop (the report in $q_out) and
 # quiesce_cont, for bank.sh: they must run in the shell that tar is started from later,
 # never in a subshell (kill -STOP -1 spares only its sender).
 set -u
 INITIAL_PIDNS='pid:[4026531836]'
-WD_FILE="${TMPDIR:-/tmp}/.scratchbank-watchdog"
-QUIET_PID1="sleep pause tini dumb-init catatonit docker-init podman-pause init systemd"
+WD_PREFIX="${TMPDIR:-/tmp}/.scratchbank-wd."
 # The watchdog: continue everything if nobody says cont within the budget (T14). In a
 # session of its own where setsid exists, so that a transport that cuts the exec's
 # process group (the local sandbox) does not end it with the exec.
 WATCHDOG='trap "" HUP INT
 n=0
-while [ "$n" -lt "$1" ] && [ -e "$2" ]; do sleep 1; n=$((n + 1)); done
+while [ "$n" -lt "$1" ] && [ -e "$2/armed" ]; do sleep 1; n=$((n + 1)); done
 kill -CONT -1 2>/dev/null
-rm -f "$2" 2>/dev/null'
+rm -f "$2/armed" 2>/dev/null
+rmdir "$2" 2>/dev/null'
 self=$$
 q_out=""
 
@@ -33,7 +41,37 @@ say() { q_out="$q_out$*
 
 quiesce_cont() {
     kill -CONT -1 2>/dev/null
-    rm -f "$WD_FILE" 2>/dev/null
+    # Only a watchdog directory this user made (not a link, owned by us): a name the
+    # workload planted is left alone.
+    for wd in "$WD_PREFIX"*; do
+        [ -d "$wd" ] && [ ! -L "$wd" ] && [ -O "$wd" ] || continue
+        rm -f "$wd/armed" 2>/dev/null
+        rmdir "$wd" 2>/dev/null
+    done
+}
+
+# read_status DIR: the last State:, PPid:, Uid: and Name: of DIR/status (a name is
+# escaped by the kernel, and comes first: no name stands in for a later line). 1 when
+# it cannot be read.
+read_status() {
+    st_state="" st_ppid="" st_uid="" st_name=""
+    while read -r key a b; do
+        case $key in
+            Name:) st_name="$a${b:+ $b}" ;;
+            State:) st_state=$a ;;
+            PPid:) st_ppid=$a ;;
+            Uid:) st_uid=$a ;;
+        esac
+    done 2>/dev/null <"$1/status"
+    [ -n "$st_state" ]
+}
+
+# pid1_writes: PID 1's write counters ("wchar N syscw N"), "" when they cannot be read
+pid1_writes() {
+    p1_io=""
+    while read -r key v; do
+        case $key in wchar: | syscw:) p1_io="$p1_io$key$v " ;; esac
+    done 2>/dev/null </proc/1/io
 }
 
 reasons=""
@@ -56,11 +94,8 @@ vfork_wait() {
     read -r kids 2>/dev/null <"$1/task/$2/children"
     [ -n "$kids" ] || return 1
     for k in $kids; do
-        kl=""
-        read -r kl 2>/dev/null <"/proc/$k/stat" || continue
-        kr=${kl##*) }
-        set -f; set -- $kr; set +f
-        case $1 in T|t|Z|X|x) ;; *) return 1 ;; esac
+        read_status "/proc/$k" || continue
+        case $st_state in T|t|Z|X|x) ;; *) return 1 ;; esac
     done
     return 0
 }
@@ -73,14 +108,11 @@ scan() {
         pid=${d#/proc/}
         [ "$pid" = "$self" ] && continue
         [ "$pid" = 1 ] && continue
-        line=""
-        if ! read -r line 2>/dev/null <"$d/stat"; then
+        if ! read_status "$d"; then
             [ -d "$d" ] && unreadable="$unreadable $pid"
             continue
         fi
-        rest=${line##*) }
-        set -f; set -- $rest; set +f
-        state=$1 ppid=$2
+        state=$st_state ppid=$st_ppid
         [ "$ppid" = "$self" ] && continue
         checked=$((checked + 1))
         case $state in
@@ -91,11 +123,8 @@ scan() {
         for t in "$d"/task/*; do
             tid=${t##*/}
             [ "$tid" = "$pid" ] && continue
-            tl=""
-            read -r tl 2>/dev/null <"$t/stat" || continue
-            tr=${tl##*) }
-            set -f; set -- $tr; set +f
-            case $1 in T|t|Z|X|x) ;; *) running="$running $pid/$tid:$1" ;; esac
+            read_status "$t" || continue
+            case $st_state in T|t|Z|X|x) ;; *) running="$running $pid/$tid:$st_state" ;; esac
         done
     done
 }
@@ -130,16 +159,38 @@ unstoppable() {
         esac
     done 2>/dev/null </proc/self/mountinfo
 
-    # PID 1 is never stopped by kill -1: know what it is
+    # PID 1 is never stopped by kill -1: its write counters are read now and once the
+    # quiesce has waited (pid1_idle); its name proves nothing
+    p1_before=""
     if [ "$self" != 1 ]; then
-        l1=""
-        read -r l1 2>/dev/null </proc/1/stat
-        comm=${l1#*\(}; comm=${comm%\)*}
-        case " $QUIET_PID1 " in
-            *" $comm "*) ;;
-            *) note "pid 1 ($comm) cannot be stopped from inside and may write" ;;
-        esac
+        pid1_writes
+        p1_before=$p1_io
     fi
+}
+
+# pid1_idle: PID 1 is proven idle (its counters readable, unmoved since unstoppable,
+# every task asleep or stopped), else a note says why not. Waits a little first when the
+# stop rounds took no time, so that a writer has had a moment to show.
+pid1_idle() {
+    [ "$self" = 1 ] && return 0
+    read_status /proc/1 || st_name="?"
+    name=$st_name
+    case $name in *[!A-Za-z0-9._+@:=-]*) name=$(printf '%s' "$name" | tr -c 'A-Za-z0-9._+@:=-' '?') ;; esac
+    [ "$round" -ge 2 ] || sleep 0.5 2>/dev/null || sleep 1
+    pid1_writes
+    if [ -z "$p1_before" ] || [ -z "$p1_io" ]; then
+        note "pid 1 ($name) cannot be stopped from inside and its writes cannot be read: not proven idle"
+        return 1
+    fi
+    if [ "$p1_before" != "$p1_io" ]; then
+        note "pid 1 ($name) cannot be stopped from inside and wrote during the quiesce"
+        return 1
+    fi
+    for t in /proc/1/task/*; do
+        read_status "$t" || continue
+        case $st_state in S|T|t|I) ;; *) note "pid 1 ($name) has a task in state $st_state: not proven idle"; return 1 ;; esac
+    done
+    return 0
 }
 
 # quiesce_stop BUDGET WAIT: 0 all stopped, 4 partial, 3 refused; the report in $q_out.
@@ -178,14 +229,20 @@ quiesce_stop() {
         fi
     done
     for pid in $unreadable; do note "status of process $pid cannot be read"; done
+    pid1_idle
 
     # -- the watchdog (T14) ---------------------------------------------------------------
     if [ "$stopped_any" = 1 ]; then
-        : >"$WD_FILE" 2>/dev/null
-        detach=""
-        command -v setsid >/dev/null 2>&1 && detach=setsid
-        $detach sh -c "$WATCHDOG" watchdog "$budget" "$WD_FILE" </dev/null >/dev/null 2>&1 &
-        say "watchdog $!"
+        wd=$(mktemp -d "${WD_PREFIX}XXXXXX" 2>/dev/null) || wd=""
+        if [ -n "$wd" ] && (set -C && : >"$wd/armed") 2>/dev/null; then
+            detach=""
+            command -v setsid >/dev/null 2>&1 && detach=setsid
+            # not the call's: a reap after a cut must leave the watchdog running
+            SCRATCHBANK_EXEC=watchdog $detach sh -c "$WATCHDOG" watchdog "$budget" "$wd" </dev/null >/dev/null 2>&1 &
+            say "watchdog $!"
+        else
+            say "watchdog none"
+        fi
     fi
     say "stopped $checked"
     [ -n "$reasons" ] && return 4

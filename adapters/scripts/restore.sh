@@ -9,7 +9,8 @@
 #       staged tree: a line with the byte counts of the stats and of the names, one
 #       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
 #       order (a name may hold any byte but NUL and '/', a newline too). With
-#       "converse", the same exec then reads the host's verdict from stdin: "commit"
+#       "converse", the line "scratchbank-awaiting-verdict" ends the listing, and the
+#       same exec then reads the host's verdict from stdin: "commit"
 #       and the directory modes (framed, as commit reads them), or anything else (an
 #       EOF too) to discard: exit 22.
 #   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
@@ -23,6 +24,13 @@
 #   (the scratch cannot be created, a member cannot be recreated, the disk is full, the
 #   staged tree cannot be listed by the sandbox's user, the scratch holds a mount point);
 #   12 cannot list (the list op only).
+#
+#   The sandbox is hostile (issue 25): work files live in a directory made by mktemp -d,
+#   the staged tree in a fresh mkdir'd one; every rename is mv -T (a link planted at its
+#   destination is refused, never followed); leftovers are removed only when this user
+#   owns them. The work files the verdict needs (the digest, the end frame) are written
+#   in place over room taken before the extract (1<>), so a disk the bank fills still
+#   tells a refusal (21) from a broken stream (20).
 #
 #   Every removal makes the tree writable first (chmod -R u+rwx: a non-root user owns
 #   a 0555 directory but cannot empty it) and never runs over a mount point: commit
@@ -94,12 +102,16 @@ fits() { # $1 bytes needed, $2 a path on the filesystem asked
     fi
 }
 
-unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1
+reserve() { # $1: a file of 256 spaces, so that writing it in place (1<>) needs no new room
+    printf '%256s\n' "" >"$1"
+}
+
+unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1 (reserved: in place)
     while IFS= read -r frame; do
         case $frame in
         "data "*) dd bs="${frame#data }" count=1 iflag=fullblock 2>/dev/null || return 1 ;;
         "end "*)
-            printf '%s\n' "${frame#end }" >"$1"
+            printf '%s\n' "${frame#end }" 1<>"$1"
             return 0
             ;;
         *) return 1 ;;
@@ -125,14 +137,19 @@ stage() {
         exit 21
     }
     trap 'rm -rf "$work"' EXIT
-    mkfifo "$work/sum.fifo" || { remove_tree "$staged"; echo "scratchbank: cannot make a fifo" >&2; exit 21; }
-    sha256sum <"$work/sum.fifo" >"$work/sum" &
+    { reserve "$work/sum" && reserve "$work/end" && reserve "$work/err" && mkfifo "$work/sum.fifo"; } 2>/dev/null || {
+        remove_tree "$staged"
+        echo "scratchbank: cannot make the work files (a full disk?)" >&2
+        exit 21
+    }
+    sha256sum <"$work/sum.fifo" 1<>"$work/sum" &
     sumpid=$!
     if [ "$compress" = z ]; then flags=xzf; else flags=xf; fi
     # After tar stops (refused, or done), drain the rest so the digest covers the whole
-    # stream: a refusal is then told apart from a stream that broke.
+    # stream: a refusal is then told apart from a stream that broke. tar's messages go
+    # over a reserved file in place (their head at least: the disk may be full by then).
     unframe "$work/end" | tee "$work/sum.fifo" | {
-        tar "$flags" - -C "$staged" -o 2>"$work/err"
+        tar "$flags" - -C "$staged" -o 2<>"$work/err"
         status=$?
         cat >/dev/null
         exit "$status"
@@ -161,6 +178,9 @@ stage() {
     echo "scratchbank-staged $count $got"
     print_tree "$work"
     [ "$converse" = converse ] || exit 0
+    # The listing's end, by the shell's own printf: a flood from a replaced binary comes
+    # before it, so the host refuses it before it answers.
+    printf 'scratchbank-awaiting-verdict\n'
     # One exec: the host compares the listing with the bank's manifest and answers on
     # stdin: "commit" (then the directory modes, framed) or anything else to discard.
     rm -rf "$work"
@@ -200,9 +220,9 @@ commit() {
         exit 0
     fi
     if [ -e "$scratch" ] || [ -L "$scratch" ]; then
-        mv "$scratch" "$staged.old" 2>/dev/null || { echo "scratchbank: cannot move $scratch aside" >&2; exit 21; }
+        mv -T "$scratch" "$staged.old" 2>/dev/null || { echo "scratchbank: cannot move $scratch aside" >&2; exit 21; }
     fi
-    mv "$staged" "$scratch" || { mv "$staged.old" "$scratch" 2>/dev/null; exit 21; }
+    mv -T "$staged" "$scratch" || { mv -T "$staged.old" "$scratch" 2>/dev/null; exit 21; }
     remove_later "$staged.old"
     exit 0
 }
@@ -219,6 +239,7 @@ remove_later() { # $1 is no longer the scratch: removed after this exec ends, de
 remove_leftovers() { # old scratches earlier commits left beside the scratch
     for old in "$parent"/.scratchbank-staged.*.old; do
         [ -e "$old" ] || [ -L "$old" ] || continue
+        [ -O "$old" ] || continue # planted by another user: not ours to remove
         remove_later "$old"
     done
 }
@@ -236,7 +257,7 @@ commit_into_mount_point() {
     done
     for entry in "$staged"/* "$staged"/.[!.]* "$staged"/..?*; do
         [ -e "$entry" ] || [ -L "$entry" ] || continue
-        mv "$entry" "$scratch"/ || exit 21
+        mv -T "$entry" "$scratch/${entry##*/}" || exit 21
     done
     remove_tree "$staged" || echo "scratchbank: note: restored; $staged stays" >&2
 }

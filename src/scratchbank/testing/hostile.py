@@ -1,0 +1,173 @@
+"""A hostile-sandbox kit: run our in-sandbox scripts against a sandbox whose binaries,
+names and output are hostile, over a real transport, and check that every call ends in
+a named outcome within its bound (issue 25; SECURITY.md).
+
+The workload of a compromised sandbox can replace the binaries on its PATH (``cat``,
+``rm``, ``tar``...). ``HostileSandbox`` models that on any engine, without touching the
+sandbox's disk: it wraps a ``ScriptedSandbox`` and defines shell functions of those
+names ahead of every script it runs, so the script calls them instead of the real
+binaries while the bytes still cross the engine's own exec transport (local, Docker,
+Podman, Kubernetes). An engine team runs ``check_hostile_sandbox(make)`` against its own
+adapter; ``make`` returns a fresh ScriptedSandbox whose scratch may be written.
+
+What no host can detect is a sandbox that lies consistently (a ``tar`` that archives
+what it likes, a ``stat`` that reports what the manifest wants): those records say what
+the sandbox said, and the kit does not pretend otherwise (ADR 0008).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+import attrs
+
+from scratchbank.adapters.scripted import ExecResult, ScriptedSandbox
+from scratchbank.application.ports import ByteSink
+from scratchbank.application.retry import Deadline
+from scratchbank.domain.errors import OutputOverBound, ScratchbankError
+
+
+def flood(size: int, *, stream: int = 1, byte: str = "") -> str:
+    """Shell text printing ``size`` bytes on ``stream`` (``byte``: an octal escape for tr,
+    e.g. ``\\000`` for NUL bytes)."""
+    text = f"yes 0123456789abcdef0123456789abcdef | head -c {size}"
+    if byte:
+        text += f" | tr 'a-f0-9y\\n' '{byte}'"
+    return text + ("" if stream == 1 else f" >&{stream}")
+
+
+def shadow(command: str, before: str = "", after: str = "", *, only_with_args: bool = False) -> str:
+    """A shell function standing in for ``command``: ``before``, the real command, ``after``
+    (with ``only_with_args``, a call without arguments is the real command alone)."""
+    body = "; ".join(part for part in (before, f'command {command} "$@"', after) if part)
+    if only_with_args:
+        body = f"if [ $# -gt 0 ]; then {body}; else command {command}; fi"
+    return f"{command}() {{ {body}; }}"
+
+
+def replace(command: str, body: str) -> str:
+    """A shell function that replaces ``command`` entirely."""
+    return f"{command}() {{ {body}; }}"
+
+
+class HostileSandbox(ScriptedSandbox):
+    """``inner`` with its scripts' commands shadowed by ``shadows`` (shell functions)."""
+
+    def __init__(self, inner: ScriptedSandbox, *shadows: str) -> None:
+        self.inner = inner
+        self.facts = inner.facts
+        self.admin_user = inner.admin_user
+        self.preamble = "\n".join(shadows) + "\n"
+        for name in ("list_bytes", "quiet_bytes", "report_bytes"):
+            setattr(self, name, getattr(inner, name))
+
+    def run(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+        deadline: Deadline | None = None,
+        token: str | None = None,
+    ) -> ExecResult:
+        return self.inner.run(
+            source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
+        )
+
+    def call(
+        self,
+        source: str,
+        args: Sequence[str],
+        *,
+        stdin: BinaryIO | None = None,
+        stdout: ByteSink | None = None,
+        user: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> ExecResult:
+        """Every script call, with the hostile commands defined ahead of the script."""
+        return super().call(
+            self.preamble + source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline
+        )
+
+
+@attrs.frozen
+class Outcome:
+    """What one hostile scenario ended in: a named error's code, or what the call returned."""
+
+    scenario: str
+    code: str
+    detail: str
+
+
+def outcome(scenario: str, call: Callable[[], Any]) -> Outcome:
+    """Run ``call``; a named error is an outcome, anything else unnamed propagates."""
+    try:
+        value = call()
+    except ScratchbankError as error:
+        return Outcome(scenario, error.code, error.message[:300])
+    return Outcome(scenario, "returned", repr(value)[:300])
+
+
+def check_hostile_sandbox(
+    make: Callable[[], ScriptedSandbox], *, flood_bytes: int = 1 << 20
+) -> list[Outcome]:
+    """The kit: every scenario against a fresh sandbox from ``make``; each must end in a
+    named outcome (raises AssertionError naming the first that did not)."""
+    outcomes = []
+    for name, shadows, call, expect in scenarios(flood_bytes):
+        sandbox = make()
+        got = outcome(name, lambda s=sandbox, c=call, sh=shadows: c(HostileSandbox(s, *sh)))  # type: ignore[misc]
+        assert got.code in expect, f"{name}: expected one of {expect}, got {got}"
+        assert "\x00" not in got.detail, f"{name}: a raw NUL in {got}"
+        assert "\x1b" not in got.detail, f"{name}: a raw escape in {got}"
+        outcomes.append(got)
+    return outcomes
+
+
+Scenario = tuple[str, Sequence[str], Callable[[ScriptedSandbox], Any], frozenset[str]]
+
+
+def scenarios(size: int) -> list[Scenario]:
+    """(name, shadowed commands, the call, the codes it may end in)."""
+    over = frozenset({OutputOverBound.code})
+
+    def listing(box: ScriptedSandbox) -> Any:
+        box.list_bytes = size // 2
+        return box.list_scratch()
+
+    def cont(box: ScriptedSandbox) -> None:
+        box.continue_processes()
+
+    def quiesce(box: ScriptedSandbox) -> Any:
+        return box.quiesce(budget_seconds=5, wait_seconds=1)
+
+    def archive(box: ScriptedSandbox) -> Any:
+        return box.archive(io.BytesIO(), compress=False, verify=False)
+
+    nul_err = flood(size, stream=2, byte="\\000\\033")
+    return [
+        ("a listing that never ends", [shadow("cat", after=flood(size), only_with_args=True)], listing, over),
+        ("a continue that prints", [shadow("kill", before=flood(size))], cont, over),
+        (
+            "a continue whose stderr floods with NULs",
+            [shadow("kill", before=nul_err)],
+            cont,
+            frozenset({"returned"}),
+        ),
+        (
+            "a quiesce whose report floods",
+            [shadow("date", after=flood(size))],
+            quiesce,
+            frozenset({"returned"}),
+        ),
+        (
+            "a tar that fails with NULs and escapes",
+            [replace("tar", nul_err + "; return 2")],
+            archive,
+            frozenset({"ARCHIVE_FAILED"}),
+        ),
+    ]

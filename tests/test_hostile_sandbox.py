@@ -1,0 +1,216 @@
+"""Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
+
+The workload replaces binaries on its PATH (the kit's HostileSandbox shadows them with
+shell functions ahead of our scripts, over the engine's real transport), chooses its
+process names, plants links and fills its disk. Each finding is a test on every engine
+it applies to: local, Docker and Podman on BusyBox and GNU, the Kubernetes double.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+from hostile import end, gz, member, ustar
+from rigs import CONTAINERS, ENGINES, Rig, rig
+from test_escape_sandbox import fingerprint, restore
+from test_sandboxes import frozen
+
+from scratchbank.adapters.scripted import QUIESCE, FramedStream
+from scratchbank.application.retry import Deadline
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
+from scratchbank.testing.hostile import HostileSandbox, check_hostile_sandbox, flood, shadow
+
+#: the engines a restore or a transport bound applies to (the K8s double on its own namespace)
+TRANSPORTS = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu", "k8s-double"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def box(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    with rig(request.param) as r:
+        yield r
+
+
+def files(*names: str) -> bytes:
+    return b"".join(ustar(member(n, size=3), b"abc") for n in names)
+
+
+# -- 1. a listing, a staging and list_scratch bounded by what the host expects --------------
+def test_F1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothing(box: Rig) -> None:
+    """The restore's listing step printing far more than two entries can take: a named
+    refusal in the sandbox (X4, SANDBOX_OUTPUT_OVER_BOUND), the scratch as it was."""
+    box.sh(f"rm -rf {box.scratch}; mkdir -p {box.scratch} && echo mine > {box.scratch}/keep")
+    before = fingerprint(box)
+    hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
+    out = restore(gz(files("a", "b") + end()), hostile)
+    assert out.restore is not None and out.restore.park is not None, out
+    assert "refused_in_sandbox: SANDBOX_OUTPUT_OVER_BOUND" in out.restore.record.reason, (
+        out.restore.record.reason
+    )
+    assert fingerprint(box) == before
+
+
+def test_F1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
+    """``list_scratch`` has no manifest to go by: a fixed bound, past it OutputOverBound."""
+    box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
+    hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
+    hostile.list_bytes = 1 << 16
+    with pytest.raises(OutputOverBound):
+        hostile.list_scratch()
+    assert [line.split(",")[0] for line in box.sandbox.list_scratch()] == ['["f"']
+
+
+# -- 2. steps that should print nothing; stderr tails; text into records -------------------
+def test_F2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> None:
+    """The continue step (no stdout sink) whose ``rm`` prints 2 MiB: a named refusal, the
+    host holds no more than the bound."""
+    hostile = HostileSandbox(box.sandbox, shadow("kill", before=flood(2 << 20)))
+    with pytest.raises(OutputOverBound) as caught:
+        hostile.continue_processes()
+    assert "4096" in caught.value.message
+
+
+def test_F2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Rig) -> None:
+    """A tar that fails with 3 MiB of NULs and escapes on stderr: the host keeps a 64 KiB
+    tail, and the ArchiveFailed message (what the record's reason gets) holds no raw
+    control byte and at most 2,000 characters of the sandbox's text."""
+    from scratchbank.domain.errors import ArchiveFailed
+
+    box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
+    nul = flood(3 << 20, stream=2, byte="\\000\\033")
+    hostile = HostileSandbox(box.sandbox, f"tar() {{ {nul}; return 2; }}")
+    done = hostile.call("tar", [])
+    assert len(done.stderr) <= 64 << 10
+    with pytest.raises(ArchiveFailed) as caught:
+        hostile.archive(io.BytesIO(), compress=False, verify=False)
+    text = caught.value.message
+    assert "\x00" not in text and "\x1b" not in text and len(text) < 2200, text[:200]
+
+
+# -- 3. no root step follows a name the workload planted -----------------------------------
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_F3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str, tmp_path: Path) -> None:
+    """An unprivileged workload links the old fixed watchdog flag (and a few other names
+    a script could use) to a root-owned file of a host directory mounted in: quiesce and
+    continue (as root) leave it byte for byte."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root-owned file of the host, 37 bytes")
+    victim.chmod(0o600)
+    with rig(engine, volumes={str(tmp_path): {"bind": "/tmp/hostdir", "mode": "rw"}}) as r:
+        for name in (".scratchbank-watchdog", ".scratchbank-wd", ".sb-before", ".sb-after"):
+            r.sh(f"ln -s /tmp/hostdir/victim /tmp/{name}", user="65534")
+        report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        r.sandbox.continue_processes()
+        assert report.quiesced, report
+    assert victim.read_bytes() == b"root-owned file of the host, 37 bytes"
+
+
+# -- 4 and 5. quiesce believes no name ----------------------------------------------------
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_F4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> None:
+    """A root writer whose name is ``w) T 1`` and a newline, quiesced by a non-root user
+    that cannot stop it: read from ``State:`` it runs, so the bank is unquiesced."""
+    with rig(engine) as r:
+        path = f"{r.scratch}/forged"
+        r.sh(f"mkdir -p {r.scratch}")
+        r.spawn(f"printf 'w) T 1 1\\n' > /proc/$$/comm; while :; do echo x >> {path}; sleep 0.01; done")
+        _wait_for(r, path)
+        r.sandbox.admin_user = "65534"
+        try:
+            report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.admin_user = "0"
+            r.sandbox.continue_processes()
+        assert not report.quiesced, report
+        assert any("another user" in why or "still running" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_F5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> None:
+    """PID 1 renames itself ``sleep`` and keeps writing: unquiesced on its record,
+    whatever it calls itself."""
+    # builtins only: a writer that forked a sleep would wait on it once it is stopped
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = (
+        "printf sleep > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+        f"while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
+    )
+    with rig(engine, command=["sh", "-c", loop]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        assert r.sh("cat /proc/1/comm").strip() == "sleep"
+        report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        r.sandbox.continue_processes()
+        assert not report.quiesced, report
+        assert any("pid 1" in why for why in report.reasons), report
+
+
+def test_F5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
+    """The other side: a PID 1 that sleeps and writes nothing is proven idle."""
+    report = box.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+    box.sandbox.continue_processes()
+    assert report.quiesced, report
+
+
+# -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------
+@pytest.mark.parametrize("engine", TRANSPORTS)
+def test_F6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine: str) -> None:
+    """/tmp (the scratch's parent and the script's work files) is a 256 KiB tmpfs, and a
+    400 KB bank fills it mid-extract (no size declared up front): RestoreRefused, never
+    StreamBroken, and the old scratch byte for byte."""
+    tmpfs = {"tmpfs": {"/tmp": "size=256k"}} if engine not in ("local", "k8s-double") else {}
+    with rig(engine, **tmpfs) as r:
+        if not tmpfs:
+            r.sh("mount -t tmpfs -o size=256k tmpfs /tmp")
+        scratch = "/tmp/scratch"
+        r.sandbox.facts = attrs.evolve(r.sandbox.facts, scratch=scratch)
+        r.scratch = scratch
+        r.sh(f"mkdir -p {scratch} && echo mine > {scratch}/keep")
+        before = fingerprint(r)
+        big = ustar(member("big", size=400_000), b"q" * 400_000)
+        listing = io.BytesIO()
+        with pytest.raises(RestoreRefused):
+            r.sandbox.stage_restore(io.BytesIO(big + end()), compressed=False, listing=listing)
+        assert fingerprint(r) == before
+
+
+# -- 7. a cut call ends everything it started ---------------------------------------------
+def test_F7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
+    """A call cut at its deadline whose script started a writer that detached (setsid)
+    and holds its stdout, and one that stayed in its group: after the cut neither writes."""
+    box.sh(f"mkdir -p {box.scratch}")
+    held, grouped = f"{box.scratch}/held", f"{box.scratch}/grouped"
+    loop = "while :; do echo x >> {}; sleep 0.05; done"
+    source = (
+        f"setsid sh -c '{loop.format(held)}' & sh -c '{loop.format(grouped)}' </dev/null >/dev/null 2>&1 & "
+        "sleep 1000"
+    )
+    with pytest.raises((StreamBroken, ExecFailed)):
+        box.sandbox.call(source, [], deadline=Deadline.after(3))
+    assert frozen(box, held, 0.5), "the detached writer outlived the cut"
+    assert frozen(box, grouped, 0.5), "the grouped writer outlived the cut"
+
+
+# -- 5 (build). the kit runs on every engine -----------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_kit_every_hostile_scenario_ends_in_a_named_outcome(engine: str) -> None:
+    """The shipped kit against each engine's adapter."""
+    with rig(engine) as r:
+        r.sh(f"mkdir -p {r.scratch} && echo x > {r.scratch}/f")
+        outcomes = check_hostile_sandbox(lambda: r.sandbox, flood_bytes=1 << 20)
+    assert len(outcomes) >= 5
+
+
+def _wait_for(r: Rig, path: str) -> None:
+    for _ in range(600):
+        if r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes":
+            return
+        time.sleep(0.05)
+    raise AssertionError("the writer never wrote")
+
+
+_ = (QUIESCE, FramedStream, tarfile)
