@@ -53,6 +53,7 @@ import inspect
 import itertools
 import json
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,12 @@ from typing import Any
 import attrs
 
 from scratchbank.adapters.memory import FakeSandbox
-from scratchbank.application.ports import BankStore, Timeline
+from scratchbank.application.ports import BankStore, LockGrant, Timeline
 from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.run_lock import LOCK_TTL, HeldLock
 from scratchbank.application.service import ScratchService, Target
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.errors import ScratchbankError
+from scratchbank.domain.errors import LockUnavailable, ScratchbankError
 from scratchbank.domain.fold import counts_as_write
 from scratchbank.domain.kinds import NO_WORKFLOW
 from scratchbank.domain.records import (
@@ -98,6 +100,8 @@ from .explorer import (
 )
 
 RESUMES = ("exec", "resume", "resume!")
+#: The SQLite file of the run's lock (A16), beside the world's timeline and store.
+LOCKS = "locks.db"
 #: A file in every scratch naming the execution whose scratch it is (the model's lineage).
 MARK = ".execution"
 
@@ -120,6 +124,8 @@ class World:
     #: the end-of-schedule verdicts already reached, by fingerprint (``_fingerprint``)
     checked: dict[Any, list[Violation]] = attrs.Factory(dict)
     wrap_lock: Callable[[Any], Any] = lambda lock: lock
+    #: the lock's clock (its leases' expiry): advanced past a lease to let a dead holder's lapse
+    clock: ManualClock = attrs.Factory(ManualClock)
 
     @property
     def template_run(self) -> str:
@@ -150,6 +156,51 @@ class Story:
     executions: dict[str, str | None] = attrs.Factory(dict)  # sandbox label -> its execution (A18)
     torn_down: set[str] = attrs.Factory(set)
     restored: dict[str, dict[str, bytes]] = attrs.Factory(dict)  # a resume's scratch once restored
+    #: a grant of the run's lock handed to an actor before it starts (an engine's hand-off)
+    handed: dict[str, LockGrant] = attrs.Factory(dict)
+    services: dict[str, ScratchService] = attrs.Factory(dict)  # each actor's own service
+    #: the grants the actors' services still held when the schedule ended, by actor
+    held: dict[str, tuple[str, LockGrant]] = attrs.Factory(dict)
+
+
+class Handed(HeldLock):
+    """A grant handed to a service as an engine hands its execution's grant to that
+    execution's teardown; no refresh thread (the explorer's clocks stand still)."""
+
+    def __init__(self, lock: Any, grant: LockGrant, *, ttl: float = LOCK_TTL) -> None:
+        self.lock, self.grant, self.ttl = lock, grant, ttl
+        self.lost = ""
+        self._stop = threading.Event()
+
+    def release(self) -> None:
+        with contextlib.suppress(LockUnavailable):  # the lease lapses on its own
+            self.lock.release(self.grant)
+
+
+def hand(mine: ScratchService, lock: Any, grant: LockGrant) -> None:
+    """Hand ``grant`` (an execution's, its holder the execution id) to ``mine``: its
+    teardown of that execution lets the lock go once recorded (A16)."""
+    mine._held[grant.run_id] = (grant.holder, Handed(lock, grant))
+
+
+def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:
+    """The run's lock for ``execution`` (None: no lock in this world)."""
+    if world.lock is None:
+        return None
+    grant = world.lock.acquire(run_id, execution, ttl=LOCK_TTL)
+    if grant is None:
+        raise RuntimeError(f"run {run_id}: the preset's execution {execution} could not take the lock")
+    return grant  # type: ignore[no-any-return]
+
+
+def collect_held(story: Story) -> None:
+    """Stop the refresh threads of the grants the actors' services still hold (a dead
+    actor's lease stays in the lock store until it lapses) and keep them by actor."""
+    for actor, mine in story.services.items():
+        for _run, (execution, held) in list(mine._held.items()):
+            held._stop.set()
+            story.held[actor] = (execution, held.grant)
+        mine._held.clear()
 
 
 def preset(world: World, name: str) -> Story:
@@ -162,6 +213,9 @@ def preset(world: World, name: str) -> Story:
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
     story.executions["old"] = "e1"
     if name == "fresh":
+        grant = take_lock(world, story.run_id, "e1")
+        if grant is not None:
+            story.handed["old"] = grant
         world.timeline.append(story.run_id, [RunStarted(at=ManualClock().now(), execution="e1"), node("a")])
         return story
     records = world.templates.get(name)
@@ -174,6 +228,11 @@ def preset(world: World, name: str) -> Story:
     shutil.copytree(world.store_root / "runs" / template, world.store_root / "runs" / story.run_id)
     story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
     story.executions["new"] = execution_of(records, "setup")
+    live = story.executions["new"]
+    if name == "resumed" and live is not None:  # the newer execution runs: it holds the lock
+        grant = take_lock(world, story.run_id, live)
+        if grant is not None:
+            story.handed["new"] = grant
     return story
 
 
@@ -214,6 +273,9 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
         report = tear_down(real, run_id, newer, lambda: execution_of(world.timeline.read(run_id), "setup"))
         if not report.recorded:
             raise RuntimeError(f"the parked preset could not be made: {report}")
+    for _execution, held in list(real._held.values()):  # the template's own lock: let it go
+        held.release()
+    real._held.clear()
     return tuple(world.timeline.read(run_id))
 
 
@@ -224,6 +286,9 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
     store = schedule.proxy(name, store_port(), world.store)
     lock = None if world.lock is None else schedule.proxy(name, lock_port(), world.wrap_lock(world.lock))
     mine = service(timeline, store, clock, lock)
+    story.services[name] = mine
+    if name in story.handed and lock is not None:
+        hand(mine, lock, story.handed[name])
     schedule_actor = schedule.actor
     run = story.run_id
     if name in ("old", "new"):
@@ -402,6 +467,7 @@ def _leftovers(world: World, run_id: str) -> list[str]:
 def check(world: World, story: Story, ran: Ran) -> list[Violation]:
     """Every invariant of the model on one schedule's end (module docstring)."""
     found: list[Violation] = []
+    collect_held(story)
     if ran.hang:
         found.append(Violation("deadline", "an actor hung past its deadline", ran.hang))
     for end in ran.ends.values():
@@ -449,10 +515,18 @@ def _fingerprint(
     """Everything ``_check_end`` reads, as a value: two schedules that end in equal
     fingerprints end in the same verdicts (the timeline's records but for their times,
     the run's objects in the store by content, every sandbox's files, who is dead, what
-    each resume saw). None (never memoised) without a filesystem store to read, or with
-    a lock (its holders would belong in the fingerprint too)."""
-    if world.store_root is None or world.lock is not None:
+    each resume saw). None (never memoised) without a filesystem store to read. With a
+    lock: its holder and token, and the grants the actors still held (the teardowns of
+    the live ones let them go, the dead ones' lapse)."""
+    if world.store_root is None:
         return None
+    locked: tuple[Any, ...] = ()
+    if world.lock is not None:
+        holder = world.lock.holder(story.run_id)
+        locked = (
+            None if holder is None else (holder.holder, holder.token),
+            tuple(sorted((actor, e, g.token) for actor, (e, g) in story.held.items())),
+        )
     timeless = tuple(
         json.dumps({k: v for k, v in encode(r).items() if k != "at"}, sort_keys=True) for r in records
     )
@@ -483,7 +557,7 @@ def _fingerprint(
         for s in seen
     )
     requests = tuple(sorted((name, r.consents) for name, r in story.requests.items()))
-    return (timeless, stored, sandboxes, resumes, requests)
+    return (timeless, stored, sandboxes, resumes, requests, locked)
 
 
 def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
@@ -517,6 +591,9 @@ def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[
         if label in story.torn_down or s.actor in dead:
             continue
         mine = service(world.timeline, world.store, lock=world.lock)
+        kept = story.held.get(s.actor)
+        if kept is not None and world.lock is not None:
+            hand(mine, world.lock, kept[1])
         tear_down(mine, story.run_id, story.sandboxes[label], lambda s=s: execution_of(records, s.actor))  # type: ignore[misc]
         story.torn_down.add(label)
 
@@ -545,7 +622,9 @@ def _check_store(world: World, run_id: str) -> list[Violation]:
 
 
 def _final_resume(world: World, story: Story, lost: Callable[[str], bool]) -> list[Violation]:
-    """The next resume, alone: restores the latest recorded bank or refuses by name (R2)."""
+    """The next resume, alone: restores the latest recorded bank or refuses by name (R2).
+    A dead actor's lease lapses first (the lock's clock moves past it)."""
+    world.clock.advance(LOCK_TTL + 1)
     sandbox = FakeSandbox()
     try:
         outcome = service(world.timeline, world.store, lock=world.lock).resume(
@@ -671,11 +750,14 @@ def filesystem_world(root: Path, timeline_url: str | None = None) -> Iterator[Wo
     """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store."""
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.fs_bank import FilesystemBankStore
+    from scratchbank.adapters.run_lock import SqliteRunLock
 
     root.mkdir(parents=True, exist_ok=True)
     timeline = EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    clock = ManualClock()
     try:
-        yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks")
+        lock = SqliteRunLock(root / LOCKS, clock=clock)
+        yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks", lock=lock, clock=clock)
     finally:
         timeline.close()
         shutil.rmtree(root / "banks", ignore_errors=True)
@@ -684,21 +766,31 @@ def filesystem_world(root: Path, timeline_url: str | None = None) -> Iterator[Wo
 # -- real processes killed at each pause point ---------------------------------------------
 
 
-def _killable(url: str, store_root: str, run_id: str, preset_name: str, victim: str, conn: Any) -> None:
-    """A child process: the victim actor alone, asking its parent before every port call."""
+def _killable(
+    url: str, store_root: str, run_id: str, preset_name: str, victim: str, elapsed: float, conn: Any
+) -> None:
+    """A child process: the victim actor alone, asking its parent before every port call
+    (the run's lock on the parent's SQLite file, its clock where the parent's stands)."""
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.fs_bank import FilesystemBankStore
+    from scratchbank.adapters.run_lock import SqliteRunLock
 
     from .explorer import Pending
 
     timeline = EventStoreTimeline(url)
-    world = World(timeline, FilesystemBankStore(store_root), Path(store_root))
+    clock = ManualClock()
+    clock.advance(elapsed)
+    lock = SqliteRunLock(Path(store_root).parent / LOCKS, clock=clock)
+    world = World(timeline, FilesystemBankStore(store_root), Path(store_root), lock=lock, clock=clock)
     story = Story(run_id)
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
     story.executions["old"] = "e1"
     if preset_name in ("resumed", "parked"):
         story.sandboxes["new"] = FakeSandbox({"a": b"a", "b": b"b", MARK: b"setup"})
         story.executions["new"] = execution_of(timeline.read(run_id), "setup")
+    held = lock.holder(run_id)
+    if held is not None and held.live and held.holder == story.executions.get(victim):
+        story.handed[victim] = LockGrant(run_id, held.holder, held.token, held.since, held.expires)
 
     def ask(paused: Sequence[Pending]) -> tuple[str, Fault]:
         conn.send(str(paused[0].call))
@@ -731,7 +823,15 @@ def explore_kills(world: World, timeline_url: str, scenario: Scenario, victim: s
         mine, theirs = context.Pipe()
         child = context.Process(
             target=_killable,
-            args=(timeline_url, str(world.store_root), story.run_id, scenario.preset, victim, theirs),
+            args=(
+                timeline_url,
+                str(world.store_root),
+                story.run_id,
+                scenario.preset,
+                victim,
+                world.clock.elapsed,
+                theirs,
+            ),
         )
         child.start()
         steps: list[Step] = []
