@@ -359,6 +359,15 @@ class ScratchService:
         log.info("run %s: attempt %s queued and published", run_id, attempt)
         return delivery
 
+    def let_go(self) -> None:
+        """Release the run locks this service holds for the executions it started (A16):
+        a CLI's service closing ends its hold, so the next resume is not RUN_LOCKED until
+        the lease lapses. The execution's teardown names it (A18) without the lock."""
+        while self._held:
+            run_id, (execution, held) = self._held.popitem()
+            held.release()
+            log.info("run %s: lock of execution %s let go as the service closed", run_id, execution)
+
     def bank_at_teardown(
         self,
         run_id: str,
