@@ -14,7 +14,7 @@ FROM ${BASE} AS build
 COPY build/wheelhouse /wheels
 RUN python3 -m venv /opt/scratchbank \
     && /opt/scratchbank/bin/pip install --no-cache-dir --no-index --find-links /wheels \
-        "scratchbank[postgres]" "psycopg[binary]" \
+        "scratchbank[all]" "psycopg[binary]" \
     && /opt/scratchbank/bin/pip uninstall -y -q pip \
     && find /opt/scratchbank -name __pycache__ -prune -exec rm -rf {} +
 

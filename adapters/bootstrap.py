@@ -136,7 +136,9 @@ def open_home(path: str | Path, *, clock: Clock | None = None) -> OpenService:
 
 
 def close(service: ScratchService) -> None:
-    """Release what the adapters hold open (the timeline's connections)."""
+    """Release what the adapters hold open (the run locks of executions it started, A16;
+    the timeline's connections)."""
+    service.let_go()
     for held in (service.timeline, getattr(service.queue, "conn", None)):
         _close(held)
 

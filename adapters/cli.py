@@ -253,9 +253,13 @@ def status(args: argparse.Namespace) -> int:
 
 
 def resume_command(args: argparse.Namespace) -> int:
+    with _service(args) as service:  # A16: closing lets the execution's lock go
+        return _resume_in(args, service)
+
+
+def _resume_in(args: argparse.Namespace, service: OpenService) -> int:
     from .terminal import StageProgress
 
-    service = _service(args)
     if service.queue is not None:
         return _queue_resume(args, service)
     scratch = args.scratch or config.DEFAULT_SCRATCH

@@ -12,15 +12,26 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 
-from scratchbank.domain.errors import BankReadFailed, BankWriteFailed, TimelineUnreadable
+from scratchbank.domain.errors import (
+    BankGone,
+    BankReadFailed,
+    BankWriteFailed,
+    HostileArchive,
+    TimelineUnreadable,
+)
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import (
+    BankStamp,
     Reconciliation,
     StoredObject,
+    digest_of,
     named_objects,
     needed_objects,
     over_bound,
@@ -58,14 +69,70 @@ def prune(
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
     doomed = _doomed(fold(records), records, listing, clock)
-    gone: list[str | None] = []
-    for name in doomed:
+    stamps = {o.name: o.stamp for o in listing}
+    work = Path(tempfile.mkdtemp(prefix="scratchbank-prune-"))
+    try:
+        gone: list[str | None] = []
+        for name in doomed:
+            if _delete_keeping_a_copy(store, after.run_id, name, work, notes):
+                gone.append(name)
+        return tuple(n for n in gone if n not in _put_back(store, timeline, after, gone, stamps, work, notes))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_of(work: Path, name: str) -> Path:
+    return work / digest_of(name)
+
+
+def _delete_keeping_a_copy(
+    store: BankStore, run_id: str, name: str | None, work: Path, notes: list[str]
+) -> bool:
+    """Delete one object, a copy of it kept first (a named one: a record landing during
+    this prune may name it, ADR 0006). No copy, no delete: an object left is only space."""
+    if name is not None:
         try:
-            store.delete(after.run_id, name)
-            gone.append(name)
+            with _copy_of(work, name).open("wb") as dest:
+                store.fetch(run_id, dest, max_bytes=1 << 62, name=name)
+        except (BankGone, BankReadFailed, HostileArchive) as error:
+            if not isinstance(error, BankGone):
+                notes.append(f"bank object {name} not pruned: no copy could be kept ({error.message})")
+                return False
+    try:
+        store.delete(run_id, name)
+    except BankWriteFailed as error:
+        notes.append(f"could not delete bank object {name or 'at the legacy key'}: {error.message}")
+        return False
+    return True
+
+
+def _put_back(
+    store: BankStore,
+    timeline: Timeline,
+    after: Claim,
+    gone: Sequence[str | None],
+    stamps: dict[str | None, BankStamp | None],
+    work: Path,
+    notes: list[str],
+) -> tuple[str | None, ...]:
+    """A17, the prune race: re-read after the deletes; an object a record that landed
+    meanwhile names (its put found it present) is put back from the copy. A timeline
+    that cannot be read puts every one back (an object left is only space)."""
+    named = [n for n in gone if n is not None and _copy_of(work, n).exists()]
+    if not named:
+        return ()
+    try:
+        since = named_objects(tuple(timeline.read(after.run_id))[after.position :])
+        back = [n for n in named if n in since]
+    except TimelineUnreadable:
+        back = named
+    for name in back:
+        try:
+            store.put(after.run_id, _copy_of(work, name), sha256=digest_of(name), stamp=stamps.get(name))
+            notes.append(f"bank object {name} put back: a record landed during the prune names it")
         except BankWriteFailed as error:
-            notes.append(f"could not delete bank object {name or 'at the legacy key'}: {error.message}")
-    return tuple(gone)
+            notes.append(f"bank object {name} named by a record could not be put back: {error.message}")
+    return tuple(back)
 
 
 def _doomed(

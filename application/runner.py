@@ -288,10 +288,10 @@ class Runner:
         sandbox = self.sandboxes.start(d.run_id, attempt=d.attempt)  # the pod is labelled with both
         report: TeardownReport | None = None
         try:
-            stopped = self._resume(inbound, fenced, store, request, sandbox, keeper)
-            if stopped is not None:
-                return stopped
-            end, report = self._engine_then_bank(d, fenced, store, sandbox, keeper)
+            resumed = self._resume(inbound, fenced, store, request, sandbox, keeper)
+            if isinstance(resumed, Handling):
+                return resumed
+            end, report = self._engine_then_bank(d, fenced, store, sandbox, keeper, resumed.execution)
         finally:
             if report is None or not report.sandbox_left:
                 self.sandboxes.stop(sandbox)
@@ -308,8 +308,9 @@ class Runner:
         request: ResumeRequest,
         sandbox: Sandbox,
         keeper: LeaseKeeper,
-    ) -> Handling | None:
-        """The resume use case; a Handling when the run does not go on past it.
+    ) -> Handling | ResumeOutcome:
+        """The resume use case; a Handling when the run does not go on past it, else its
+        outcome (the execution it started: its teardown names it, A18).
 
         L5: the lease's cancel rides the restore; a holder cut off during it stops at
         once (the staged tree discarded, its X5 record written through the fence unless
@@ -335,7 +336,7 @@ class Runner:
             keeper.engine_cut = True  # the attempt is not over: the next holder carries it on
             recorded = "recorded" if outcome.recorded else "not recorded"
             return Handling(Handled.LET_GO, d, f"{keeper.note}; cut during the resume ({recorded}, L5)")
-        return None if outcome.proceeds else _restore_parked(inbound, outcome)
+        return outcome if outcome.proceeds else _restore_parked(inbound, outcome)
 
     def _engine_then_bank(
         self,
@@ -344,6 +345,7 @@ class Runner:
         store: FencedBankStore,
         sandbox: Sandbox,
         keeper: LeaseKeeper,
+        execution: str | None = None,
     ) -> tuple[EngineEnd, TeardownReport]:
         """The engine, then the teardown's bank under the same lease (L1, L2)."""
         end = self.engine.continue_run(d.run_id, sandbox=sandbox, timeline=fenced, cancel=keeper.cancel)
@@ -357,6 +359,7 @@ class Runner:
             budgets=self.settings.teardown,
             clock=self.clock,
             cancel=keeper.cancel,  # L5: past a ceiling or the lease lost, the bank stops
+            execution=execution,  # A18: the execution this resume started, and no other's
         )
         return end, report
 

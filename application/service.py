@@ -359,6 +359,34 @@ class ScratchService:
         log.info("run %s: attempt %s queued and published", run_id, attempt)
         return delivery
 
+    def delete_run(self, run_id: str) -> None:
+        """T3: delete (sweep) the run's banks under the run's lock (A16): RunLocked, and
+        nothing swept, while an execution holds it (its teardown may still put); else
+        every object of the run is swept and the lock let go."""
+        lock = self.lock or LOCAL
+        grant = take(
+            lock,
+            run_id,
+            f"delete-{new_execution()}",
+            ttl=self.lock_ttl,
+            wait=self.lock_wait,
+            clock=self.clock,
+        )
+        try:
+            self.store.sweep(run_id)
+            log.info("run %s: deleted (its banks swept under the run's lock)", run_id)
+        finally:
+            lock.release(grant)
+
+    def let_go(self) -> None:
+        """Release the run locks this service holds for the executions it started (A16):
+        a CLI's service closing ends its hold, so the next resume is not RUN_LOCKED until
+        the lease lapses. The execution's teardown names it (A18) without the lock."""
+        while self._held:
+            run_id, (execution, held) = self._held.popitem()
+            held.release()
+            log.info("run %s: lock of execution %s let go as the service closed", run_id, execution)
+
     def bank_at_teardown(
         self,
         run_id: str,

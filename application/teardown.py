@@ -38,6 +38,7 @@ import attrs
 from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import (
     ArchiveFailed,
+    BankReadFailed,
     BankWriteFailed,
     ExecFailed,
     SandboxGone,
@@ -47,7 +48,7 @@ from scratchbank.domain.errors import (
 )
 from scratchbank.domain.executions import Execution, executions, standing
 from scratchbank.domain.fold import ScratchState, fold
-from scratchbank.domain.objects import BankStamp, execution_label
+from scratchbank.domain.objects import BankStamp, digest_of, execution_label
 from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.domain.teardown import (
     CAP_BYTES,
@@ -340,9 +341,25 @@ def _bank_at_teardown(
         execution=named or execution_label(state),
     )
     try:
-        tries, best = _tries(run, plan)
+        return _bank_then_record(run, plan, sandbox, run_finished, checkpoint, stamp, named)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bank_then_record(
+    run: _Run,
+    plan: TeardownPlan,
+    sandbox: Sandbox,
+    run_finished: bool,
+    checkpoint: Checkpoint | None,
+    stamp: str | None,
+    named: str | None,
+) -> TeardownReport:
+    """Bank, record, prune, and see the recorded object is still there (the archive is
+    kept until then: a prune racing the record may have deleted it, ADR 0006)."""
+    timeline, store, clock, notes, cancel = run.timeline, run.store, run.clock, run.notes, run.cancel
+    run_id, claim, mine, execution, budgets = run.run_id, run.claim, run.mine, run.asked, run.budgets
+    tries, best = _tries(run, plan)
     if run.cut() and not run.stored:
         return _cut(plan, run.cut(), notes, tuple(tries), run)
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
@@ -352,6 +369,8 @@ def _bank_at_teardown(
     checked = _Checked(timeline, run_id, claim, mine, execution)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
     _prune_after(store, timeline, written, clock, notes, cancel)  # T4 under A17: record first
+    if written.recorded:
+        _still_there(run, record)
     return TeardownReport(
         plan,
         record,
@@ -365,6 +384,30 @@ def _bank_at_teardown(
         run.cut(),
         named,
     )
+
+
+def _still_there(run: _Run, record: Record) -> None:
+    """A17, the prune race's other side: a record naming an object this teardown's put
+    found present may land after another teardown's prune deleted it. Once recorded,
+    the object is looked at again and put back from this teardown's own archive."""
+    name = getattr(record, "object", None)
+    if name is None or run.complete is None or (run.cancel is not None and run.cancel.is_set()):
+        return
+    facts = run.complete[0]
+    if digest_of(name) != facts.sha256 or not facts.path.exists():
+        return
+    try:
+        if run.store.stat(run.run_id, name) is None:
+            run.store.put(
+                run.run_id,
+                facts.path,
+                sha256=facts.sha256,
+                stamp=run.stamp(facts),
+                deadline=run.call_deadline(),
+            )
+            run.notes.append(f"bank object {name} put back: a prune deleted it as this record landed")
+    except (BankReadFailed, BankWriteFailed) as error:
+        run.notes.append(f"could not check the recorded bank object {name}: {error.message}")
 
 
 def _prune_after(

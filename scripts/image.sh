@@ -37,7 +37,7 @@ fi
 t1=$(date +%s)
 
 rm -rf build/wheelhouse && mkdir -p build/wheelhouse
-"$PY" -m pip wheel -q --wheel-dir build/wheelhouse ".[postgres]" "psycopg[binary]" 2>&1 | grep -v "^WARNING: Location" || true
+"$PY" -m pip wheel -q --wheel-dir build/wheelhouse ".[all]" "psycopg[binary]" 2>&1 | grep -v "^WARNING: Location" || true
 t2=$(date +%s)
 
 DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$BASE" -t "$TAG" . >/dev/null

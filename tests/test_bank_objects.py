@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -383,3 +384,79 @@ def test_A17_a_record_naming_an_object_outside_the_bank_prefix_is_refused_on_the
     assert (
         "refused_on_host" in out.restore.record.reason and "INVALID_BANK_OBJECT" in out.restore.record.reason
     )
+
+
+class ObjectsHook(PutHook):
+    """A store whose next listing first runs ``before_objects`` (another actor's whole step)."""
+
+    def __init__(self, inner: BankStore) -> None:
+        super().__init__(inner)
+        self.before_objects: Callable[[], None] | None = None
+
+    def objects(self, run_id: str):  # type: ignore[no-untyped-def]
+        hook, self.before_objects = self.before_objects, None
+        if hook is not None:
+            hook()
+        return self.inner.objects(run_id)
+
+
+def test_A17_a_prune_never_deletes_an_object_a_record_landing_during_it_names(store: BankStore) -> None:
+    """The explorer's prune race: a record naming an object lands between a prune's read and its delete."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    hooked = ObjectsHook(store)
+
+    def older_teardown_records_the_same_content() -> None:
+        assert teardown(timeline, store, OLD).recorded  # its put found the object present
+
+    hooked.before_objects = older_teardown_records_the_same_content
+    assert teardown(timeline, hooked, NEW).recorded  # type: ignore[arg-type]
+    assert hooked.before_objects is None  # the older teardown ran inside the newer one's prune
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+class AfterPut(PutHook):
+    """A store whose next put runs ``after_put`` once it returned."""
+
+    def __init__(self, inner: BankStore) -> None:
+        super().__init__(inner)
+        self.after_put: Callable[[], None] | None = None
+
+    def put(self, run_id: str, archive: Path, **kw: object) -> str:
+        name = super().put(run_id, archive, **kw)
+        hook, self.after_put = self.after_put, None
+        if hook is not None:
+            hook()
+        return name
+
+
+def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: BankStore) -> None:
+    """The prune race's other order: old:S.put > new:prune (read, delete, re-read) > old:T.append."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    old_put, new_pruned = threading.Event(), threading.Event()
+    older = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        old_put.set()
+        assert new_pruned.wait(60)
+
+    older.after_put = wait_for_the_prune
+    reports: list[object] = []
+    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
+    newer = ObjectsHook(store)
+
+    def the_older_teardown_reads_and_puts() -> None:
+        old.start()
+        assert old_put.wait(60)
+
+    newer.before_objects = the_older_teardown_reads_and_puts
+    assert teardown(timeline, newer, NEW).recorded  # type: ignore[arg-type]
+    new_pruned.set()
+    old.join(60)
+    assert reports and reports[0].recorded  # type: ignore[attr-defined]
+    assert_recorded_bank_fetchable_and_matching(timeline, store)

@@ -475,3 +475,47 @@ def test_A16_status_shows_the_lock_and_breaking_it_fences_the_old_holder(tmp_pat
         rig.lock.refresh(grant, ttl=60)
     assert service.status(RUN).lock is None
     assert rig.records() == before  # breaking a lock writes nothing on the run
+
+
+def test_A16_a_cli_resume_lets_the_lock_go_when_its_service_closes(tmp_path: Path) -> None:
+    """An operator CLI resume holds the execution's lock only until its service closes: the
+    next resume is not RUN_LOCKED for the rest of the lease."""
+    from scratchbank.adapters.bootstrap import close
+
+    rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
+    e1, grant = start_run(RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
+    cli = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
+    out = cli.resume(RUN, ResumeRequest(), Target(FakeSandbox({})))
+    assert out.proceeds
+    held = rig.lock.holder(RUN)
+    assert held is not None and held.holder == out.execution  # held while the CLI runs
+    close(cli)
+    assert rig.lock.holder(RUN) is None
+    nxt = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
+    again = nxt.resume(RUN, ResumeRequest(), Target(FakeSandbox({})))  # before: RunLocked
+    assert again.decision.verdict is not None
+    close(nxt)
+
+
+def test_A16_T3_a_run_is_deleted_under_its_lock_never_under_a_banking_teardown(tmp_path: Path) -> None:
+    """Deleting a run (T3's sweep) takes the run's lock: while an execution's teardown still
+    banks it is RUN_LOCKED and sweeps nothing; once the teardown recorded, it sweeps all
+    (before: ``old:T.read > delete:S.sweep > old:S.put > old:T.append`` left an object)."""
+    rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
+    service = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
+    e1, grant = start_run(RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    slow = GatedSandbox(OLD, gate="archive")
+    thread, got = in_thread(lambda: rig.teardown(None, e1, sandbox=slow, lock=rig.lock, grant=grant))
+    assert slow.begun.wait(WAIT)
+    before = objects(rig.store)
+    with pytest.raises(RunLocked):
+        service.delete_run(RUN)
+    assert objects(rig.store) == before  # the refusal swept nothing
+    slow.go.set()
+    thread.join(WAIT)
+    assert not isinstance(got[0], BaseException) and got[0].recorded, got
+    assert list(rig.store.objects(RUN))  # the teardown's bank landed, after no sweep
+    service.delete_run(RUN)
+    assert list(rig.store.objects(RUN)) == []
+    assert rig.lock.holder(RUN) is None  # the deletion let its lock go

@@ -173,3 +173,31 @@ def test_fence_announce_is_once_and_refused_past_a_newer_token(tmp_path: Path) -
     assert types(tl.read(RUN)) == ["run_started", "lease_taken", "lease_taken"]
     assert checksum(tl, RUN) == before
     assert [r for r in tl.read(RUN) if isinstance(r, NodeFinished | ScratchBanked)] == []
+
+
+class _AnotherExecutionDuringTheEngine:
+    """The rig's engine, after which another execution starts on the run (a CLI resume)."""
+
+    def __init__(self, inner: object, timeline: InMemoryTimeline) -> None:
+        self.inner, self.timeline = inner, timeline
+
+    def continue_run(self, run_id: str, **kw: object) -> object:
+        end = self.inner.continue_run(run_id, **kw)  # type: ignore[attr-defined]
+        self.timeline.append(run_id, [RunResumed(attempt="cli", execution="the-newer-one")])
+        return end
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_A18_the_runners_teardown_names_the_execution_its_resume_started(tmp_path: Path) -> None:
+    """A runner execution's teardown names its own execution (A18): once a newer one
+    started, it is superseded and records nothing over the newer execution."""
+    tl, rig = _parked_and_banked(tmp_path)
+    rig.engine = _AnotherExecutionDuringTheEngine(rig.engine, tl)  # type: ignore[assignment]
+    handled = rig.runner().run_once(1)
+    assert handled is not None and handled.teardown is not None, handled
+    ours = [r for r in tl.read(RUN) if isinstance(r, RunResumed)][-2]
+    assert ours.execution and handled.teardown.execution == ours.execution
+    assert handled.teardown.superseded and not handled.teardown.recorded
+    assert tl.read(RUN)[-1] == RunResumed(attempt="cli", execution="the-newer-one")
