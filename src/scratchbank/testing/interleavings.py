@@ -329,7 +329,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
 
         schedule_actor(name, execution if name == "exec" else resume, clock=clock)
     elif name == "delete":
-        schedule_actor(name, lambda: store.sweep(run), clock=clock)
+        schedule_actor(name, lambda: mine.delete_run(run), clock=clock)  # T3 under the lock (A16)
     elif name == "sweep":
         from scratchbank.adapters.inprocess import InProcessQueue
         from scratchbank.application.orphans import sweep_orphans
