@@ -83,6 +83,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.HostArchiveFailed: _row(EXIT_UNAVAILABLE, 503, "the host could not keep the archive"),
     errors.RestoreRefused: _row(EXIT_UNAVAILABLE, 503, "the sandbox's tar refused the bank"),
     errors.StreamBroken: _row(EXIT_UNAVAILABLE, 503, "the stream to the sandbox broke"),
+    errors.OutputOverBound: _row(EXIT_UNAVAILABLE, 503, "the sandbox sent more than its bound"),
     errors.SandboxNotStarted: _row(EXIT_UNAVAILABLE, 503, "a fresh sandbox did not come up"),
     errors.PodImagePull: _row(EXIT_UNAVAILABLE, 503, "the pod's image cannot be pulled"),
     errors.PodUnschedulable: _row(EXIT_UNAVAILABLE, 503, "no node can take the pod"),

@@ -168,8 +168,8 @@ def test_provider_sweeps_the_pod_another_runner_left(cluster: tuple[object, str]
     [found] = mine.orphans("run-orphan")
     assert found.pod == left.pod  # type: ignore[attr-defined]
     mine.stop(found)
-    deadline = time.time() + 120  # a deleted pod may show as Terminating for a moment
-    while time.time() < deadline:
+    deadline = time.monotonic() + 120  # a deleted pod may show as Terminating for a moment
+    while time.monotonic() < deadline:
         try:
             sandbox(cluster, pod=left.pod)  # type: ignore[attr-defined]
         except SandboxGone:
