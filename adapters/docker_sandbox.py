@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,12 +22,10 @@ from docker.utils.socket import frames_iter
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
-from .watchdog import Feeder, Watchdog
-
-CHUNK = 1 << 20
+from .exec_pump import STDERR, STDOUT, InputClosed, pump
+from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
 
 
 def podman_default_pidns(env: dict[str, str] | None = None) -> str:
@@ -121,27 +118,8 @@ class DockerSandbox(ScriptedSandbox):
         exec_id, sock = self._start(command(source, args, token), stdin is not None, user)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
-        output = Output(stdout)
-        with Watchdog(deadline, lambda: raw.shutdown(socket.SHUT_RDWR)) as dog:
-            writer = _Writer(raw, stdin, dog) if stdin is not None else None
-            try:
-                if writer is not None:
-                    writer.start()
-                try:
-                    _read_frames(sock, output)
-                except StreamBroken as error:
-                    if isinstance(error, OutputOverBound) or not self._exited_unread(exec_id, writer):
-                        raise
-                if writer is not None:
-                    writer.exec_ended()
-            finally:
-                if writer is not None:  # one blocked on a stalled source is not waited for
-                    done = dog.fired or writer.abandoned
-                    writer.join(timeout=0.2 if done else max(1.0, deadline.left()))
-                sock.close()
-                raw.close()
-        _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
-        return output.result(self._exit_code(exec_id))
+        running = _DockerExec(self, exec_id, sock, raw, wants_input=stdin is not None)
+        return pump(running, stdin, stdout, deadline, name="docker-exec")
 
     def _start(self, cmd: list[str], stdin: bool, user: str | None) -> tuple[str, Any]:
         """Create and start the exec; translate the engine's answers (gone vs failed)."""
@@ -178,12 +156,12 @@ class DockerSandbox(ScriptedSandbox):
             return True
         return bool(state.get("Running", True))
 
-    def _exited_unread(self, exec_id: str, writer: _Writer | None) -> bool:
+    def _exited_unread(self, exec_id: str, running: _DockerExec) -> bool:
         """Did the stream break because the command exited, refusing, before it read all
         of stdin? Podman then resets the connection while the host still sends: the exit
         status is the answer (a refusal), not a broken stream. Exit 0 with unread input
         stays a broken stream: its output cannot be trusted whole."""
-        if writer is None or writer.sent_all or writer.error is not None:
+        if not running.wants_input or running.sent_all:
             return False
         try:
             state = self.client.api.exec_inspect(exec_id)
@@ -201,59 +179,58 @@ class DockerSandbox(ScriptedSandbox):
         return int(code)
 
 
-def _read_frames(sock: Any, output: Output) -> None:
-    try:
-        for stream, data in frames_iter(sock, tty=False):
-            if stream == 1:
-                output.stdout(data)
-            else:
-                output.stderr(data)
-    except OSError as error:
-        raise StreamBroken(f"exec stream broke: {error}") from error
+class _DockerExec:
+    """One exec over the hijacked socket, as the exec pump drives it (exec_pump.py):
+    stdin sent in 1 MiB chunks, stdout and stderr read frame by frame, cut by shutting
+    the socket down (a blocked read or send returns at once)."""
 
+    def __init__(
+        self, sandbox: DockerSandbox, exec_id: str, sock: Any, raw: socket.socket, *, wants_input: bool
+    ) -> None:
+        self.sandbox, self.exec_id, self.sock, self.raw = sandbox, exec_id, sock, raw
+        self.wants_input = wants_input
+        self.sent_all = False  # every byte of stdin was sent
+        self._frames = frames_iter(sock, tty=False)
 
-def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> None:
-    """The deadline cut the exec, or the stdin writer failed: say so by name."""
-    if dog.fired:
-        why = f"the exec did not end within its deadline ({dog.deadline.left():.0f} s left): cut"
-        raise StreamBroken(why) if streaming else ExecFailed(why)
-    if writer is not None and writer.error is not None:
-        raise StreamBroken(f"stdin stream broke: {writer.error!r}")
-
-
-class _Writer(Feeder):
-    """Sends stdin in 1 MiB chunks. A source that fails cuts the exec (the reader must not
-    wait for bytes that will never come); a peer that stopped reading early is not an error
-    of ours (the script decides by its exit status)."""
-
-    def __init__(self, raw: socket.socket, src: BinaryIO, dog: Watchdog) -> None:
-        super().__init__(src, dog)
-        self.raw = raw
-        self._ended = threading.Event()
-        self.sent_all = False  # the source ran dry and every byte was sent
-
-    @property
-    def abandoned(self) -> bool:
-        return self._ended.is_set()
-
-    def exec_ended(self) -> None:
-        """The command exited (its output ended) before reading all of stdin, e.g. a
-        restore refused early: nobody will read the rest. The engine keeps the hijacked
-        socket open without reading it, so a send would block until the deadline: shut it."""
-        if self.is_alive():
-            self._ended.set()
-            with contextlib.suppress(OSError):
-                self.raw.shutdown(socket.SHUT_RDWR)
-
-    def run(self) -> None:
+    def send(self, chunk: bytes) -> None:
         try:
-            while chunk := self._read():
-                self.raw.sendall(chunk)
-            self.sent_all = True
-            with contextlib.suppress(OSError):
-                self.raw.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            return
-        except BaseException as error:  # raised by the caller as StreamBroken
-            if not self._ended.is_set():  # after the exec ended, unsent stdin is nobody's
-                self.error = error
+            self.raw.sendall(chunk)
+        except OSError as error:
+            raise InputClosed(str(error)) from error
+
+    def close_input(self) -> None:
+        self.sent_all = True
+        with contextlib.suppress(OSError):
+            self.raw.shutdown(socket.SHUT_WR)
+
+    def stop_input(self) -> None:
+        """The output ended before stdin was all read (a restore refused early): the
+        engine keeps the socket open without reading it, so a send would block: shut it."""
+        if not self.sent_all:
+            self.cut()
+
+    def receive(self) -> tuple[int, bytes] | None:
+        try:
+            got = next(self._frames, None)
+        except OSError as error:
+            # Podman resets the connection when the command exited, refusing, before it
+            # read all of stdin: the exit status is the answer, not a broken stream.
+            if self.sandbox._exited_unread(self.exec_id, self):
+                return None
+            raise StreamBroken(f"exec stream broke: {error}") from error
+        if got is None:
+            return None
+        stream, data = got
+        return (STDOUT if stream == 1 else STDERR), data
+
+    def cut(self) -> None:
+        self.raw.shutdown(socket.SHUT_RDWR)
+
+    def exit_code(self) -> int:
+        return self.sandbox._exit_code(self.exec_id)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            self.raw.close()

@@ -31,8 +31,8 @@ from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
-from .watchdog import Feeder, Watchdog
+from .exec_pump import STDERR, STDOUT, InputClosed, pump
+from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
 
 FRAME = 1 << 20
 
@@ -147,26 +147,8 @@ class KubernetesSandbox(ScriptedSandbox):
         # not record the one chosen: read it from the handshake's answer.
         answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
         self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
-        output = Output(stdout)
-        with Watchdog(deadline, lambda: _cut(ws)) as dog:
-            v5 = self.protocol == V5_CHANNEL_PROTOCOL
-            writer = _Writer(ws, stdin, v5, dog) if stdin is not None else None
-            try:
-                if writer is not None:
-                    writer.start()
-                status = _receive(ws, output, dog)
-            finally:
-                if writer is not None:  # the exec has ended: nobody reads what it has not sent
-                    writer.stop(0.2)
-                with contextlib.suppress(Exception):
-                    ws.close(timeout=2)
-                ws.shutdown()
-        _raise_cut(dog, writer, streaming=stdin is not None or stdout is not None)
-        if status is None:
-            raise StreamBroken("the exec stream closed without a status (not a success)")
-        if status.exit_code is None:
-            raise ExecFailed(f"exec failed: {status.reason}")
-        return output.result(status.exit_code)
+        running = _PodExec(ws, wants_input=stdin is not None, v5=self.protocol == V5_CHANNEL_PROTOCOL)
+        return pump(running, stdin, stdout, deadline, name="k8s-exec")
 
     def _open(self, argv: list[str], stdin: bool) -> Any:
         """The exec websocket; gone vs failed by the handshake's status."""
@@ -192,59 +174,68 @@ def _cut(ws: Any) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-def _receive(ws: Any, output: Output, dog: Watchdog) -> ExecStatus | None:
-    """Hand channels 1 and 2 to their sinks until the close; channel 3's status, if any."""
-    status: ExecStatus | None = None
-    while True:
+class _PodExec:
+    """One exec over the websocket, as the exec pump drives it (exec_pump.py): stdin in
+    frames of at most 1 MiB on channel 0 (closed with a v5 close frame), channels 1 and 2
+    handed out as they come, channel 3's status kept for ``exit_code``. A connection that
+    closes with no status is NOT success (kubectl itself exits 0 there)."""
+
+    def __init__(self, ws: Any, *, wants_input: bool, v5: bool) -> None:
+        self.ws, self.wants_input, self.v5 = ws, wants_input, v5
+        self.status: ExecStatus | None = None
+        self._cut = False
+        self._stopped = threading.Event()
+
+    def send(self, chunk: bytes) -> None:
+        if self._stopped.is_set():
+            raise InputClosed("the exec ended")
         try:
-            opcode, data = ws.recv_data()
+            for at in range(0, len(chunk), FRAME):
+                self.ws.send_binary(b"\x00" + chunk[at : at + FRAME])
         except (OSError, WebSocketException, AttributeError) as error:
-            if dog.fired:
-                return status  # the deadline cut the socket: raised by name below
-            raise StreamBroken(f"exec stream dropped: {error}") from error
-        if opcode == ABNF.OPCODE_CLOSE:
-            return status
-        if opcode != ABNF.OPCODE_BINARY or not data:
-            continue
-        channel, payload = data[0], data[1:]
-        if channel == 1:
-            output.stdout(payload)
-        elif channel == 2:
-            output.stderr(payload)
-        elif channel == 3:
-            status = read_status(payload)
+            raise InputClosed(str(error)) from error
 
-
-def _raise_cut(dog: Watchdog, writer: _Writer | None, *, streaming: bool) -> None:
-    """The deadline cut the exec, or the stdin writer failed: say so by name (the writer's
-    error was once stored and never read: a restore whose source failed hung)."""
-    if dog.fired:
-        why = "the exec did not end within its deadline: cut"
-        raise StreamBroken(why) if streaming else ExecFailed(why)
-    if writer is not None and writer.error is not None:
-        raise StreamBroken(f"stdin stream broke: {writer.error!r}")
-
-
-class _Writer(Feeder):
-    """Sends stdin on channel 0 in frames of at most 1 MiB, then closes it (v5 only).
-
-    A source that fails cuts the websocket, so the receive loop ends at once instead of
-    waiting for a status the script will never send (it still waits for its bytes)."""
-
-    def __init__(self, ws: Any, src: BinaryIO, can_close: bool, dog: Watchdog) -> None:
-        super().__init__(src, dog)
-        self.ws, self.can_close = ws, can_close
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self._halt.is_set() and (chunk := self._read()):
-                self.ws.send_binary(b"\x00" + chunk)
-            if self.can_close and not self._halt.is_set():
+    def close_input(self) -> None:
+        if self.v5 and not self._stopped.is_set():
+            try:
                 self.ws.send_binary(b"\xff\x00")
-        except BaseException:  # a send error is the reader's to see
-            return
+            except (OSError, WebSocketException, AttributeError) as error:
+                raise InputClosed(str(error)) from error
 
-    def stop(self, wait: float) -> None:
-        self._halt.set()
-        self.join(timeout=wait)
+    def stop_input(self) -> None:
+        self._stopped.set()
+
+    def receive(self) -> tuple[int, bytes] | None:
+        while True:
+            try:
+                opcode, data = self.ws.recv_data()
+            except (OSError, WebSocketException, AttributeError) as error:
+                if self._cut:
+                    return None  # the pump names the cut
+                raise StreamBroken(f"exec stream dropped: {error}") from error
+            if opcode == ABNF.OPCODE_CLOSE:
+                return None
+            if opcode != ABNF.OPCODE_BINARY or not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel in (STDOUT, STDERR):
+                return channel, payload
+            if channel == 3:
+                self.status = read_status(payload)
+
+    def cut(self) -> None:
+        self._cut = True
+        _cut(self.ws)
+
+    def exit_code(self) -> int:
+        if self.status is None:
+            raise StreamBroken("the exec stream closed without a status (not a success)")
+        if self.status.exit_code is None:
+            raise ExecFailed(f"exec failed: {self.status.reason}")
+        return self.status.exit_code
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close(timeout=2)
+        with contextlib.suppress(Exception):
+            self.ws.shutdown()

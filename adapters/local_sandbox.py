@@ -11,23 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 from scratchbank.application.ports import ByteSink, SandboxFacts
 from scratchbank.application.retry import Deadline, deadline_of
-from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
-from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command
-from .watchdog import Feeder, Watchdog
-
-CHUNK = 1 << 20
+from .exec_pump import CHUNK, STDERR, STDOUT, InputClosed, pump
+from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
 
 
 def _real_file(f: object) -> bool:
@@ -38,52 +37,92 @@ def _real_file(f: object) -> bool:
     return True
 
 
-class _Pump(Feeder):
-    """Copies one stream to another. A failing source (not the peer closing early) is kept
-    in ``error`` and cuts the command, so that nobody waits for bytes that will not come."""
-
-    def __init__(
-        self,
-        src: IO[bytes],
-        dst: IO[bytes] | ByteSink,
-        close_dst: bool,
-        dog: Watchdog,
-        close_src: bool = False,
-    ) -> None:
-        super().__init__(src, dog)
-        self.dst, self.close_dst, self.close_src = dst, close_dst, close_src
-
-    def run(self) -> None:
-        # Into a command's stdin, each chunk goes at once: a source that waits between
-        # chunks (a restore's verdict waits for the listing) must not leave the last one
-        # in the pipe's buffer.
-        flush = getattr(self.dst, "flush", None) if self.close_dst else None
-        try:
-            while chunk := self._read():
-                self.dst.write(chunk)
-                if flush is not None:
-                    flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass  # the command closed its end: its exit status says why
-        except BaseException as error:  # the sink failed: raised by the caller
-            self.error = error
-            self.dog.cut_now()
-        finally:
-            if self.close_dst:
-                with contextlib.suppress(OSError):
-                    self.dst.close()  # type: ignore[union-attr]
-            if self.close_src:  # a command's output pipe: closed by its reader only (a
-                # close from another thread would wait for this read to return)
-                with contextlib.suppress(OSError):
-                    self.src.close()
-
-
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """End the command and everything it started (nsenter forks into the namespace)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         proc.kill()
+
+
+class _LocalExec:
+    """One local command as the exec pump drives it (adapters/exec_pump.py): its pipes
+    are read and written without blocking, beside a wake pipe that ``cut`` and
+    ``stop_input`` write to, so a pipe a detached child still holds never holds the call."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], wants_input: bool) -> None:
+        self.proc, self.wants_input = proc, wants_input
+        self._wake_r, self._wake_w = os.pipe()
+        self._stop_r, self._stop_w = os.pipe()
+        self._open = {
+            f.fileno(): channel
+            for f, channel in ((proc.stdout, STDOUT), (proc.stderr, STDERR))
+            if f is not None
+        }
+        for fd in (*self._open, *([proc.stdin.fileno()] if proc.stdin else [])):
+            os.set_blocking(fd, False)
+        self._cut = False
+
+    def send(self, chunk: bytes) -> None:
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        view = memoryview(chunk)
+        while view:
+            ready, _, _ = select.select([self._wake_r, self._stop_r], [fd], [])
+            if ready:
+                raise InputClosed("cut")
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+            except OSError as error:  # the command closed its end
+                raise InputClosed(str(error)) from error
+
+    def close_input(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def stop_input(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._stop_w, b"x")
+
+    def receive(self) -> tuple[int, bytes] | None:
+        while self._open:
+            ready, _, _ = select.select([*self._open, self._wake_r], [], [])
+            if self._wake_r in ready:
+                return None
+            for fd in ready:
+                try:
+                    data = os.read(fd, CHUNK)
+                except BlockingIOError:
+                    continue
+                if data:
+                    return self._open[fd], data
+                del self._open[fd]
+        return None
+
+    def cut(self) -> None:
+        self._cut = True
+        _kill_group(self.proc)
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def exit_code(self) -> int:
+        code = self.proc.wait()
+        if code < 0 and not self._cut:
+            raise StreamBroken(f"the command was killed by signal {-code}")
+        return code
+
+    def close(self) -> None:
+        # the command's pipes (a detached child's end stays its own: it ends at the reap)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        for fd in (self._wake_r, self._wake_w, self._stop_r, self._stop_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class LocalSandbox(ScriptedSandbox):
@@ -174,7 +213,6 @@ class LocalSandbox(ScriptedSandbox):
         argv = self._argv(source, args, token)
         direct_in = stdin is not None and _real_file(stdin)
         direct_out = stdout is not None and _real_file(stdout)
-        output = Output(stdout)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -185,12 +223,10 @@ class LocalSandbox(ScriptedSandbox):
             )
         except OSError as error:
             raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
-        with Watchdog(deadline, lambda: _kill_group(proc)) as dog:
-            pumps, code = _drive(proc, stdin, output, direct_in, direct_out, dog)
-        _raise_cut(dog, pumps, streaming=stdin is not None or stdout is not None)
-        if code < 0:
-            raise StreamBroken(f"the command was killed by signal {-code}")
-        return output.result(code)
+        running = _LocalExec(proc, wants_input=stdin is not None and not direct_in)
+        out = None if direct_out else stdout
+        streaming = stdin is not None or stdout is not None
+        return pump(running, stdin, out, deadline, streaming=streaming, name="local-exec")
 
     def destroy(self) -> None:
         """End every process of the sandbox and remove its directory."""
@@ -205,56 +241,3 @@ class LocalSandbox(ScriptedSandbox):
                 proc.kill()
             proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-class _Into:
-    """A ByteSink over one of Output's channels."""
-
-    def __init__(self, channel: Callable[[bytes], None]) -> None:
-        self.write = channel
-
-
-def _drive(
-    proc: subprocess.Popen[bytes],
-    stdin: BinaryIO | None,
-    output: Output,
-    direct_in: bool,
-    direct_out: bool,
-    dog: Watchdog,
-) -> tuple[list[_Pump], int]:
-    """Pump the streams the command does not read or write directly (stderr always, as
-    a capped tail); wait for its end."""
-    pumps = []
-    if stdin is not None and not direct_in:
-        assert proc.stdin is not None
-        pumps.append(_Pump(stdin, proc.stdin, True, dog))
-    if not direct_out:
-        assert proc.stdout is not None
-        pumps.append(_Pump(proc.stdout, _Into(output.stdout), False, dog, close_src=True))  # type: ignore[arg-type]
-    assert proc.stderr is not None
-    pumps.append(_Pump(proc.stderr, _Into(output.stderr), False, dog, close_src=True))  # type: ignore[arg-type]
-    for p in pumps:
-        p.start()
-    code = proc.wait()
-    for p in pumps:  # one blocked on a stalled source is not waited for, nor stdin's once
-        # the command has ended (nobody reads it: a source waiting on the host, as a
-        # restore's verdict does, would otherwise hold the call until its deadline); an
-        # output pipe a detached child still holds is left to its reader, which ends
-        # once the call's reap (ScriptedSandbox.call) has ended that child
-        p.join(timeout=0.2 if dog.fired or p.close_dst else max(1.0, dog.deadline.left()))
-    if proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-    return pumps, code
-
-
-def _raise_cut(dog: Watchdog, pumps: list[_Pump], *, streaming: bool) -> None:
-    """The deadline cut the command, or a pump's source or sink failed: say so by name."""
-    if dog.fired:
-        why = "the command did not end within its deadline: cut"
-        raise StreamBroken(why) if streaming else ExecFailed(why)
-    failed = next((p.error for p in pumps if p.error is not None), None)
-    if isinstance(failed, OutputOverBound):
-        raise failed  # the sandbox said too much: its own name, not a broken stream
-    if failed is not None:
-        raise StreamBroken(f"the stream broke on the host side: {failed!r}")

@@ -650,6 +650,9 @@ class _ThenVerdict:
     def discard(self) -> None:
         self.answer(None)
 
+    #: the exec ended (exec_pump): a read waiting for the verdict returns (a discard)
+    abandon = discard
+
     def answer(self, modes: BinaryIO | None) -> None:
         """The verdict, once (later calls do nothing): modes to commit with, or None."""
         with self._lock:

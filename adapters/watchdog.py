@@ -6,6 +6,9 @@ watchdog: at the deadline it cuts the transport (shuts the socket down, kills th
 process group), the blocked read returns or fails at once, and the call raises its
 named error knowing the cut was the deadline's (``fired``), not the peer's. A deadline
 riding a run context is cut the same way the moment that context is cancelled (L5).
+
+Execs do not use it directly: the exec pump (exec_pump.py) rides a ``CancelScope``,
+which owns the deadline, the cancel and the feeding thread. The stores' streams do.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import contextlib
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import IO
 
 from scratchbank.application.retry import Deadline
 
@@ -60,28 +62,3 @@ class Watchdog:
             self._done = True
         self._timer.cancel()
         self._unhook()
-
-
-class Feeder(threading.Thread):
-    """A thread that feeds an exec from a source. A source that fails keeps its error
-    (raised by the caller as StreamBroken) and cuts the exec at once: the reader must
-    not wait for bytes that will never come. One place for every transport."""
-
-    CHUNK = 1 << 20
-
-    def __init__(self, src: IO[bytes], dog: Watchdog) -> None:
-        super().__init__(daemon=True)
-        self.src, self.dog = src, dog
-        self.error: BaseException | None = None
-        # What is there, not a full chunk: a command's output is passed on as it comes
-        # (a buffered pipe's read(n) would wait for n bytes or the end, and a command
-        # that waits on the host after writing, as a restore does, would wait forever).
-        self._take = getattr(src, "read1", None) or src.read
-
-    def _read(self) -> bytes:
-        try:
-            return self._take(self.CHUNK)
-        except BaseException as error:
-            self.error = error
-            self.dog.cut_now()
-            raise

@@ -27,7 +27,10 @@ from .runner_ports import Lease, LeaseGrant
 
 
 class LeaseKeeper:
-    """Refreshes one grant on its interval until stopped; cancels past a ceiling or a loss."""
+    """Refreshes one grant on its interval until stopped; cancels past a ceiling or a loss.
+
+    The interval is waited on the keeper's clock (``Clock.wait``): a test drives it with
+    a ManualClock, without real sleeping."""
 
     def __init__(
         self, lease: Lease, grant: LeaseGrant, hold: HoldBudgets, timing: LeaseTiming, clock: Clock
@@ -66,7 +69,7 @@ class LeaseKeeper:
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.timing.interval):
+        while not self.clock.wait(self._stop, self.timing.interval):
             ceiling = past_ceiling(self._hold, self.clock.monotonic(), self.hold)
             if ceiling is not None:
                 self._let_go(f"past the {ceiling}: the lease was let go (L5)")

@@ -10,9 +10,12 @@ processes, not on a test clock.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
 from typing import TypeVar
 
 import attrs
@@ -148,21 +151,167 @@ def retry_within(
     call: Callable[[Deadline], T],
     *,
     retry_on: tuple[type[BaseException], ...],
-    pauses: Pauses = Pauses(),
+    pauses: Iterable[float] = Pauses(),
     tries: int | None = None,
     on_failure: Callable[[BaseException], None] | None = None,
+    again: Callable[[T], bool] | None = None,
+    stop: Callable[[float], bool] | None = None,
 ) -> T:
     """Call until it succeeds, the budget (or ``tries``) runs out, or it raises something
     that is not in ``retry_on`` (raised at once). The last retryable error is raised when
     the budget is spent. Each call gets a deadline from the budget that is left.
+
+    The one retry loop of the use cases: ``again`` says a result that returned is worth
+    another try (a teardown's try the domain says to repeat; the last result is returned
+    when no try is left); ``stop(pause)`` gives up before a pause (the run context was
+    cut, the use case's own deadline is nearer than the pause). A pause of 0 is not slept.
     """
     for made, pause in enumerate(pauses, start=1):
+        out_of_tries = tries is not None and made >= tries
         try:
-            return call(budget.call_deadline())
+            result = call(budget.call_deadline())
         except retry_on as error:
             if on_failure is not None:
                 on_failure(error)
-            if (tries is not None and made >= tries) or not budget.allows_pause(pause):
+            if out_of_tries or not budget.allows_pause(pause) or (stop is not None and stop(pause)):
                 raise
-        budget.clock.sleep(pause)
+        else:
+            if again is None or not again(result):
+                return result
+            if out_of_tries or not budget.allows_pause(pause) or (stop is not None and stop(pause)):
+                return result
+        if pause > 0:
+            budget.clock.sleep(pause)
     raise AssertionError("unreachable: pauses never end")  # pragma: no cover
+
+
+# -- one cancellation scope (trio's cancel scopes are the model) ------------------------------
+#: How long a scope's exit waits, after cutting, for its threads to end.
+GRACE_SECONDS = 2.0
+
+_log = logging.getLogger("scratchbank.cancellation")
+
+
+class CancelScope:
+    """A scope owns its deadline, its cancel and the threads it starts: nothing outlives it.
+
+    ``with CancelScope(deadline) as scope:`` arms the deadline (real time, like every
+    ``Deadline``): when it passes, or the deadline's own run context (``Deadline.cancel``)
+    or an enclosing scope is cancelled, the scope's ``cancel`` is cut and every hook
+    registered with ``on_cut`` runs once (the transport's cut). ``scope.deadline`` is the
+    deadline its calls ride (cut with the scope). Threads started with ``start`` are the
+    scope's: on exit it waits for them until its deadline (an exit by an exception cuts
+    first), then cuts, then gives them ``grace`` seconds more; a thread still alive after
+    that is named in ``outlived`` and logged, never left silently.
+    """
+
+    def __init__(
+        self,
+        deadline: Deadline | float | None = None,
+        *,
+        parent: CancelScope | None = None,
+        grace: float = GRACE_SECONDS,
+        name: str = "scope",
+    ) -> None:
+        given = Deadline.after(float(deadline)) if isinstance(deadline, int | float) else deadline
+        self.name, self.grace = name, grace
+        self.cancel = Cancel()
+        at = given.at if given is not None else time.monotonic() + 10 * 365 * 86400.0
+        if parent is not None:
+            at = min(at, parent.deadline.at)
+        self.deadline: Deadline = Deadline(at, self.cancel)
+        #: cut by its deadline or a cancel from outside (an enclosing scope, the run context)
+        self.fired = False
+        #: the names of the threads still alive after the exit's grace
+        self.outlived: tuple[str, ...] = ()
+        outer = (given.cancel if given is not None else None, parent.cancel if parent is not None else None)
+        self._outer = [c for c in outer if c is not None]
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._exited = False
+        self._timer: threading.Timer | None = None
+        self._unhooks: list[Callable[[], None]] = []
+
+    # -- cutting ------------------------------------------------------------------------
+    def on_cut(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once when the scope is cut (at once if it already is); errors of a
+        hook are its own (a transport already closed)."""
+        self._unhooks.append(self.cancel.on_set(lambda: _quietly(hook)))
+
+    def cut(self, why: str) -> None:
+        """Cancel the scope now (its children and hooks with it)."""
+        self.cancel.cut(why)
+
+    def _fire(self, why: str) -> None:
+        with self._lock:
+            if self._exited:
+                return
+            self.fired = True
+        self.cut(why)
+
+    def _fire_from(self, outer: Cancel) -> Callable[[], None]:
+        return lambda: self._fire(outer.why or "cancelled")
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
+
+    # -- threads ------------------------------------------------------------------------
+    def start(self, target: Callable[[], object], name: str) -> threading.Thread:
+        """Start ``target`` on a thread the scope owns (joined on exit)."""
+        thread = threading.Thread(target=target, name=f"{self.name}:{name}", daemon=True)
+        with self._lock:
+            if self._exited:
+                raise RuntimeError(f"the scope {self.name} has exited: it starts no thread")
+            self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def __enter__(self) -> CancelScope:
+        self._timer = threading.Timer(self.deadline.left(), self._fire, ("the deadline passed",))
+        self._timer.name = f"{self.name}:deadline"
+        self._timer.daemon = True
+        self._timer.start()
+        for outer in self._outer:
+            self._unhooks.append(outer.on_set(self._fire_from(outer)))
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if kind is not None:
+            self.cut(f"the scope exited by {kind.__name__}")
+        me = threading.current_thread()
+        threads = [t for t in self._threads if t is not me]
+        for thread in threads:  # a clean exit: its threads have until the deadline
+            thread.join(timeout=self.deadline.left())
+        if any(t.is_alive() for t in threads):
+            if not self.cancelled:  # the threads ran to the deadline
+                self._fire("the deadline passed")
+            until = time.monotonic() + self.grace
+            for thread in threads:
+                thread.join(timeout=max(0.0, until - time.monotonic()))
+        with self._lock:
+            self._exited = True
+        if self._timer is not None:
+            self._timer.cancel()
+            if self._timer is not me:
+                self._timer.join()
+        for unhook in self._unhooks:
+            unhook()
+        self.outlived = tuple(t.name for t in threads if t.is_alive())
+        if self.outlived:
+            _log.warning(
+                "scope %s: thread(s) %s did not stop within %.1f s of the cut",
+                self.name,
+                ", ".join(self.outlived),
+                self.grace,
+            )
+
+
+def _quietly(hook: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):
+        hook()

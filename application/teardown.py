@@ -28,6 +28,8 @@ record needs (``bank_objects.prune``), never after a cut.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -81,7 +83,7 @@ from .ports import (
     Timeline,
 )
 from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution
-from .retry import Budget, Cancel, Deadline, Pauses, retry_within
+from .retry import Budget, Cancel, CancelScope, Deadline, Pauses, retry_within
 
 
 @attrs.frozen
@@ -458,21 +460,36 @@ def _plan(state: ScratchState, sandbox: Sandbox, run_finished: bool) -> Teardown
 
 
 def _tries(run: _Run, plan: TeardownPlan) -> tuple[list[TryOutcome], TryOutcome]:
-    """Try until the domain says stop (T8, T9, A7); return every try and the best one."""
+    """Try until the domain says stop (T8, T9, A7); return every try and the best one.
+    Through ``retry_within``: another try while the domain asks for one, the pause
+    doubling, none once the run context is cut or the banking budget is nearer."""
     tries: list[TryOutcome] = []
-    best: TryOutcome | None = None
-    pause = run.budgets.first_pause
-    for attempt in range(run.budgets.bank_tries):
-        outcome, final = _one_try(run, plan, attempt)
+    best: list[TryOutcome] = []
+
+    def one(_deadline: Deadline) -> bool:
+        outcome, final = _one_try(run, plan, len(tries))
         tries.append(outcome)
-        merged = merge_try(best, outcome)
-        best = merged.best
-        if merged.stop or final or run.cut() or run.left() <= pause:
-            break
-        run.clock.sleep(pause)
-        pause *= 2
-    assert best is not None
-    return tries, best
+        merged = merge_try(best[0] if best else None, outcome)
+        best[:] = [merged.best]
+        return not (merged.stop or final)  # another try?
+
+    if run.budgets.bank_tries > 0:
+        retry_within(
+            _budget(run),
+            one,
+            retry_on=(),
+            again=bool,
+            pauses=Pauses(run.budgets.first_pause, math.inf),
+            tries=run.budgets.bank_tries,
+            stop=lambda pause: bool(run.cut()) or run.left() <= pause,
+        )
+    assert best
+    return tries, best[0]
+
+
+def _budget(run: _Run) -> Budget:
+    """The banking budget, as ``retry_within`` reads it (until ``run.deadline``)."""
+    return Budget(run.clock, 0.0, run.deadline)
 
 
 def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, bool]:
@@ -581,14 +598,30 @@ def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOu
     return TryOutcome(Seen.FILES, archive, stored=stored, reason=why or reason), False
 
 
+#: after the continue's budget, how long its thread has to end: a cut call reaps what it
+#: started by a fresh exec of its own (at most 5 s, adapters/scripted.py REAP_SECONDS)
+CONTINUE_GRACE = 6.0
+
+
 def _continue(run: _Run) -> None:
     """T14: continue on a budget of its own, never holding the sandbox's shutdown: the
-    call's deadline is the budget (every transport returns by it; no thread is left)."""
-    deadline = Deadline.after(run.budgets.continue_seconds)
-    try:
-        run.sandbox.continue_processes(deadline=deadline)
-    except Exception as error:  # the watchdog in the sandbox continues them anyway
+    call runs on a thread of a cancellation scope whose deadline is that budget (every
+    transport returns by it); the scope joins the thread on exit, and names one that
+    does not stop (nothing is left behind silently)."""
+    failed: list[BaseException] = []
+
+    def go(deadline: Deadline) -> None:
+        try:
+            run.sandbox.continue_processes(deadline=deadline)
+        except Exception as error:  # the watchdog in the sandbox continues them anyway
+            failed.append(error)
+
+    with CancelScope(run.budgets.continue_seconds, name="continue", grace=CONTINUE_GRACE) as scope:
+        scope.start(lambda: go(scope.deadline), "continue")
+    for error in failed:
         run.notes.append(f"continuing processes failed ({error}); the watchdog will")
+    if scope.outlived:
+        run.notes.append(f"the continue step did not end within its budget: {', '.join(scope.outlived)}")
 
 
 def _archive(run: _Run, attempt: int, *, quiesce: bool) -> Complete | None:
@@ -671,31 +704,41 @@ def _one_pass(run: _Run, path: Path) -> Complete | None:
 
 
 def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
-    """T10: retry the upload on the same archive file."""
-    pause = run.budgets.first_pause
-    why = ""
-    for _ in range(run.budgets.upload_tries):
+    """T10: retry the upload on the same archive file (through ``retry_within``)."""
+    why = [""]
+
+    def once(_deadline: Deadline) -> tuple[bool, str]:
         lost = run.cut() or _lost_since_read(run)
         if lost:
             return False, lost
-        try:
-            run.uploads += 1
-            run.store.put(
-                run.run_id,
-                facts.path,
-                sha256=facts.sha256,
-                stamp=run.stamp(facts),
-                deadline=run.call_deadline(),
-            )
-            run.stored = True
-            return True, ""
-        except BankWriteFailed as error:
-            why = f"upload failed: {error.message}"
-            if run.left() <= pause:
-                break
-            run.clock.sleep(pause)
-            pause *= 2
-    return False, why
+        run.uploads += 1
+        run.store.put(
+            run.run_id,
+            facts.path,
+            sha256=facts.sha256,
+            stamp=run.stamp(facts),
+            deadline=run.call_deadline(),
+        )
+        run.stored = True
+        return True, ""
+
+    def failed(error: BaseException) -> None:
+        why[0] = f"upload failed: {getattr(error, 'message', error)}"
+
+    if run.budgets.upload_tries <= 0:
+        return False, ""
+    try:
+        return retry_within(
+            _budget(run),
+            once,
+            retry_on=(BankWriteFailed,),
+            pauses=Pauses(run.budgets.first_pause, math.inf),
+            tries=run.budgets.upload_tries,
+            on_failure=failed,
+            stop=lambda pause: run.left() <= pause,
+        )
+    except BankWriteFailed:
+        return False, why[0]
 
 
 def _lost_since_read(run: _Run) -> str:
@@ -770,7 +813,12 @@ def _record(
     within the same budget, and checks its execution (A18) before it appends."""
     budget = Budget.start(clock, budgets.record_seconds)
     pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
-    for _ in range(DECIDE_AGAIN):
+    planned = [claim]
+
+    def decide(_deadline: Deadline) -> Written:
+        """One decision; a conflict that did not take the run is planned again and
+        raised, so ``retry_within`` decides again (no pause: nothing to wait for)."""
+        claim = planned[0]
         try:
             if claim is None:
                 records = _read_within(timeline, run_id, budget, pauses)
@@ -786,12 +834,23 @@ def _record(
             notes.append(f"the record was not written within its budget: {error.message}")
             return Written(False)
         except TimelineConflict:
-            claim, lost = _replan(timeline, at, sandbox, run_finished, checked)
+            planned[0], lost = _replan(timeline, at, sandbox, run_finished, checked)
             if lost:
                 notes.append(lost)
                 return Written(False, lost)
-    notes.append(f"the timeline kept moving under {DECIDE_AGAIN} tries; the record was not written")
-    return Written(False, "superseded: the timeline kept moving")
+            raise
+
+    try:
+        return retry_within(
+            Budget(clock, clock.monotonic(), math.inf),  # bounded by DECIDE_AGAIN, not time
+            decide,
+            retry_on=(TimelineConflict,),
+            pauses=itertools.repeat(0.0),
+            tries=DECIDE_AGAIN,
+        )
+    except TimelineConflict:
+        notes.append(f"the timeline kept moving under {DECIDE_AGAIN} tries; the record was not written")
+        return Written(False, "superseded: the timeline kept moving")
 
 
 #: How many times a teardown plans again after a conflict that did not take its run.

@@ -10,6 +10,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -203,6 +204,10 @@ class NoSleep:
 
     def sleep(self, seconds: float) -> None:
         self.t += seconds
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        self.t += 0.0 if event.is_set() else seconds
+        return event.is_set()
 
     def now(self) -> datetime:
         return datetime(2026, 11, 30, tzinfo=UTC)
