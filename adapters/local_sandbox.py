@@ -115,6 +115,9 @@ class _LocalExec:
         return code
 
     def close(self) -> None:
+        if self._cut:  # killed with its group: collect it (never left a zombie)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
         # the command's pipes (a detached child's end stays its own: it ends at the reap)
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if f is not None:

@@ -366,3 +366,53 @@ def run_bounded(runner: Runner) -> Handling:
     assert not worker.is_alive(), "the runner did not let go: its bank was never cut"
     assert out and out[0] is not None
     return out[0]
+
+
+# ---- the keeper waits on its clock (issue 25, build item 0): no real sleeping ----
+
+
+def test_L1_the_keeper_refreshes_on_its_clock_not_on_real_time() -> None:
+    """Driven by a ManualClock: one refresh per interval the clock passes, none between."""
+    from scratchbank.testing.clocks import ManualClock
+
+    clock = ManualClock()
+    lease = InProcessLease(lapse=3600.0)
+    grant = lease.acquire("run-1", "a")
+    assert grant is not None
+    keeper = LeaseKeeper(lease, grant, HoldBudgets(), LeaseTiming(interval=60.0, lapse=180.0), clock)
+    keeper.start()
+    try:
+        clock.until_waiting(1)
+        assert keeper.refreshes == 0
+        clock.advance(60.0)
+        clock.until_waiting(1)  # back at its interval, after one refresh
+        assert keeper.refreshes == 1
+        clock.advance(30.0)  # half an interval: it stays parked
+        clock.until_waiting(1)
+        assert keeper.refreshes == 1
+        clock.advance(30.0)
+        clock.until_waiting(1)
+        assert keeper.refreshes == 2 and not keeper.cancel.is_set()
+    finally:
+        keeper.stop()
+
+
+def test_L5_past_a_ceiling_on_the_keepers_clock_it_lets_go() -> None:
+    """The post-engine ceiling passes on the ManualClock: the run context is cut, no sleeping."""
+    from scratchbank.testing.clocks import ManualClock
+
+    clock = ManualClock()
+    lease = InProcessLease(lapse=3600.0)
+    grant = lease.acquire("run-1", "a")
+    assert grant is not None
+    hold = HoldBudgets()
+    keeper = LeaseKeeper(lease, grant, hold, LeaseTiming(interval=60.0, lapse=180.0), clock)
+    keeper.start()
+    keeper.engine_returned(resume_can_wait=True)
+    try:
+        clock.until_waiting(1)
+        clock.advance(post_engine_ceiling(hold) + 60.0)
+        assert keeper.cancel.wait(30.0)  # a safety net, not a timed assertion
+    finally:
+        keeper.stop()
+    assert "post-engine ceiling" in keeper.note

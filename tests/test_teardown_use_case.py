@@ -585,3 +585,26 @@ def test_T12_a_refused_quiesce_stopped_nothing_and_nothing_is_continued(make: ty
     assert "initial PID namespace" in rec.quiesce_reason
     assert box.continued == 0
     assert not box.stopped
+
+
+class StuckContinue(OneCallSandbox):
+    """A continue that hangs until its deadline cuts it (a transport honouring it)."""
+
+    def continue_processes(self, *, deadline: Deadline | None = None) -> None:
+        self.calls.append("continue")
+        assert deadline is not None and deadline.cancel is not None
+        deadline.cancel.wait(30.0)  # the scope's cut; 30 s is a safety net only
+        raise ExecFailed("the exec did not end within its deadline: cut")
+
+
+def test_T14_a_continue_step_cut_at_its_budget_leaves_no_thread_behind() -> None:
+    """The continue runs on a thread of a cancellation scope: cut at its budget, it is
+    joined before the teardown goes on; the note says the continue failed."""
+    box = StuckContinue(dict(FILES))
+    box.races = [("./log",), ()]
+    before = set(threading.enumerate())
+    report, timeline, _ = teardown(box, continue_seconds=0.2)
+    assert set(threading.enumerate()) <= before, "a thread outlived the teardown"
+    assert box.calls[-1] == "continue"
+    assert any("continuing processes failed" in note for note in report.notes)
+    assert last_record(timeline).banked
