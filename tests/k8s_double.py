@@ -229,8 +229,9 @@ class ApiDouble:
                         dropped = True
                         return
                     chunk = chunk[:room]
-                if not ws.closed:
-                    await ws.send_bytes(bytes([channel]) + chunk)
+                if not ws.closed:  # a client that cut the stream: its output is drained, dropped
+                    with contextlib.suppress(ConnectionResetError):
+                        await ws.send_bytes(bytes([channel]) + chunk)
                 if channel == 1:
                     sent += len(chunk)
 
@@ -258,9 +259,10 @@ class ApiDouble:
             proc.kill()
         code = await proc.wait()
         feeder.cancel()
-        if not (dropped or self.faults.close_without_status):
-            await ws.send_bytes(b"\x03" + json.dumps(_status(code)).encode())
-        await ws.close()
+        with contextlib.suppress(ConnectionResetError):
+            if not (dropped or self.faults.close_without_status):
+                await ws.send_bytes(b"\x03" + json.dumps(_status(code)).encode())
+            await ws.close()
         return ws
 
     # -- the pod lifecycle: create, list, watch, delete (issue 23) -------------------------
