@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,8 @@ class _LocalExec:
         for fd in (*self._open, *([proc.stdin.fileno()] if proc.stdin else [])):
             os.set_blocking(fd, False)
         self._cut = False
+        self._closed = False
+        self._guard = threading.Lock()  # a late cut never writes to a closed (reused) fd
 
     def send(self, chunk: bytes) -> None:
         assert self.proc.stdin is not None
@@ -84,8 +87,9 @@ class _LocalExec:
                 self.proc.stdin.close()
 
     def stop_input(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._stop_w, b"x")
+        with self._guard, contextlib.suppress(OSError):
+            if not self._closed:
+                os.write(self._stop_w, b"x")
 
     def receive(self) -> tuple[int, bytes] | None:
         while self._open:
@@ -103,10 +107,13 @@ class _LocalExec:
         return None
 
     def cut(self) -> None:
-        self._cut = True
-        _kill_group(self.proc)
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        with self._guard:
+            if self._closed:
+                return
+            self._cut = True
+            _kill_group(self.proc)
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
 
     def exit_code(self) -> int:
         code = self.proc.wait()
@@ -123,9 +130,11 @@ class _LocalExec:
             if f is not None:
                 with contextlib.suppress(OSError):
                     f.close()
-        for fd in (self._wake_r, self._wake_w, self._stop_r, self._stop_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._guard:
+            self._closed = True
+            for fd in (self._wake_r, self._wake_w, self._stop_r, self._stop_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 class LocalSandbox(ScriptedSandbox):
