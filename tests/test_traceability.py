@@ -67,3 +67,26 @@ def test_the_check_sees_a_planted_rule_without_a_test() -> None:
     found = rule_tests()
     assert "R2" in found and "Z99" not in found
     assert any(runs for _w, runs in found["R2"])
+
+
+def test_the_pure_tier_refuses_a_process_and_a_connection() -> None:
+    """This file is in the pure tier (tests/tiers.py): the guard makes a process or a socket
+    connection fail the test, so a test placed there really needs neither."""
+    import socket
+    import subprocess
+
+    import pytest
+    from tiers import ImpureCall
+
+    with pytest.raises(ImpureCall):
+        subprocess.run(["true"], check=False)
+    with socket.socket() as sock, pytest.raises(ImpureCall):
+        sock.connect(("127.0.0.1", 9))
+
+
+def test_every_file_a_tier_names_exists() -> None:
+    """A tier's list names only test files that exist (a renamed file is placed again)."""
+    from tiers import ADAPTERS, PURE
+
+    stems = {p.stem for folder in TEST_DIRS for p in (ROOT / folder).glob("test_*.py")}
+    assert (PURE | ADAPTERS) - stems == set()
