@@ -15,7 +15,7 @@ from scratchbank.testing.clocks import ManualClock
 HUNG = 30.0
 
 
-def test_R0_a_thread_started_in_a_scope_is_joined_at_its_exit() -> None:
+def test_H7_a_thread_started_in_a_scope_is_joined_at_its_exit() -> None:
     """The body returns before its thread: the exit waits for the thread to end."""
     release, ended = threading.Event(), threading.Event()
 
@@ -30,7 +30,7 @@ def test_R0_a_thread_started_in_a_scope_is_joined_at_its_exit() -> None:
     assert scope.outlived == () and not scope.fired
 
 
-def test_R0_a_scope_deadline_cancels_its_children() -> None:
+def test_H7_a_scope_deadline_cancels_its_children() -> None:
     """The deadline passes: the scope's cancel is cut, its hooks run, a nested scope is cut."""
     cut = threading.Event()
     with CancelScope(0.05, name="outer") as outer:
@@ -42,7 +42,7 @@ def test_R0_a_scope_deadline_cancels_its_children() -> None:
     assert outer.fired and cut.is_set() and not scope_thread.is_alive()
 
 
-def test_R0_an_outer_cancel_cuts_the_scope_at_once() -> None:
+def test_H7_an_outer_cancel_cuts_the_scope_at_once() -> None:
     """A run context (the deadline's Cancel) cancelled: the scope and its deadline are cut."""
     run_context = Cancel()
     with CancelScope(Deadline.after(3600.0, run_context), name="s") as scope:
@@ -52,7 +52,7 @@ def test_R0_an_outer_cancel_cuts_the_scope_at_once() -> None:
     assert scope.cancel.why == "the lease was lost"
 
 
-def test_R0_nested_scopes_cut_inner_only() -> None:
+def test_H7_nested_scopes_cut_inner_only() -> None:
     """Cutting an inner scope leaves the outer one running."""
     with CancelScope(60.0, name="outer") as outer:
         with CancelScope(parent=outer, name="inner") as inner:
@@ -61,7 +61,7 @@ def test_R0_nested_scopes_cut_inner_only() -> None:
     assert not outer.fired
 
 
-def test_R0_a_scope_exited_by_an_exception_cuts_and_still_joins() -> None:
+def test_H7_a_scope_exited_by_an_exception_cuts_and_still_joins() -> None:
     """The body raises: the scope cuts (its threads see it) and joins them before the raise."""
     threads: list[threading.Thread] = []
     scope = CancelScope(3600.0, name="s")
@@ -76,7 +76,7 @@ def test_R0_a_scope_exited_by_an_exception_cuts_and_still_joins() -> None:
     assert scope.cancelled and not threads[0].is_alive() and scope.outlived == ()
 
 
-def test_R0_a_thread_that_will_not_stop_is_named_never_leaked_silently(
+def test_H7_a_thread_that_will_not_stop_is_named_never_leaked_silently(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A thread that ignores the cut outlives the grace: the scope names it and logs it."""
@@ -91,7 +91,7 @@ def test_R0_a_thread_that_will_not_stop_is_named_never_leaked_silently(
         thread.join(HUNG)
 
 
-def test_R0_the_deadline_timer_is_joined_too() -> None:
+def test_H7_the_deadline_timer_is_joined_too() -> None:
     """No thread of the scope's own (its deadline timer) is left after the exit."""
     before = threading.active_count()
     with CancelScope(3600.0, name="s"):

@@ -100,7 +100,7 @@ def no_thread_left() -> Iterator[None]:
     assert set(threading.enumerate()) <= before, "a thread outlived its call"
 
 
-def test_R0_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(no_thread_left: None) -> None:
+def test_H7_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(no_thread_left: None) -> None:
     """Every byte in, stdout to the sink, stderr as its tail, the exec's own status."""
     exec_ = Scripted([(STDOUT, b"out"), (STDERR, b"err")], code=3)
     sink = Bounded(100, "test")
@@ -110,7 +110,7 @@ def test_R0_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(
     assert exec_.cuts == 0  # an exec that ended is never cut (its watchdog lives on)
 
 
-def test_X3_a_call_returns_at_its_deadline_whatever_holds_its_output(no_thread_left: None) -> None:
+def test_H7_a_call_returns_at_its_deadline_whatever_holds_its_output(no_thread_left: None) -> None:
     """A detached child holds the output open: the deadline cuts, the call says so by name."""
     exec_ = Scripted([(STDOUT, b"partial")], hold=True)
     with pytest.raises(StreamBroken, match="deadline"):
@@ -141,7 +141,7 @@ def test_X5_a_source_that_fails_cuts_the_exec_and_is_named(no_thread_left: None)
     assert exec_.cuts >= 1
 
 
-def test_ADR0008_output_past_its_bound_cuts_the_exec_and_raises_its_own_name(no_thread_left: None) -> None:
+def test_H1_output_past_its_bound_cuts_the_exec_and_raises_its_own_name(no_thread_left: None) -> None:
     """A sink's OutputOverBound passes through as itself after the exec is cut."""
     exec_ = Scripted([(STDOUT, b"y" * 10)] * 5, hold=True)
     with pytest.raises(OutputOverBound):
@@ -149,7 +149,7 @@ def test_ADR0008_output_past_its_bound_cuts_the_exec_and_raises_its_own_name(no_
     assert exec_.cuts >= 1
 
 
-def test_R0_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thread_left: None) -> None:
+def test_H7_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thread_left: None) -> None:
     """A restore refused early: the verdict's source is told, the feeder ends with the call."""
     source = Stalled(b"frame")
     exec_ = Scripted([(STDOUT, b"refused")], code=21)
@@ -157,14 +157,14 @@ def test_R0_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thre
     assert done.exit_code == 21 and source.answered.is_set() and exec_.stopped
 
 
-def test_R0_a_peer_that_stops_reading_does_not_hold_the_call(no_thread_left: None) -> None:
+def test_H7_a_peer_that_stops_reading_does_not_hold_the_call(no_thread_left: None) -> None:
     """The exec exits without reading stdin: the blocked send is released, its status stands."""
     exec_ = Scripted([(STDERR, b"no space")], reads=False, code=1)
     done = pump(exec_, io.BytesIO(b"z" * 100), None, Deadline.after(3600.0))
     assert done.exit_code == 1 and exec_.cuts == 0
 
 
-def test_R0_no_transport_keeps_its_own_feeder() -> None:
+def test_H7_no_transport_keeps_its_own_feeder() -> None:
     """local, Docker/Podman and Kubernetes start no thread of their own: the pump's scope does."""
     root = Path(adapters_pkg.__file__).parent
     for name in ("local_sandbox.py", "docker_sandbox.py", "k8s_sandbox.py", "watchdog.py"):

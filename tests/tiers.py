@@ -37,6 +37,8 @@ PURE = {
     "test_traceability",
     "test_wire",
     "test_canonical_header",
+    "test_cancellation",
+    "test_exec_pump",
     "test_checkpoints",
     "test_fuzz_sandbox_output",
     "test_guarantees",
