@@ -19,8 +19,7 @@ from types import TracebackType
 
 import attrs
 
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.runner_ports import DeliveryQueue
+from scratchbank.application.ports import Clock, DeliveryQueue, SystemClock
 from scratchbank.application.service import ScratchService
 
 from .config import (

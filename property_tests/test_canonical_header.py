@@ -16,9 +16,10 @@ import tarfile
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from scratchbank.application.manifest import DIR, FILE, HARDLINK, SYMLINK, Member
-from scratchbank.application.tar_header import MAX_MTIME
-from scratchbank.application.tarstream import Limits, TarReader, header_of
+from scratchbank.application.bank_format.header_encoder import header_of
+from scratchbank.application.bank_format.members import DIR, FILE, HARDLINK, SYMLINK, Member
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.tar_header import MAX_MTIME
 
 _TYPES = {FILE: tarfile.REGTYPE, DIR: tarfile.DIRTYPE, SYMLINK: tarfile.SYMTYPE, HARDLINK: tarfile.LNKTYPE}
 

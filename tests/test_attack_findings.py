@@ -108,7 +108,7 @@ def test_X2_the_reader_never_streams_a_member_under_a_path_it_already_streamed_a
     writer must never hold a member under a path it has already handed over as a symlink,
     whatever the bank says later. Today it streams ``e``, ``d -> e`` and then ``d/pwned``
     and only refuses at the end."""
-    from scratchbank.application.tarstream import TarReader
+    from scratchbank.application.bank_format.reader import TarReader
     from scratchbank.domain.errors import HostileArchive
 
     raw = (
@@ -279,7 +279,7 @@ def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
     import resource
     import signal
 
-    from scratchbank.application.host_archive import HostArchive
+    from scratchbank.application.bank_format.host_archive import HostArchive
 
     data = gz(_deep_unique(200))
     assert len(data) < 8_000

@@ -30,8 +30,11 @@ import attrs
 
 from scratchbank.domain.errors import HostArchiveFailed, HostileArchive
 
-from .gzip_codec import Compressor, GzipCodec, choose_codec
-from .tarstream import GzipReader, Limits, Manifest, TarReader
+from ..ports import Compressor
+from .gunzip import GzipReader
+from .gzip_codec import GzipCodec, choose_codec
+from .reader import Limits, TarReader
+from .spill_log import Manifest
 
 BATCH = 1 << 20
 DEPTH = 4
