@@ -553,7 +553,7 @@ class ScriptedSandbox(abc.ABC):
             )
 
     def list_scratch(self) -> list[str]:
-        """The scratch's tree as sorted manifest lines (see manifest.py); [] when absent.
+        """The scratch's tree as sorted manifest lines (see bank_format/manifest_line.py); [] when absent.
         Its listing is bounded by ``list_bytes`` (no manifest to go by): OutputOverBound."""
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
             out = Bounded(self.list_bytes, "the scratch's listing", keep=raw)

@@ -18,7 +18,7 @@ descriptors (``os.open``/``os.mkdir``/``os.link``/``os.symlink`` with ``dir_fd``
   name: a symlink standing there is replaced, the directory it pointed to untouched.
 
 Symlink containment is decided by the reader (``Limits(host_directory=True)``) against
-the tree as it will stand with all of the bank's links (symlink_tree.py), before any
+the tree as it will stand with all of the bank's links (bank_format/link_containment.py), before any
 entry is created. Free space at the destination is checked against the declared total
 first (NoSpaceAtDestination).
 """

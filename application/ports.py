@@ -212,7 +212,7 @@ class Sandbox(Protocol):
     - ``stage_restore`` reads ``src`` to its end and, in one exec, extracts it into a
       fresh staging directory beside the scratch (never into the scratch), digests what
       it read and writes the staged tree to ``listing``: one manifest line
-      (``json.dumps([path, kind, size])``, see manifest.py) per entry, in any order.
+      (``json.dumps([path, kind, size])``, see bank_format/manifest_line.py) per entry, in any order.
       The scratch is not touched. ``need_bytes`` (the bank's declared total) is
       checked against the free space first: less is a RestoreRefused. Raises
       RestoreRefused when tar refused the stream (nothing stays staged) and

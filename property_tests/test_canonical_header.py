@@ -1,6 +1,6 @@
 """The canonical header encoder (issue 14): byte for byte what tarfile's PAX writer wrote.
 
-``header_of`` (tarstream.py) builds every header a sandbox ever extracts. It used to
+``header_of`` (bank_format/header_encoder.py) builds every header a sandbox ever extracts. It used to
 build them with ``tarfile.TarInfo.tobuf(PAX_FORMAT)``; it now lays the fields out itself
 (tarfile was a third of the host's per-member work). The model is the old code, kept
 here: for any member the reader can accept (names of any bytes but NUL, long names and

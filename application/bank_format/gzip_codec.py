@@ -1,4 +1,5 @@
-"""The gzip compressor a bank is written with: ISA-L's when installed, else zlib's.
+"""The gzip compressor a bank is written with: ISA-L's (a core dependency), else zlib's
+where isal does not import.
 
 Both write the same format (one gzip member, RFC 1952), so any tar or gunzip opens a
 bank whichever wrote it. ISA-L (the ``isal`` package, a core dependency) compresses
