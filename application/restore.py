@@ -60,7 +60,7 @@ from .cancellation import Cancel
 from .host_directory import restore_into_host_directory
 from .ports import BankStore, Decide, Progress, RestoresInOneExec, Sandbox, StagedRestore
 
-__all__ = ["Progress", "restore_bank"]
+__all__ = ["restore_bank"]
 
 T = TypeVar("T")
 

@@ -1,21 +1,21 @@
-"""Read a bank as a stream, on an allow-list, and write it back out canonically.
+"""The tar reader: a bank read as a stream, on an allow-list (``TarReader``, ``Limits``).
 
 Every bank is untrusted input: it was produced inside a sandbox that may be hostile,
 and the sandbox's tar is no safety net (BusyBox strips ``../`` and carries on; host
 and sandbox parsers disagree on PAX and GNU long names). So the host never extracts
 a bank to check it. It parses the gzip and tar stream itself, in bounded memory,
-refuses anything outside a small allow-list with a named reason, and re-serialises
-the members it accepted as a canonical archive (plain ustar/PAX, no owners, no setid
-bits) — the only bytes a sandbox ever extracts.
+refuses anything outside a small allow-list with a named reason; the canonical writer
+(writer.py) re-serialises the members it accepted as a canonical archive (plain
+ustar/PAX, no owners, no setid bits) — the only bytes a sandbox ever extracts.
 
 The reader only moves forward: every size is read by the header grammar
 (tar_header.py) with a range, a PAX size must equal the ustar size, and the bytes a
-member consumes are exactly that size. ``feed`` and ``close`` (and GzipReader's) are
+member consumes are exactly that size. ``feed`` and ``close`` (and gunzip.py's) are
 the one boundary where any exception raised while parsing becomes a named refusal
 (UnreadableArchive), at bank time and at restore time alike; a failure of what
 consumes the parsed stream (``on_member``/``on_data``) passes through as it is.
 
-The accepted members go to a MemberLog on disk (manifest.py): the manifest (path,
+The accepted members go to a MemberLog on disk (spill_log.py): the manifest (path,
 type, size) recorded with a bank and checked against the restored tree.
 """
 

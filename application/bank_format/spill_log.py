@@ -1,4 +1,5 @@
-"""The members of a bank as the reader accepted them, spilled to disk, and its manifest.
+"""The member log: a bank's members as the reader accepted them, spilled to SQLite on
+disk, and the manifest (digest and counts) read from it.
 
 A bank may hold up to the member cap (2M by default: a million tiny files is a scratch a
 demanding user has), and the host must not grow with that count (issue 10 item 5). So every accepted member
@@ -12,7 +13,7 @@ Python objects, and it cannot answer "which kind" or "what size". Why not a plai
 the duplicate and parent checks are lookups, and the manifest digest needs sorting;
 SQLite does both on disk in bounded memory.
 
-A manifest line is ``json.dumps([path, kind, size])`` (ASCII only, so SQLite's byte
+A manifest line is ``json.dumps([path, kind, size])`` (manifest_line.py) (ASCII only, so SQLite's byte
 order is Python's ``sorted`` order); the manifest digest is the SHA-256 of the sorted
 lines joined by newlines, as recorded on ``sandbox_scratch_banked``.
 
