@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import IO, Protocol
 
+from scratchbank.application.cancellation import CancelScope, Deadline
 from scratchbank.application.ports import ByteSink
-from scratchbank.application.retry import CancelScope, Deadline
 from scratchbank.domain.errors import ExecFailed, ScratchbankError, StreamBroken
 
 from .scripted import ExecResult, Output

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from scratchbank.application.cancellation import Deadline, deadline_of
 from scratchbank.application.ports import ByteSink, SandboxFacts
-from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .exec_pump import CHUNK, STDERR, STDOUT, InputClosed, pump

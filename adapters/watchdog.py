@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline
 
 
 class Watchdog:

@@ -41,8 +41,7 @@ from scratchbank.domain.objects import (
 )
 from scratchbank.domain.records import Record
 
-from .clock import Clock
-from .ports import BankStore, Timeline
+from .ports import BankStore, Clock, Timeline
 from .recording import Claim, append_at
 from .retry import Budget
 

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from scratchbank.application.retry import Budget, Cancel, CancelScope, Deadline, Pauses, retry_within
+from scratchbank.application.cancellation import Cancel, CancelScope, Deadline
+from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.testing.clocks import ManualClock
 
 #: a safety net for waits on events other threads set (never a timed assertion)

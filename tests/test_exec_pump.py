@@ -16,7 +16,7 @@ import pytest
 import scratchbank.adapters as adapters_pkg
 from scratchbank.adapters.exec_pump import STDERR, STDOUT, InputClosed, pump
 from scratchbank.adapters.scripted import Bounded
-from scratchbank.application.retry import Cancel, Deadline
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 
 HUNG = 30.0
