@@ -40,6 +40,7 @@ def test_H7_a_scope_deadline_cancels_its_children() -> None:
             assert inner.deadline.at <= outer.deadline.at
             scope_thread = inner.start(lambda: inner.cancel.wait(HUNG), "waits-for-the-cut")
         assert inner.fired and inner.cancelled
+        assert outer.cancel.wait(HUNG)  # its own deadline, the same instant
     assert outer.fired and cut.is_set() and not scope_thread.is_alive()
 
 
@@ -53,12 +54,16 @@ def test_H7_an_outer_cancel_cuts_the_scope_at_once() -> None:
     assert scope.cancel.why == "the lease was lost"
 
 
-def test_H7_nested_scopes_cut_inner_only() -> None:
-    """Cutting an inner scope leaves the outer one running."""
+def test_H7_nested_scopes_an_inner_cut_stays_inner_an_outer_cut_reaches_down() -> None:
+    """Cutting an inner scope leaves the outer one running; cutting the outer cuts the inner."""
     with CancelScope(60.0, name="outer") as outer:
         with CancelScope(parent=outer, name="inner") as inner:
             inner.cut("done here")
         assert inner.cancelled and not outer.cancelled
+        with CancelScope(parent=outer, name="second") as second:
+            waiter = second.start(lambda: second.cancel.wait(HUNG), "waiter")
+            outer.cut("the outer scope is cut")
+        assert second.fired and second.cancel.why == "the outer scope is cut" and not waiter.is_alive()
     assert not outer.fired
 
 
