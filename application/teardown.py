@@ -564,30 +564,16 @@ def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOu
     return TryOutcome(Seen.FILES, archive, stored=stored, reason=why or reason), False
 
 
-#: after the continue's budget, how long its thread has to end: a cut call reaps what it
-#: started by a fresh exec of its own (at most 5 s, adapters/scripted.py REAP_SECONDS)
-CONTINUE_GRACE = 6.0
-
-
 def _continue(run: _Run) -> None:
     """T14: continue on a budget of its own, never holding the sandbox's shutdown: the
-    call runs on a thread of a cancellation scope whose deadline is that budget (every
-    transport returns by it); the scope joins the thread on exit, and names one that
-    does not stop (nothing is left behind silently)."""
-    failed: list[BaseException] = []
-
-    def go(deadline: Deadline) -> None:
+    call runs in a cancellation scope whose deadline is that budget, on the teardown's
+    own thread (a scope of no thread: none can be left behind; the transport's pump
+    returns by the deadline and joins its own, ADR 0008)."""
+    with CancelScope(run.budgets.continue_seconds, name="continue") as scope:
         try:
-            run.sandbox.continue_processes(deadline=deadline)
+            run.sandbox.continue_processes(deadline=scope.deadline)
         except Exception as error:  # the watchdog in the sandbox continues them anyway
-            failed.append(error)
-
-    with CancelScope(run.budgets.continue_seconds, name="continue", grace=CONTINUE_GRACE) as scope:
-        scope.start(lambda: go(scope.deadline), "continue")
-    for error in failed:
-        run.notes.append(f"continuing processes failed ({error}); the watchdog will")
-    if scope.outlived:
-        run.notes.append(f"the continue step did not end within its budget: {', '.join(scope.outlived)}")
+            run.notes.append(f"continuing processes failed ({error}); the watchdog will")
 
 
 def _archive(run: _Run, attempt: int, *, quiesce: bool) -> Complete | None:

@@ -598,8 +598,8 @@ class StuckContinue(OneCallSandbox):
 
 
 def test_T14_a_continue_step_cut_at_its_budget_leaves_no_thread_behind() -> None:
-    """The continue runs on a thread of a cancellation scope: cut at its budget, it is
-    joined before the teardown goes on; the note says the continue failed."""
+    """The continue runs in a cancellation scope: cut at its budget, nothing it started
+    outlives the teardown; the note says the continue failed."""
     box = StuckContinue(dict(FILES))
     box.races = [("./log",), ()]
     before = set(threading.enumerate())
