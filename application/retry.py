@@ -10,9 +10,11 @@ processes, not on a test clock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TypeVar
 
 import attrs
@@ -99,6 +101,27 @@ class Deadline:
         return self.cancel.on_set(hook) if self.cancel is not None else (lambda: None)
 
 
+#: The deadline of the port call this thread is making (``calls_within``): a port whose
+#: signature carries none (the Timeline) reads it to bound its own waits (ADR 0010).
+_CALLER: ContextVar[Deadline | None] = ContextVar("scratchbank_caller_deadline", default=None)
+
+
+def caller_deadline() -> Deadline | None:
+    """The deadline the caller's port call must end by (``calls_within``), None when none was set."""
+    return _CALLER.get()
+
+
+@contextlib.contextmanager
+def calls_within(deadline: Deadline) -> Iterator[Deadline]:
+    """Port calls made inside end by ``deadline`` (or an earlier one already set)."""
+    outer = _CALLER.get()
+    token = _CALLER.set(deadline if outer is None or deadline.at <= outer.at else outer)
+    try:
+        yield deadline
+    finally:
+        _CALLER.reset(token)
+
+
 def deadline_of(deadline: Deadline | None, default_seconds: float) -> Deadline:
     """The deadline a transport honours: the caller's, else one ``default_seconds`` away."""
     return deadline if deadline is not None else Deadline.after(default_seconds)
@@ -157,8 +180,10 @@ def retry_within(
     the budget is spent. Each call gets a deadline from the budget that is left.
     """
     for made, pause in enumerate(pauses, start=1):
+        deadline = budget.call_deadline()
         try:
-            return call(budget.call_deadline())
+            with calls_within(deadline):
+                return call(deadline)
         except retry_on as error:
             if on_failure is not None:
                 on_failure(error)
