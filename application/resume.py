@@ -398,9 +398,9 @@ def _record_restore(
 ) -> ResumeOutcome:
     """X7: the host_backed and stale records within their budget; any other once. Fenced."""
     record = attrs.evolve(outcome.record, at=clock.now())
-    seconds = budget if outcome.must_record else 0.0
+    tries = None if outcome.must_record else 1  # once: one try, its line bounded by the budget
     try:
-        after = append_at(timeline, claim, [record], budget=Budget.start(clock, seconds))
+        after = append_at(timeline, claim, [record], budget=Budget.start(clock, budget), tries=tries)
     except TimelineConflict:
         raise ResumeSuperseded(
             f"run {claim.run_id}: another writer appended after this resume's claim "
