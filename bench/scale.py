@@ -457,7 +457,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--full-up-to", type=int, default=100_000, help="fold whole runs up to this length")
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--file-kib", type=int, default=10)
-    parser.add_argument("--runner-runs", type=int, default=60, help="runs delivered per runner measurement")
+    parser.add_argument("--runner-runs", type=int, default=40, help="runs delivered per runner measurement")
     parser.add_argument("--out", default="")
     plan = parser.parse_args(argv)
     pg = os.environ.get("SCRATCHBANK_POSTGRES_URL") and os.environ.get("SCRATCHBANK_S3_ENDPOINT")
