@@ -54,7 +54,7 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from scratchbank.application.retry import Deadline, caller_deadline
+from scratchbank.application.cancellation import Deadline, caller_deadline
 from scratchbank.domain.errors import (
     ScratchbankError,
     TimelineBusy,

@@ -42,9 +42,8 @@ from scratchbank.domain.objects import (
 )
 from scratchbank.domain.records import Record
 
-from .clock import Clock
 from .folded import current_state
-from .ports import BankStore, SnapshotStore, Timeline
+from .ports import BankStore, Clock, SnapshotStore, Timeline
 from .recording import Claim, append_at
 from .retry import Budget
 
