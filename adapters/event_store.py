@@ -16,7 +16,7 @@ TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
 object (one process's worth); a call waits in line for a slot (``wait_seconds``, and never
-past its caller's deadline: ``retry.calls_within``, set by every ``retry_within`` try), and
+past its caller's deadline: ``cancellation.calls_within``, set by every ``retry_within`` try), and
 the connection pool is sized from the same number, so load queues here instead of timing
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
@@ -352,7 +352,7 @@ class EventStoreTimeline:
 
     def _take_slot(self, what: str) -> None:
         """Wait in line for a call slot: at most ``wait_seconds``, and never past the
-        caller's deadline (``retry.calls_within``: the use case's budget, its run context's
+        caller's deadline (``cancellation.calls_within``: the use case's budget, its run context's
         cancellation). No slot by then: TimelineBusy, naming which bound ended the wait."""
         ended = self._slots.acquire(self.wait_seconds, caller_deadline())
         if not ended:
