@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import attrs
 
-from .cancellation import Deadline
+from .cancellation import Deadline, calls_within
 from .ports import Clock
 
 T = TypeVar("T")
@@ -83,8 +83,10 @@ def retry_within(
     """
     for made, pause in enumerate(pauses, start=1):
         out_of_tries = tries is not None and made >= tries
+        deadline = budget.call_deadline()
         try:
-            result = call(budget.call_deadline())
+            with calls_within(deadline):
+                result = call(deadline)
         except retry_on as error:
             if on_failure is not None:
                 on_failure(error)
