@@ -10,10 +10,12 @@ from typing import Any
 from .checkpoints import Checkpoint
 from .fold import Adoption, Bank, Evidence, ScratchState, StaleWrite
 from .records import AttemptQueued, RunStatus, ScratchBanked
+from .retention import Kept
 from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
-SNAPSHOT_VERSION = 2
+#: v3 (ADR 0013, K8): the checkpoints' banks retention reads (``history``).
+SNAPSHOT_VERSION = 3
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -55,7 +57,18 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "claimed_attempt": state.claimed_attempt,
         "status": None if state.status is None else state.status.value,
         "unknown_records": state.unknown_records,
+        "history": [[list(k.checkpoint.lineage), encode(k.record), k.position] for k in state.history],
     }
+
+
+def _history(data: Any) -> tuple[Kept, ...] | None:
+    kept: list[Kept] = []
+    for lineage, record, position in data:
+        rec = decode(record)
+        if not isinstance(rec, ScratchBanked):
+            return None
+        kept.append(Kept(Checkpoint(lineage), rec, int(position)))
+    return tuple(kept)
 
 
 def state_from_data(data: Any) -> ScratchState | None:
@@ -77,6 +90,9 @@ def state_from_data(data: Any) -> ScratchState | None:
             if not isinstance(rec2, AttemptQueued):
                 return None
             queued = rec2
+        history = _history(data["history"])
+        if history is None:
+            return None
         adoption = None
         if data["adoption"] is not None:
             ev, local, copy = data["adoption"]
@@ -102,6 +118,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             claimed_attempt=data["claimed_attempt"],
             status=None if data["status"] is None else RunStatus(data["status"]),
             unknown_records=int(data["unknown_records"]),
+            history=history,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None
