@@ -14,6 +14,7 @@ from typing import Protocol
 
 import attrs
 
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.consent import Consents
 
 from .ports import Sandbox, Timeline
@@ -32,6 +33,8 @@ class ResumeDelivery:
     attempt: str
     consents: Consents = Consents()
     republished: int = 0
+    #: the checkpoint the engine resumes from (ADR 0013); None: the events decide (K5)
+    checkpoint: Checkpoint | None = None
 
     @property
     def msg_id(self) -> str:

@@ -211,9 +211,12 @@ class AttemptQueued(Record):
     """A resume was published and queued the run for this attempt (C5, C6)."""
 
     WIRE = "attempt_queued"
+    #: v2 (ADR 0013): ``checkpoint``, the checkpoint the queued resume is from (republished with it)
+    VERSION = 2
     attempt: str = wire(STR)
     force: bool = wire(BOOL, required=False, default=False)
     accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
+    checkpoint: Checkpoint | None = wire(CHECKPOINT, required=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -45,6 +45,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("sandbox_scratch_restored", 1): lambda data: data,
     # K6: a restore before v3 names no bank record (it restored the current bank).
     ("sandbox_scratch_restored", 2): lambda data: data,
+    # A queued resume before v2 names no checkpoint (the events decide, K5).
+    ("attempt_queued", 1): lambda data: data,
 }
 
 _BY_WIRE: dict[str, type[Record]] = {cls.WIRE: cls for cls in KNOWN_RECORDS}

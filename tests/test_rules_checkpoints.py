@@ -401,3 +401,71 @@ def test_T4_K8_use_case_an_empty_teardown_keeps_the_older_checkpoint_bank() -> N
         clock=ManualClock(),
     )
     assert out.decision.rule == "K6" and box.files == {"a.txt": b"one"}
+
+
+def test_K8_status_lists_the_banks_a_run_holds_and_their_checkpoints() -> None:
+    """status: each checkpoint's bank, where it was recorded, and whether retention keeps it."""
+    from scratchbank.adapters.present import state_data, state_text
+
+    data = state_data(fold(checkpoints_run()))
+    held = data["checkpoint_banks"]
+    assert [(h["checkpoint"], h["at"], h["kept"]) for h in held] == [
+        ("c1", "record 2", True),
+        ("c2", "record 5", True),
+    ]
+    assert data["bank"]["checkpoint"] == "c2"
+    lines = state_text(fold(checkpoints_run()))
+    assert any(line.startswith("checkpoint bank: c1: record 2") for line in lines)
+
+
+def test_K_the_delivery_carries_the_checkpoint_and_an_old_one_still_decodes() -> None:
+    """The NATS payload carries the lineage; one without it decodes unstamped; a bad one is malformed."""
+    import json
+
+    from scratchbank.adapters.nats_queue import _delivery, _payload
+    from scratchbank.application.runner_ports import ResumeDelivery
+
+    sent = ResumeDelivery("run-1", "a1", ACCEPT, 0, C2)
+    assert _delivery(_payload(sent)) == sent
+    old = {k: v for k, v in json.loads(_payload(sent)).items() if k != "checkpoint"}
+    assert _delivery(json.dumps(old).encode()) == attrs.evolve(sent, checkpoint=None)
+    for bad in ("start", [], [""], {"id": "c1"}):
+        with pytest.raises((TypeError, ValueError)):
+            _delivery(json.dumps({**old, "checkpoint": bad}).encode())
+
+
+def test_K_the_cli_and_the_http_body_take_the_resume_checkpoint() -> None:
+    """`resume --checkpoint start,c1` and {"checkpoint": [...]} reach the ResumeRequest."""
+    from scratchbank.adapters.cli import _parser, _request
+    from scratchbank.adapters.http_api import ResumeBody
+
+    args = _parser().parse_args(["resume", "run-1", "--checkpoint", "start,c1"])
+    assert _request(args).checkpoint == C1
+    assert _request(_parser().parse_args(["resume", "run-1"])).checkpoint is None
+    with pytest.raises(InvalidCheckpoint):
+        _request(_parser().parse_args(["resume", "run-1", "--checkpoint", "start,,c1"]))
+    assert ResumeBody(checkpoint=["start", "c1"]).checkpoint == ["start", "c1"]
+
+
+def test_K_a_queued_resume_carries_its_checkpoint_to_the_runner(tmp_path: object) -> None:
+    """Queued from c1 (banks at c1 and c2): the record and the delivery carry it; the runner picks K6."""
+    from pathlib import Path
+
+    from runner_rigs import RecordingInbound, make_rig
+
+    from scratchbank.adapters.inprocess import InProcessQueue
+    from scratchbank.application.service import ScratchService
+    from scratchbank.domain.records import AttemptQueued
+
+    timeline, queue = InMemoryTimeline(), InProcessQueue(ack_wait=5.0)
+    timeline.append("run-1", [started(), bank_at(C1, "1"), resumed(), bank_at(C2, "2")])
+    service = ScratchService(timeline, InMemoryBankStore(), clock=ManualClock(), queue=queue)
+    queued = service.queue_resume("run-1", ResumeRequest(checkpoint=C1), attempt="a1")
+    assert queued.attempt == "a1", queued.decision
+    record = [r for r in timeline.read("run-1") if isinstance(r, AttemptQueued)][-1]
+    assert record.checkpoint == C1 and decode(encode(record)) == record
+    inbound = queue.fetch(timeout=1.0)
+    assert inbound is not None and inbound.delivery.checkpoint == C1
+    rig = make_rig(Path(str(tmp_path)), timeline)
+    handled = rig.runner().handle(RecordingInbound(inbound.delivery))
+    assert handled.decision is not None and handled.decision.rule == "K6", handled
