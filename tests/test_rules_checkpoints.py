@@ -467,5 +467,22 @@ def test_K_a_queued_resume_carries_its_checkpoint_to_the_runner(tmp_path: object
     inbound = queue.fetch(timeout=1.0)
     assert inbound is not None and inbound.delivery.checkpoint == C1
     rig = make_rig(Path(str(tmp_path)), timeline)
-    handled = rig.runner().handle(RecordingInbound(inbound.delivery))
-    assert handled.decision is not None and handled.decision.rule == "K6", handled
+    rig.provider = _NoSandboxes()  # type: ignore[assignment]  # the pure tier starts no process
+    rig.runner().handle(RecordingInbound(inbound.delivery))
+    heard = rig.verdicts.wait(inbound.delivery, 1.0)  # R11: told before the sandbox is asked for
+    assert heard is not None and heard.rule == "K6", heard
+
+
+class _NoSandboxes:
+    """A provider that cannot start one (the runner decides first, then asks)."""
+
+    def start(self, run_id: str, attempt: str | None = None) -> object:
+        from scratchbank.domain.errors import SandboxNotStarted
+
+        raise SandboxNotStarted("no sandbox in the pure tier")
+
+    def stop(self, sandbox: object) -> None:
+        pass
+
+    def orphans(self, run_id: str) -> list[object]:
+        return []
