@@ -22,14 +22,13 @@ from pathlib import Path
 
 import attrs
 
-from scratchbank.application.ports import Sandbox, Timeline
+from scratchbank.application.ports import EngineEnd, Sandbox, Timeline
 from scratchbank.application.resume import resume
 from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
-from scratchbank.application.runner_ports import EngineEnd
 from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.checkpoints import checkpoint_of
-from scratchbank.domain.consent import Consents
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import NodeFinished, ResumeRefused, RunResumed, RunStarted, ScratchBanked
 from scratchbank.domain.resume_gate import ResumeRequest

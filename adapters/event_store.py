@@ -53,7 +53,7 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import (
     ScratchbankError,
     TimelineBusy,

@@ -42,8 +42,7 @@ from scratchbank.domain.objects import (
 from scratchbank.domain.records import Record
 from scratchbank.domain.retention import RETAIN_CHECKPOINTS
 
-from .clock import Clock
-from .ports import BankStore, Timeline
+from .ports import BankStore, Clock, Timeline
 from .recording import Claim, append_at
 from .retry import Budget
 

@@ -40,12 +40,21 @@ from scratchbank.domain.resume_gate import (
 )
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 
-from . import retry
+from . import cancellation
 from .bank_objects import reconcile_before_resume
-from .clock import Clock, SystemClock
-from .ports import BankStore, LockGrant, RunLock, Sandbox, SnapshotStore, Timeline
+from .ports import (
+    BankStore,
+    Clock,
+    LockGrant,
+    Progress,
+    RunLock,
+    Sandbox,
+    SnapshotStore,
+    SystemClock,
+    Timeline,
+)
 from .recording import RETRYABLE, Claim, append_at, landed
-from .restore import Progress, attempt_of, restore_bank
+from .restore import attempt_of, restore_bank
 from .retry import Budget
 from .run_lock import LOCAL, LOCK_TTL, LOCK_WAIT, new_execution, take
 
@@ -156,11 +165,16 @@ class ResumeOutcome:
 
 @attrs.frozen
 class Target:
-    """Where a restore goes: a sandbox, a host directory, or nowhere on purpose (A15)."""
+    """Where a resume restores: a sandbox, a host directory, or (an engine's explicit
+    choice only, A15) nowhere on purpose."""
 
-    sandbox: Sandbox | None
-    host_directory: Path | None
-    without_sandbox: bool
+    sandbox: Sandbox | None = None
+    host_directory: Path | None = None
+    without_sandbox: bool = False
+
+    @property
+    def exists(self) -> bool:
+        return self.sandbox is not None or self.host_directory is not None or self.without_sandbox
 
     def check(self, decision: ResumeDecision) -> None:
         """A15: a restore with no target at all is refused before anything is written."""
@@ -181,7 +195,7 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
-    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
+    cancel: cancellation.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
@@ -272,7 +286,7 @@ def _resume_held(
     snapshots: SnapshotStore | None,
     record_budget: float,
     execution: str,
-    cancel: retry.Cancel | None,
+    cancel: cancellation.Cancel | None,
     first: int,
 ) -> ResumeOutcome:
     unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget)
@@ -397,7 +411,7 @@ def _restore_guarded(
     store: BankStore,
     target: Target,
     progress: Progress | None,
-    cancel: retry.Cancel | None = None,
+    cancel: cancellation.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:

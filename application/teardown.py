@@ -67,22 +67,24 @@ from scratchbank.domain.teardown import (
     teardown_record,
 )
 
+from .bank_format.host_archive import ArchiveFacts, HostArchive
 from .bank_objects import prune
-from .clock import Clock, SystemClock
-from .host_archive import ArchiveFacts, HostArchive
+from .cancellation import Cancel, Deadline
 from .ports import (
+    TRY_FAILURES,
     ArchiveReport,
     BankStore,
-    ByteSink,
+    Clock,
     LockGrant,
-    QuiescedArchive,
     QuiesceReport,
     RunLock,
     Sandbox,
+    SystemClock,
     Timeline,
+    quiesce_and_archive,
 )
 from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution
-from .retry import Budget, Cancel, Deadline, Pauses, retry_within
+from .retry import Budget, Pauses, retry_within
 
 
 @attrs.frozen
@@ -490,7 +492,7 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
     """
     try:
         archived = _archive_quiesced(run, plan, attempt)
-    except _TRY_FAILURES as error:
+    except TRY_FAILURES as error:
         failed = _failed_try(error)
         if run.complete is None:
             return failed, False
@@ -501,9 +503,6 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
     if not archived[0].refused and run.complete is not None:
         archived = run.complete  # T16: a clean archive before one that raced, across tries
     return _bank(run, *archived)
-
-
-_TRY_FAILURES = (SandboxGone, ExecFailed, StreamBroken, ArchiveFailed)
 
 
 def _failed_try(error: BaseException) -> TryOutcome:
@@ -531,39 +530,6 @@ def _archive_quiesced(run: _Run, plan: TeardownPlan, attempt: int) -> Complete |
     finally:
         if run.left_stopped:
             _continue(run)
-
-
-def quiesce_and_archive(
-    sandbox: Sandbox,
-    dest: ByteSink,
-    *,
-    budget_seconds: int,
-    wait_seconds: int,
-    compress: bool,
-    deadline: Deadline | None = None,
-) -> QuiescedArchive:
-    """One quiesced pass (T11-T14): the sandbox's own call where it offers one
-    (``QuiescingSandbox``), else ``quiesce`` then ``archive`` (verifying unless every
-    process stopped), which leaves continuing to the caller.
-
-    Asked by attribute, not ``isinstance``: a proxy that forwards through ``__getattr__``
-    (a timing wrapper) offers it too."""
-    own = getattr(sandbox, "quiesce_and_archive", None)
-    if callable(own):
-        done: QuiescedArchive = own(
-            dest,
-            budget_seconds=budget_seconds,
-            wait_seconds=wait_seconds,
-            compress=compress,
-            deadline=deadline,
-        )
-        return done
-    report = sandbox.quiesce(budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline)
-    try:
-        archived = sandbox.archive(dest, compress=compress, verify=not report.quiesced, deadline=deadline)
-    except _TRY_FAILURES as error:
-        return QuiescedArchive(report, None, report.refused, error)
-    return QuiescedArchive(report, archived, report.refused)
 
 
 def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOutcome, bool]:

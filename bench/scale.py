@@ -159,7 +159,8 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
 def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[str, Any]:
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.local_sandbox import LocalSandbox
-    from scratchbank.application.service import ScratchService, Target
+    from scratchbank.application.resume import Target
+    from scratchbank.application.service import ScratchService
     from scratchbank.domain.errors import ScratchbankError
     from scratchbank.domain.records import ScratchBanked, ScratchRestored
     from scratchbank.testing.builders import node, started

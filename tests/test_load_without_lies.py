@@ -14,8 +14,8 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.present import outcome_data, outcome_text
-from scratchbank.application.resume import check_resume, resume
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.resume import Target, check_resume, resume
+from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest
 from scratchbank.domain.errors import TimelineBusy, TimelineWriteFailed

@@ -423,7 +423,7 @@ def test_K_the_delivery_carries_the_checkpoint_and_an_old_one_still_decodes() ->
     import json
 
     from scratchbank.adapters.nats_queue import _delivery, _payload
-    from scratchbank.application.runner_ports import ResumeDelivery
+    from scratchbank.application.ports import ResumeDelivery
 
     sent = ResumeDelivery("run-1", "a1", ACCEPT, 0, C2)
     assert _delivery(_payload(sent)) == sent
