@@ -14,8 +14,8 @@ from .retention import Kept
 from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
-#: v3 (ADR 0013, K8): the checkpoints' banks retention reads (``history``).
-SNAPSHOT_VERSION = 3
+#: v4 (ADR 0013, K8): the checkpoints' banks retention reads (``history``).
+SNAPSHOT_VERSION = 4
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -57,6 +57,7 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "claimed_attempt": state.claimed_attempt,
         "status": None if state.status is None else state.status.value,
         "unknown_records": state.unknown_records,
+        "named_objects": sorted(state.named_objects, key=lambda n: (n is not None, n or "")),
         "history": [[list(k.checkpoint.lineage), encode(k.record), k.position] for k in state.history],
     }
 
@@ -118,6 +119,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             claimed_attempt=data["claimed_attempt"],
             status=None if data["status"] is None else RunStatus(data["status"]),
             unknown_records=int(data["unknown_records"]),
+            named_objects=frozenset(None if n is None else str(n) for n in data["named_objects"]),
             history=history,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):

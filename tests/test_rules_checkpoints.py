@@ -313,10 +313,10 @@ def test_K6_wire_a_restore_naming_its_bank_survives_and_v2_reads_without() -> No
 
 
 def test_K8_a_snapshot_keeps_the_checkpoints_banks() -> None:
-    """The retained history survives a snapshot; a v2 snapshot is ignored (folded again)."""
+    """The retained history survives a snapshot; an older (v3) snapshot is ignored (folded again)."""
     state = fold(checkpoints_run())
     assert len(state.history) == 2 and state_from_data(state_to_data(state)) == state
-    assert state_from_data({**state_to_data(state), "v": 2}) is None
+    assert state_from_data({**state_to_data(state), "v": 3}) is None
 
 
 def _teardown(
