@@ -486,3 +486,26 @@ class _NoSandboxes:
 
     def orphans(self, run_id: str) -> list[object]:
         return []
+
+
+def test_K_the_mcp_resume_tool_takes_the_checkpoint_and_K7_has_a_consent_name() -> None:
+    """MCP resume(checkpoint=[...]) reaches the gate (K1 here); a K7 refusal can be consented by name."""
+    import asyncio
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from scratchbank.adapters.http_api import ApiSettings
+    from scratchbank.adapters.mcp_server import build_server, consent_name
+    from scratchbank.application.service import ScratchService
+
+    timeline = InMemoryTimeline()
+    timeline.append("run-1", [*checkpoints_run()[:-1]])
+    server = build_server(
+        ScratchService(timeline, InMemoryBankStore(), clock=ManualClock()), ApiSettings("t")
+    )
+    before = timeline.read("run-1")
+    with pytest.raises(ToolError, match=r'scratch_not_portable.*"rule": "K1"'):
+        asyncio.run(server.call_tool("resume", {"run": "run-1", "checkpoint": list(C4.lineage)}))
+    assert timeline.read("run-1") == before  # the refusal wrote nothing
+    swept = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C1, retain=1))
+    assert (consent_name(swept) or "").startswith("checkpoint_bank_swept/K7/")
