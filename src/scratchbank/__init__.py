@@ -47,7 +47,7 @@ from scratchbank.application.ports import (
 )
 from scratchbank.application.resume import ResumeOutcome, check_resume, resume
 from scratchbank.application.service import Assessment, ScratchService, StatusReport, StoreCheck, Target
-from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
+from scratchbank.application.teardown import Budgets, NothingRecorded, TeardownReport, bank_at_teardown
 from scratchbank.domain import *  # noqa: F403 - the domain's __all__ is the public vocabulary
 from scratchbank.domain import __all__ as _domain_all
 from scratchbank.domain.errors import (
@@ -95,6 +95,7 @@ __all__ = [
     "InvalidRunId",
     "KubernetesSandbox",
     "LocalSandbox",
+    "NothingRecorded",
     "NoRestoreTarget",
     "ResumeOutcome",
     "ResumeSuperseded",
