@@ -338,7 +338,9 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
                 raise named_error(failed)
             data = outcome_data(outcome)
             if not outcome.proceeds:
-                raise McpRefusal("PARKED", data | {"kind": "refused", "remedy": remedy(outcome.decision)})
+                raise McpRefusal(
+                    "PARKED", data | {"kind": "refused", "remedy": remedy(outcome.decision, "mcp")}
+                )
             return data | {"consent_counted": consent.named}
 
         return await _off_loop(call)
