@@ -17,7 +17,8 @@ from __future__ import annotations
 import attrs
 
 from scratchbank.domain import errors
-from scratchbank.domain.remedy import Surface, error_remedy, say
+from scratchbank.domain.remedy import Surface as Surface
+from scratchbank.domain.remedy import error_remedy, say
 
 EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 2, 3, 4, 5, 70
 

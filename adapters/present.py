@@ -17,11 +17,11 @@ from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
-from scratchbank.domain.remedy import remedy
+from scratchbank.domain.remedy import Surface, remedy
 from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, Verdict
 from scratchbank.domain.teardown import TeardownPlan
 
-from .error_table import Surface, remedy_for
+from .error_table import remedy_for
 from .rules import title
 
 Where = Callable[[Evidence], str]
