@@ -7,9 +7,10 @@ service over ports (``scratchbank.application``), and the adapters and the boots
 
     >>> import tempfile
     >>> from scratchbank import Consents, FakeSandbox, ResumeRequest, Target, open_home
-    >>> from scratchbank.testing.builders import node, started
+    >>> from scratchbank.records import node_finished, run_started   # what an engine records
     >>> service = open_home(tempfile.mkdtemp())          # SQLite + banks on disk, created
-    >>> _ = service.timeline.append("run-7", [started(), node("clone", "tool")])
+    >>> ran = node_finished("clone", "tool", in_sandbox=True, on_cycle=False)
+    >>> _ = service.timeline.append("run-7", [run_started(), ran])
     >>> report = service.bank_at_teardown("run-7", FakeSandbox({"a.txt": b"kept"}), run_finished=False)
     >>> report.record.banked
     True
@@ -18,7 +19,7 @@ service over ports (``scratchbank.application``), and the adapters and the boots
     >>> service.resume("run-7")                                      # and nowhere to restore it
     Traceback (most recent call last):
     ...
-    scratchbank.domain.errors.NoRestoreTarget: NO_RESTORE_TARGET: run run-7: ...
+    scratchbank.domain.errors.NoRestoreTarget: NO_RESTORE_TARGET: run run-7: ... (remedy: pass a Target: ...)
     >>> out = service.resume("run-7", ResumeRequest(), Target(FakeSandbox()))
     >>> out.proceeds, out.restore.record.restored
     (True, True)
