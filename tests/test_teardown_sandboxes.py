@@ -104,7 +104,6 @@ def test_T14_an_archive_failure_after_a_quiesce_still_gets_processes_continued(e
         assert names(execs) == ["bank", "quiesce"]  # the one exec, then the host's continue
         assert report.quiesce is not None
         assert report.quiesce.quiesced
-        assert report.record.banked
         assert report.record.files_unbanked
         assert "cannot" in report.record.reason
         assert store.stored == {}
