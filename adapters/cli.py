@@ -118,7 +118,8 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
         from importlib.metadata import version
 
-        parser.exit(message=f"scratchbank {version('scratchbank')}\n")
+        print(f"scratchbank {version('scratchbank')}")  # on stdout, as argparse's own
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
