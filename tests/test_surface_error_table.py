@@ -17,7 +17,7 @@ from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.adapters.present import decision_data, decision_text
 from scratchbank.adapters.rules import RULES
 from scratchbank.domain import errors
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.fold import fold
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume

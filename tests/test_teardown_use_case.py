@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport, StoredBank
-from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import (
     Budgets,
     NothingRecorded,

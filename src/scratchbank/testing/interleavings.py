@@ -62,10 +62,10 @@ import attrs
 
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.ports import BankStore, LockGrant, Timeline
-from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.resume import ResumeOutcome, Target
 from scratchbank.application.run_lock import LOCK_TTL, HeldLock
-from scratchbank.application.service import ScratchService, Target
-from scratchbank.domain.consent import Consents
+from scratchbank.application.service import ScratchService
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import LockUnavailable, ScratchbankError
 from scratchbank.domain.fold import counts_as_write
 from scratchbank.domain.kinds import NO_WORKFLOW
