@@ -406,9 +406,9 @@ class EventStoreTimeline:
         """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
         self._take_slot(what)
         try:
-            quiet = self._quiet
-            if quiet is not None and not quiet.holds:
+            if self._quiet is not None and not self._quiet.holds:  # a writer came between calls
                 self._no_longer_quiet()
+            quiet = self._quiet
             result = self._cut_at_deadline(call, fail, what)
             if quiet is not None and not quiet.holds:  # the file moved under the read: read again
                 self._no_longer_quiet()
