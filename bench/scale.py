@@ -238,7 +238,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         report = service.bank_at_teardown(runs[i], old[i], run_finished=False)
         if report.recorded:
             said["banked"].append(runs[i])
-        if report.record is not None and not report.record.banked:
+        if not report.record.banked:
             return f"recorded unbanked: {report.record.reason[:60]}"
         return "ok" if report.recorded else "not recorded"
 
