@@ -8,9 +8,11 @@ not on a test clock. A ``Cancel`` cuts every call riding it at once (L5).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 import attrs
 
@@ -86,6 +88,28 @@ class Deadline:
     def on_cancel(self, hook: Callable[[], None]) -> Callable[[], None]:
         """Call ``hook`` when the run context is cancelled; returns the unhook."""
         return self.cancel.on_set(hook) if self.cancel is not None else (lambda: None)
+
+
+#: The deadline of the port call this thread is making (``calls_within``): a port whose
+#: signature carries none (the Timeline) reads it to bound its own waits (ADR 0010).
+_CALLER: ContextVar[Deadline | None] = ContextVar("scratchbank_caller_deadline", default=None)
+
+
+def caller_deadline() -> Deadline | None:
+    """The deadline the caller's port call must end by (``calls_within``), None when none was set."""
+    return _CALLER.get()
+
+
+@contextlib.contextmanager
+def calls_within(deadline: Deadline) -> Iterator[Deadline]:
+    """Port calls made inside end by ``deadline`` (or an earlier one already set);
+    ``retry_within`` sets each try's."""
+    outer = _CALLER.get()
+    token = _CALLER.set(deadline if outer is None or deadline.at <= outer.at else outer)
+    try:
+        yield deadline
+    finally:
+        _CALLER.reset(token)
 
 
 def deadline_of(deadline: Deadline | None, default_seconds: float) -> Deadline:

@@ -26,7 +26,6 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.executions import label_of
-from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
 from scratchbank.domain.records import Record, RunResumed
 from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, after_restore
@@ -38,10 +37,11 @@ from scratchbank.domain.resume_gate import (
     decide_resume,
     refuse_unreadable,
 )
-from scratchbank.domain.snapshot import state_from_data, state_to_data
 
 from . import cancellation
 from .bank_objects import reconcile_before_resume
+from .folded import SNAPSHOT_EVERY as SNAPSHOT_EVERY  # where the tests have long found it
+from .folded import current_state as current_state  # the service reads it here
 from .ports import (
     BankStore,
     Clock,
@@ -61,36 +61,6 @@ from .run_lock import LOCAL, LOCK_TTL, LOCK_WAIT, new_execution, take
 RECORD_BUDGET = 30.0
 #: How many times a resume decides again after a conflict that did not take its run.
 DECIDE_AGAIN = 5
-
-#: Save a new snapshot once this many records came after the last one.
-SNAPSHOT_EVERY = 1000
-
-
-def current_state(
-    timeline: Timeline,
-    run_id: str,
-    workflow: Workflow = NO_WORKFLOW,
-    snapshots: SnapshotStore | None = None,
-) -> ScratchState:
-    """Fold the run's timeline, from its latest snapshot when there is one it can trust.
-
-    Snapshots are used only without a workflow fallback (the fold depends on it).
-    ``records`` on the state is the version read (the timeline's length).
-    Raises TimelineUnreadable as reading the timeline does.
-    """
-    if snapshots is None or workflow != NO_WORKFLOW:
-        return fold(timeline.read(run_id), workflow)
-    start: ScratchState | None = None
-    snap = snapshots.load_snapshot(run_id)
-    if snap is not None:
-        start = state_from_data(snap[1])
-        if start is not None and start.records != snap[0]:
-            start = None
-    since = start.records if start is not None else 0
-    state = fold(snapshots.read_after(run_id, since), start=start)  # streamed: memory stays flat
-    if state.records - since >= SNAPSHOT_EVERY:
-        snapshots.save_snapshot(run_id, state.records, state_to_data(state))
-    return state
 
 
 def check_resume(
@@ -289,7 +259,7 @@ def _resume_held(
     cancel: cancellation.Cancel | None,
     first: int,
 ) -> ResumeOutcome:
-    unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget)
+    unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget, snapshots)
     if unrecorded is not None:
         return unrecorded
     origin = first if reconciled is None else min(first, reconciled)
@@ -319,7 +289,13 @@ def _resume_held(
 
 
 def _reconcile(
-    run_id: str, request: ResumeRequest, timeline: Timeline, store: BankStore, clock: Clock, budget: float
+    run_id: str,
+    request: ResumeRequest,
+    timeline: Timeline,
+    store: BankStore,
+    clock: Clock,
+    budget: float,
+    snapshots: SnapshotStore | None = None,
 ) -> tuple[ResumeOutcome | None, int | None]:
     """N3 (ADR 0006), engine-side only: record the unrecorded bank provably the latest
     execution's own teardown; refuse by name (BANK_UNRECORDED) on one that may be but
@@ -329,7 +305,7 @@ def _reconcile(
     if request.where is not Where.ENGINE:
         return None, None
     try:
-        done = reconcile_before_resume(store, timeline, run_id, clock, budget)
+        done = reconcile_before_resume(store, timeline, run_id, clock, budget, snapshots)
     except (TimelineConflict, *RETRYABLE):  # a busy store too (issue 26): the gate reads again
         return None, None
     if done is None:
@@ -436,9 +412,9 @@ def _record_restore(
 ) -> ResumeOutcome:
     """X7: the host_backed and stale records within their budget; any other once. Fenced."""
     record = attrs.evolve(outcome.record, at=clock.now())
-    seconds = budget if outcome.must_record else 0.0
+    tries = None if outcome.must_record else 1  # once: one try, its line bounded by the budget
     try:
-        after = append_at(timeline, claim, [record], budget=Budget.start(clock, seconds))
+        after = append_at(timeline, claim, [record], budget=Budget.start(clock, budget), tries=tries)
     except TimelineConflict:
         raise ResumeSuperseded(
             f"run {claim.run_id}: another writer appended after this resume's claim "

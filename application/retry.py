@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import attrs
 
-from .cancellation import Deadline
+from .cancellation import Deadline, calls_within
 from .ports import Clock
 
 T = TypeVar("T")
@@ -75,8 +75,10 @@ def retry_within(
     the budget is spent. Each call gets a deadline from the budget that is left.
     """
     for made, pause in enumerate(pauses, start=1):
+        deadline = budget.call_deadline()
         try:
-            return call(budget.call_deadline())
+            with calls_within(deadline):
+                return call(deadline)
         except retry_on as error:
             if on_failure is not None:
                 on_failure(error)

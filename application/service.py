@@ -411,6 +411,7 @@ class ScratchService:
                 clock=self.clock,
                 execution=held[0] if held is not None else execution,
                 checkpoint=checkpoint,
+                snapshots=self.snapshots,
             )
         finally:
             if held is not None:

@@ -46,7 +46,7 @@ from scratchbank.domain.errors import (
     TimelineConflict,
     TimelineUnreadable,
 )
-from scratchbank.domain.executions import Execution, executions, standing
+from scratchbank.domain.executions import Execution, Standing, executions, standing
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import BankStamp, digest_of, execution_label
 from scratchbank.domain.records import Record, ScratchBanked
@@ -69,6 +69,7 @@ from scratchbank.domain.teardown import (
 from .bank_format.host_archive import ArchiveFacts, HostArchive
 from .bank_objects import prune
 from .cancellation import Cancel, Deadline
+from .folded import current_state
 from .ports import (
     TRY_FAILURES,
     ArchiveReport,
@@ -78,6 +79,7 @@ from .ports import (
     QuiesceReport,
     RunLock,
     Sandbox,
+    SnapshotStore,
     SystemClock,
     Timeline,
     quiesce_and_archive,
@@ -197,16 +199,26 @@ class FirstRead:
 
 
 def _first_read(
-    timeline: Timeline, run_id: str, execution: str | None, budgets: Budgets, clock: Clock, notes: list[str]
+    timeline: Timeline,
+    run_id: str,
+    execution: str | None,
+    budgets: Budgets,
+    clock: Clock,
+    notes: list[str],
+    snapshots: SnapshotStore | None = None,
 ) -> FirstRead:
     """Read the run, retried within the record's budget (a blip never disables the check),
-    and say which execution this teardown banks and whether a newer one started (A18)."""
+    and say which execution this teardown banks and whether a newer one started (A18).
+    The plan folds the latest snapshot and the records after it (issue 26)."""
     budget = Budget.start(clock, budgets.record_seconds)
     pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
+
+    def read(_d: Deadline) -> tuple[ScratchState, Standing]:
+        state = current_state(timeline, run_id, snapshots=snapshots)
+        return state, _standing(timeline, run_id, state, execution)
+
     try:
-        records = retry_within(
-            budget, lambda _d: tuple(timeline.read(run_id)), retry_on=(TimelineUnreadable,), pauses=pauses
-        )
+        state, where = retry_within(budget, read, retry_on=(TimelineUnreadable,), pauses=pauses)
     except TimelineUnreadable as error:
         if execution is None:
             why = (
@@ -219,10 +231,20 @@ def _first_read(
         # write and the record).
         notes.append(f"timeline unreadable at teardown, banking execution {execution}: {error.message}")
         return FirstRead(ScratchState(), None, None)
-    where = standing(records, execution)
     if where.why_not:
         notes.append(where.why_not)
-    return FirstRead(fold(records), Claim(run_id, len(records)), where.execution, where.why_not)
+    return FirstRead(state, Claim(run_id, state.records), where.execution, where.why_not)
+
+
+def _standing(timeline: Timeline, run_id: str, state: ScratchState, execution: str | None) -> Standing:
+    """A18 from the fold: the latest execution is the fold's; a teardown naming an older one
+    (or one never started: superseded either way) reads the run whole to say which."""
+    latest = state.latest_execution
+    if latest is None:
+        return Standing(None, missing=execution is not None)
+    if execution is None or execution == state.latest_execution_id:
+        return Standing(Execution(latest.position, state.latest_execution_id))
+    return standing(tuple(timeline.read(run_id)), execution)
 
 
 def _newer(records: tuple[Record, ...], mine: Execution | None, execution: str | None) -> str:
@@ -258,6 +280,7 @@ def bank_at_teardown(
     execution: str | None = None,
     lock: RunLock | None = None,
     grant: LockGrant | None = None,
+    snapshots: SnapshotStore | None = None,
 ) -> TeardownReport:
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
@@ -268,6 +291,7 @@ def bank_at_teardown(
     that is latest at its first read (records without ids keep today's meaning).
     ``lock`` and ``grant``: the run's lock that execution holds (A16); released once the
     teardown recorded or learned it lost the run.
+    ``snapshots``: where the plan's fold starts (issue 26: the plan never reads the run whole).
     """
     try:
         return _bank_at_teardown(
@@ -281,6 +305,7 @@ def bank_at_teardown(
             cancel,
             execution,
             checkpoint,
+            snapshots,
         )
     finally:
         if lock is not None and grant is not None:
@@ -298,9 +323,10 @@ def _bank_at_teardown(
     cancel: Cancel | None,
     execution: str | None,
     checkpoint: Checkpoint | None,
+    snapshots: SnapshotStore | None = None,
 ) -> TeardownReport:
     notes: list[str] = []
-    first = _first_read(timeline, run_id, execution, budgets, clock, notes)
+    first = _first_read(timeline, run_id, execution, budgets, clock, notes, snapshots)
     state, claim, mine = first.state, first.claim, first.mine
     named = mine.label if mine is not None else execution
     plan = _plan(state, sandbox, run_finished)
