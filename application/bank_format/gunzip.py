@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from scratchbank.domain.errors import HostileArchive
 
@@ -25,7 +25,8 @@ def _inflater() -> tuple[Any, tuple[type[Exception], ...]]:
         from isal import isal_zlib
     except ImportError:
         return zlib.decompressobj(wbits=31), (zlib.error,)
-    return isal_zlib.decompressobj(wbits=31), (isal_zlib.error, zlib.error)
+    isal_error = cast("type[Exception]", isal_zlib.error)  # typeshed calls it an instance
+    return isal_zlib.decompressobj(wbits=31), (isal_error, zlib.error)
 
 
 class GzipReader:
