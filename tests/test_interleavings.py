@@ -291,3 +291,36 @@ def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execu
         world, Scenario("fresh", ("old", "exec")), _first_then("old", Fault.RAISE, "exec")
     )
     assert not violations, f"{show(trace)}: {violations}"
+
+
+def _dies_at(victim: str, at: int) -> Chooser:
+    """A policy: actors take turns in order; ``victim`` dies at its ``at``-th call."""
+    steps: dict[str, int] = {}
+
+    def chooser(paused: Sequence[Pending]) -> tuple[str, Fault]:
+        pick = min(paused, key=lambda p: (steps.get(p.actor, 0), p.actor))
+        steps[pick.actor] = steps.get(pick.actor, 0) + 1
+        return pick.actor, (Fault.DIE if pick.actor == victim and steps[pick.actor] == at else Fault.NONE)
+
+    return chooser
+
+
+def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -> None:
+    """A16 (the explorer's own proof): schedules whose actors die at their pause points,
+    holding the run's lock or not, end with as many threads as they started with (a dead
+    actor's thread unwinds; no grant is kept alive once its schedule is checked)."""
+    import threading
+
+    before = threading.active_count()
+    for scenario in (
+        Scenario("fresh", ("old", "exec", "resume")),
+        Scenario("parked", ("old", "resume", "exec")),
+    ):
+        for victim in scenario.actors:
+            for at in (1, 2, 4):
+                trace, violations = run_one(world, scenario, _dies_at(victim, at))
+                assert not violations, f"{show(trace)}: {violations}"
+    for ended in threading.enumerate():  # a call's watchdog, cancelled as its call ended
+        if isinstance(ended, threading.Timer) and ended.finished.is_set():
+            ended.join()
+    assert threading.active_count() == before, [t.name for t in threading.enumerate()]

@@ -53,7 +53,6 @@ import inspect
 import itertools
 import json
 import shutil
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,10 +62,10 @@ import attrs
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.ports import BankStore, LockGrant, Timeline
 from scratchbank.application.resume import ResumeOutcome
-from scratchbank.application.run_lock import LOCK_TTL, HeldLock
+from scratchbank.application.run_lock import LOCK_TTL
 from scratchbank.application.service import ScratchService, Target
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.errors import LockUnavailable, ScratchbankError
+from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import counts_as_write
 from scratchbank.domain.kinds import NO_WORKFLOW
 from scratchbank.domain.records import (
@@ -163,24 +162,11 @@ class Story:
     held: dict[str, tuple[str, LockGrant]] = attrs.Factory(dict)
 
 
-class Handed(HeldLock):
-    """A grant handed to a service as an engine hands its execution's grant to that
-    execution's teardown; no refresh thread (the explorer's clocks stand still)."""
-
-    def __init__(self, lock: Any, grant: LockGrant, *, ttl: float = LOCK_TTL) -> None:
-        self.lock, self.grant, self.ttl = lock, grant, ttl
-        self.lost = ""
-        self._stop = threading.Event()
-
-    def release(self) -> None:
-        with contextlib.suppress(LockUnavailable):  # the lease lapses on its own
-            self.lock.release(self.grant)
-
-
-def hand(mine: ScratchService, lock: Any, grant: LockGrant) -> None:
+def hand(mine: ScratchService, grant: LockGrant) -> None:
     """Hand ``grant`` (an execution's, its holder the execution id) to ``mine``: its
-    teardown of that execution lets the lock go once recorded (A16)."""
-    mine._held[grant.run_id] = (grant.holder, Handed(lock, grant))
+    teardown of that execution lets the lock go once recorded (A16). Nothing refreshes
+    it (the explorer's clocks stand still)."""
+    mine.hand_over(grant, keep_alive=False)
 
 
 def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:
@@ -194,13 +180,12 @@ def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:
 
 
 def collect_held(story: Story) -> None:
-    """Stop the refresh threads of the grants the actors' services still hold (a dead
-    actor's lease stays in the lock store until it lapses) and keep them by actor."""
+    """Stop keeping alive the grants the actors' services still hold, without letting
+    them go (a dead actor's lease stays in the lock store until it lapses), and keep
+    them by actor."""
     for actor, mine in story.services.items():
-        for _run, (execution, held) in list(mine._held.items()):
-            held._stop.set()
-            story.held[actor] = (execution, held.grant)
-        mine._held.clear()
+        for grant in mine.drop_holds().values():
+            story.held[actor] = (grant.holder, grant)
 
 
 def preset(world: World, name: str) -> Story:
@@ -273,9 +258,7 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
         report = tear_down(real, run_id, newer, lambda: execution_of(world.timeline.read(run_id), "setup"))
         if not report.recorded:
             raise RuntimeError(f"the parked preset could not be made: {report}")
-    for _execution, held in list(real._held.values()):  # the template's own lock: let it go
-        held.release()
-    real._held.clear()
+    real.let_go()  # the template's own lock
     return tuple(world.timeline.read(run_id))
 
 
@@ -288,7 +271,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
     mine = service(timeline, store, clock, lock)
     story.services[name] = mine
     if name in story.handed and lock is not None:
-        hand(mine, lock, story.handed[name])
+        hand(mine, story.handed[name])
     schedule_actor = schedule.actor
     run = story.run_id
     if name in ("old", "new"):
@@ -593,7 +576,7 @@ def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[
         mine = service(world.timeline, world.store, lock=world.lock)
         kept = story.held.get(s.actor)
         if kept is not None and world.lock is not None:
-            hand(mine, world.lock, kept[1])
+            hand(mine, kept[1])
         tear_down(mine, story.run_id, story.sandboxes[label], lambda s=s: execution_of(records, s.actor))  # type: ignore[misc]
         story.torn_down.add(label)
 
@@ -626,12 +609,13 @@ def _final_resume(world: World, story: Story, lost: Callable[[str], bool]) -> li
     A dead actor's lease lapses first (the lock's clock moves past it)."""
     world.clock.advance(LOCK_TTL + 1)
     sandbox = FakeSandbox()
+    final = service(world.timeline, world.store, lock=world.lock)
     try:
-        outcome = service(world.timeline, world.store, lock=world.lock).resume(
-            story.run_id, target=Target(sandbox=sandbox), attempt="final"
-        )
+        outcome = final.resume(story.run_id, target=Target(sandbox=sandbox), attempt="final")
     except ScratchbankError:
         return []  # refused by name
+    finally:
+        final.let_go()  # its execution ends here: no grant (nor its refresh thread) outlives the check
     if not outcome.proceeds:
         return []
     records = tuple(world.timeline.read(story.run_id))
