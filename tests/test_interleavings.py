@@ -109,19 +109,27 @@ THREE = (
 )
 
 
-#: How many random three-actor schedules (the issue asks for at least 10,000). CI draws
-#: 1,000 for now: an actor that dies at a pause point keeps its thread parked for good, and
-#: with the run's lock in the world those parked threads pile up past a few thousand
-#: schedules (4,300 threads at ~6,000: the run slows to a crawl). Raise it once the
-#: explorer unwinds its dead actors at the end of each schedule.
-SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SCHEDULES", "1000"))
+#: How many random three-actor schedules (the issue asks for at least 10,000), on the
+#: timeline and the run's lock in memory (``filesystem_world(memory=True)``: the same
+#: fences, half a schedule's cost), the store on real files; SQLITE_SCHEDULES more on the
+#: SQLite timeline and lock. Measured on this 2-core machine: see the explorer's ADR note.
+SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SCHEDULES", "10000"))
+SQLITE_SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SQLITE_SCHEDULES", "1000"))
 
 
 def test_A16_A17_A18_three_actors_ten_thousand_random_schedules(fast_dir: Path) -> None:
     """A16-A18, C3-C5: SCHEDULES distinct three-actor schedules drawn at random (seeded),
-    shared out over two processes."""
-    found = keep(sample_in_parallel(fast_dir, THREE, schedules=SCHEDULES, seed=SEED))
+    shared out over two processes (the timeline and the lock in memory)."""
+    found = keep(sample_in_parallel(fast_dir, THREE, schedules=SCHEDULES, seed=SEED, memory=True))
     assert found.schedules >= SCHEDULES, f"only {found.schedules} distinct schedules drawn of {SCHEDULES}"
+    assert found.violations == 0, found.report()
+
+
+def test_A16_A17_A18_three_actors_random_schedules_on_sqlite(fast_dir: Path) -> None:
+    """A16-A18, C3-C5: SQLITE_SCHEDULES distinct three-actor schedules drawn at random on
+    the SQLite timeline and lock (another seed), shared out over two processes."""
+    found = keep(sample_in_parallel(fast_dir, THREE, schedules=SQLITE_SCHEDULES, seed=SEED + 1000))
+    assert found.schedules >= SQLITE_SCHEDULES, f"only {found.schedules} drawn of {SQLITE_SCHEDULES}"
     assert found.violations == 0, found.report()
 
 

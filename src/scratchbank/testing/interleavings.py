@@ -686,10 +686,10 @@ def sample_scenarios(
 
 
 def _sample_worker(
-    root: str, url: str | None, scenarios: Sequence[Scenario], share: int, seed: int
+    root: str, url: str | None, scenarios: Sequence[Scenario], share: int, seed: int, memory: bool = False
 ) -> Exploration:
     """One process's share of a parallel sample (its own world under ``root``)."""
-    with filesystem_world(Path(root), url) as world:
+    with filesystem_world(Path(root), url, memory=memory) as world:
         found = sample_scenarios(world, scenarios, schedules=share * len(scenarios), seed=seed)
     found.traces = set()
     return found
@@ -703,6 +703,7 @@ def sample_in_parallel(
     seed: int,
     workers: int = 2,
     timeline_url: Callable[[int], str | None] = lambda _worker: None,
+    memory: bool = False,
 ) -> Exploration:
     """``sample_scenarios`` shared out over ``workers`` processes, each with whole
     scenarios of its own (so traces stay distinct), each in a world of its own."""
@@ -714,7 +715,9 @@ def sample_in_parallel(
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [
-            pool.submit(_sample_worker, str(root / f"w{w}"), timeline_url(w), part, share, seed + 100 * w)
+            pool.submit(
+                _sample_worker, str(root / f"w{w}"), timeline_url(w), part, share, seed + 100 * w, memory
+            )
             for w, part in enumerate(parts)
             if part
         ]
@@ -730,20 +733,31 @@ def sample_in_parallel(
 
 
 @contextlib.contextmanager
-def filesystem_world(root: Path, timeline_url: str | None = None) -> Iterator[World]:
-    """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store."""
+def filesystem_world(root: Path, timeline_url: str | None = None, *, memory: bool = False) -> Iterator[World]:
+    """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store.
+
+    ``memory``: the timeline and the run's lock in this process's memory (the same
+    fences: an append at a stale position and a held lock are refused), the store still
+    real files: about half the cost of a schedule (no SQLite connection, no watchdog
+    thread per call), for the large random samples; the exhaustive searches, the
+    PostgreSQL one and the killed processes keep the SQL adapters."""
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.fs_bank import FilesystemBankStore
+    from scratchbank.adapters.memory import InMemoryTimeline
     from scratchbank.adapters.run_lock import SqliteRunLock
+    from scratchbank.application.run_lock import MemoryRunLock
 
     root.mkdir(parents=True, exist_ok=True)
-    timeline = EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    timeline: Any = (
+        InMemoryTimeline() if memory else EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    )
     clock = ManualClock()
     try:
-        lock = SqliteRunLock(root / LOCKS, clock=clock)
+        lock: Any = MemoryRunLock(clock=clock) if memory else SqliteRunLock(root / LOCKS, clock=clock)
         yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks", lock=lock, clock=clock)
     finally:
-        timeline.close()
+        if not memory:
+            timeline.close()
         shutil.rmtree(root / "banks", ignore_errors=True)
 
 
