@@ -39,6 +39,7 @@ from scratchbank.testing.explorer import (
 )
 from scratchbank.testing.interleavings import (
     Scenario,
+    sample_scenarios,
     World,
     explore_kills,
     explore_scenario,
@@ -71,6 +72,13 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def world(fast_dir: Path) -> Iterator[World]:
     with filesystem_world(fast_dir) as made:
+        yield made
+
+
+@pytest.fixture
+def runner_world(fast_dir: Path) -> Iterator[World]:
+    """A world whose run lock is a runner's lease (ADR 0007), for the runner's actors."""
+    with filesystem_world(fast_dir, runner=True) as made:
         yield made
 
 
@@ -332,3 +340,56 @@ def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -
         if isinstance(ended, threading.Timer) and ended.finished.is_set():
             ended.join()
     assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+
+
+#: The runner's delivery (``deliver``: a runner handling the queued attempt, redelivered
+#: once when it asks) and the outbox sweeper (``outbox``) among the other actors (issue 19).
+RUNNER = (
+    Scenario("queued", ("deliver", "old", "resume")),
+    Scenario("queued!", ("deliver", "new", "outbox")),
+    Scenario("queued", ("deliver", "outbox", "exec")),
+    Scenario("queued!", ("deliver", "outbox", "resume!")),
+)
+RUNNER_SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_RUNNER_SCHEDULES", "200"))
+
+
+def test_C4_L4_A16_a_runner_delivery_and_the_sweeper_among_three_actors(runner_world: World) -> None:
+    """C4, L4, A16-A18 (issue 19): RUNNER_SCHEDULES random three-actor schedules (seeded,
+    up to two faults) of a runner's delivery, the outbox sweeper, teardowns and resumes:
+    no silent revert, the recorded bank kept, one execution at a time, a lost claim reply
+    keeps its consent, no run left queued once the sweeper runs."""
+    found = keep(sample_scenarios(runner_world, RUNNER, schedules=RUNNER_SCHEDULES, seed=SEED))
+    assert found.schedules >= RUNNER_SCHEDULES
+    assert found.violations == 0, found.report()
+
+
+def test_C4_a_planted_guess_of_a_lost_claim_reply_is_found(
+    runner_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C4 (issue 19, hole 1): every schedule of a consenting delivery with one lost reply
+    holds; with the runner's settle-by-reading removed (a lost reply taken as not landed)
+    the explorer finds the claim that drops its consent, by the schedule
+    ``deliver:timeline.read > deliver:lease.acquire > deliver:timeline.read >
+    deliver:timeline.append!lost > ...`` (the claim landed, its reply lost; the
+    redelivery reads it claimed and lends no consent)."""
+    from scratchbank.application import fencing
+
+    scenario = Scenario("queued!", ("deliver",))
+    lost_only = Bounds(max_faults=1, faults=frozenset({Fault.LOST}))
+    none_found(explore_scenario(runner_world, scenario, lost_only))
+
+    def guess(_timeline: Any, _run_id: str, _records: Any, _at: int, lost: Exception) -> int:
+        raise lost
+
+    monkeypatch.setattr(fencing, "settle_append", guess)
+    found = keep(explore_scenario(runner_world, scenario, lost_only), counted=False)
+    kind = "C3-C5: a claim carries consents its call did not give"
+    assert kind in found.found, found.report()
+    trace, _violation = found.found[kind]
+    print(f"planted guess found by schedule: {show(trace)}")
+    assert [str(s) for s in trace[:4]] == [
+        "deliver:timeline.read",
+        "deliver:lease.acquire",
+        "deliver:timeline.read",
+        "deliver:timeline.append!lost",
+    ]

@@ -63,13 +63,15 @@ from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.ports import BankStore, LockGrant, Timeline
 from scratchbank.application.resume import ResumeOutcome
 from scratchbank.application.run_lock import LOCK_TTL
+from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.application.service import ScratchService, Target
 from scratchbank.domain.consent import Consents
-from scratchbank.domain.errors import ScratchbankError
-from scratchbank.domain.fold import counts_as_write
+from scratchbank.domain.errors import QueueUnavailable, ScratchbankError
+from scratchbank.domain.fold import counts_as_write, fold
 from scratchbank.domain.kinds import NO_WORKFLOW
 from scratchbank.domain.records import (
     NodeFinished,
+    OrphanSwept,
     Record,
     RunResumed,
     RunStarted,
@@ -86,6 +88,7 @@ from .explorer import (
     Chooser,
     Exploration,
     Fault,
+    Port,
     Ran,
     Schedule,
     Trace,
@@ -93,12 +96,15 @@ from .explorer import (
     explore_all,
     explore_random,
     lock_port,
+    reads_by_name,
     sandbox_port,
     store_port,
     timeline_port,
 )
 
 RESUMES = ("exec", "resume", "resume!")
+#: The runner's delivery actor, and the attempt it carries (queued by the ``queued`` presets).
+DELIVER = "deliver"
 #: The SQLite file of the run's lock (A16), beside the world's timeline and store.
 LOCKS = "locks.db"
 #: A file in every scratch naming the execution whose scratch it is (the model's lineage).
@@ -125,6 +131,8 @@ class World:
     wrap_lock: Callable[[Any], Any] = lambda lock: lock
     #: the lock's clock (its leases' expiry): advanced past a lease to let a dead holder's lapse
     clock: ManualClock = attrs.Factory(ManualClock)
+    #: the runner's lease (a runner's world: the run's lock is this lease, handed: ADR 0007)
+    lease: Any = None
 
     @property
     def template_run(self) -> str:
@@ -160,6 +168,14 @@ class Story:
     services: dict[str, ScratchService] = attrs.Factory(dict)  # each actor's own service
     #: the grants the actors' services still held when the schedule ended, by actor
     held: dict[str, tuple[str, LockGrant]] = attrs.Factory(dict)
+    #: the executions running now (a resume that went on, a delivery's engine), and any
+    #: execution that started while another ran (A16)
+    running: set[str] = attrs.Factory(set)
+    overlaps: list[str] = attrs.Factory(list)
+    #: the queue the runner's actors publish to (a ``queued`` preset's delivery was
+    #: fetched already: it starts empty), the consents the run was queued with
+    queue: Any = None
+    queued: Consents = Consents()
 
 
 def hand(mine: ScratchService, grant: LockGrant) -> None:
@@ -194,6 +210,8 @@ def preset(world: World, name: str) -> Story:
     The ``resumed`` preset is made once per world by the real use cases (a teardown, a
     resume), then copied for each schedule: its records appended as they are, its
     store folder copied (so it reads as the real one, whatever the store's layout)."""
+    if name.startswith("queued"):
+        return _queued(world, accept=name.endswith("!"))
     story = Story(world.run_id())
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
     story.executions["old"] = "e1"
@@ -218,6 +236,24 @@ def preset(world: World, name: str) -> Story:
         grant = take_lock(world, story.run_id, live)
         if grant is not None:
             story.handed["new"] = grant
+    return story
+
+
+def _queued(world: World, *, accept: bool) -> Story:
+    """``parked``, then queued for the runner's attempt ``DELIVER`` through the service's
+    one queueing path (``accept``: with ``accept_scratch_loss``); its delivery was
+    fetched by the runner actor already (the actors' queue starts empty)."""
+    from scratchbank.adapters.inprocess import InProcessQueue
+
+    story = preset(world, "parked")
+    story.queued = Consents(accept_scratch_loss=accept)
+    story.queue = InProcessQueue(clock=ManualClock())
+    queuing = ScratchService(
+        timeline=world.timeline, store=world.store, clock=ManualClock(), queue=InProcessQueue()
+    )
+    queued = queuing.queue_resume(story.run_id, ResumeRequest(story.queued), attempt=DELIVER)
+    if queued.attempt != DELIVER:
+        raise RuntimeError(f"the queued preset could not be made: {queued}")
     return story
 
 
@@ -298,6 +334,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
             if outcome.proceeds:  # its execution starts: the scratch is now its own
                 story.restored[name] = dict(own.files or {})
                 own.files = {**(own.files or {}), MARK: name.encode()}
+                _starts(story, name)
             return outcome
 
         def execution() -> ResumeOutcome:
@@ -308,6 +345,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
             timeline.append(run, [node(f"{name}-node")], expected=outcome.claim.position)
             tear_down(mine, run, target.sandbox, lambda: execution_of(world.timeline.read(run), name))
             story.torn_down.add(label)
+            story.running.discard(name)
             return outcome
 
         schedule_actor(name, execution if name == "exec" else resume, clock=clock)
@@ -321,9 +359,135 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
         schedule_actor(
             name, lambda: sweep_orphans([run], timeline=timeline, queue=queue, cutoff=0.0, clock=clock)
         )
+    elif name == DELIVER:
+        schedule_actor(name, _delivery(world, story, schedule, name, timeline, store, clock), clock=clock)
+    elif name == "outbox":
+        schedule_actor(name, _outbox(world, story, schedule, name, timeline, clock), clock=clock)
     else:
         raise ValueError(f"no actor {name!r}")
     return lambda: None
+
+
+def _starts(story: Story, name: str) -> None:
+    """Execution ``name`` starts: none other may be running (A16)."""
+    if story.running - {name}:
+        story.overlaps.append(f"{name} started while {', '.join(sorted(story.running))} ran")
+    story.running.add(name)
+
+
+def lease_port(resource: str = "lock") -> Port:
+    """The runner's lease (the run's lock in a runner's world: ADR 0007): QueueUnavailable."""
+
+    def error(method: str, why: str) -> Exception:
+        return QueueUnavailable(f"explorer: lease.{method}: {why}")
+
+    return Port("lease", resource, reads_by_name, error, own_thread_only=True)
+
+
+def queue_port(resource: str = "queue") -> Port:
+    def error(method: str, why: str) -> Exception:
+        return QueueUnavailable(f"explorer: queue.{method}: {why}")
+
+    return Port("queue", resource, reads_by_name, error)
+
+
+class _Inbound:
+    """A delivery as the runner sees it (acks and naks kept for the model)."""
+
+    def __init__(self, delivery: ResumeDelivery, deliveries: int) -> None:
+        self.delivery, self.deliveries = delivery, deliveries
+        self.acked = False
+        self.naks: list[float] = []
+
+    def ack(self) -> None:
+        self.acked = True
+
+    def nak(self, delay: float) -> None:
+        self.naks.append(delay)
+
+    def in_progress(self) -> None:
+        return None
+
+
+def _delivery(
+    world: World, story: Story, schedule: Schedule, name: str, timeline: Any, store: Any, clock: ManualClock
+) -> Callable[[], Any]:
+    """A runner handling the run's delivery (issue 19), redelivered once at once when it
+    asks to be: a sandbox of its own, the resume (restore) through the fenced timeline,
+    an engine that finishes node ``deliver-node`` in it, the teardown's bank."""
+    from scratchbank.application.runner import Handled, Runner, RunnerSettings
+
+    if world.lease is None:
+        raise ValueError("the delivery actor needs a runner's world (filesystem_world(runner=True))")
+    label = f"{name}-sb"
+    own = FakeSandbox()
+    story.sandboxes[label] = own
+    story.owner[label] = name
+    story.requests[name] = ResumeRequest(story.queued)
+    sandbox = schedule.proxy(name, sandbox_port(label), own)
+    run = story.run_id
+
+    class Provider:
+        def start(self, run_id: str, attempt: str | None = None) -> Any:
+            return sandbox
+
+        def stop(self, _sandbox: Any) -> None:
+            story.torn_down.add(label)
+
+        def orphans(self, run_id: str) -> list[Any]:
+            return []
+
+    class Engine:
+        def continue_run(self, run_id: str, *, sandbox: Any, timeline: Any, cancel: Any) -> Any:
+            from scratchbank.application.runner_ports import EngineEnd
+
+            story.restored[name] = dict(own.files or {})
+            _starts(story, name)
+            own.files = {**(own.files or {}), MARK: name.encode(), f"{name}-node": b"x"}
+            timeline.append(run_id, [node(f"{name}-node")], expected=len(timeline.read(run_id)))
+            return EngineEnd.PARKED
+
+    lease = schedule.proxy(name, lease_port(), world.lease)
+    runner = Runner(
+        story.queue,
+        lease,
+        timeline,
+        store,
+        Provider(),
+        Engine(),
+        RunnerSettings(f"runner-{name}"),
+        None,
+        clock,
+    )
+
+    def deliver() -> Any:
+        delivery = ResumeDelivery(run, DELIVER, story.queued)
+        handling = runner.handle(_Inbound(delivery, 1))
+        if handling.handled is Handled.REDELIVER:  # the queue's redelivery, at once
+            handling = runner.handle(_Inbound(delivery, 2))
+        story.running.discard(name)
+        return handling
+
+    return deliver
+
+
+def _outbox(
+    world: World, story: Story, schedule: Schedule, name: str, timeline: Any, clock: ManualClock
+) -> Callable[[], Any]:
+    """One sweep of the outbox (issue 19) under the sweeper's lease, over this run."""
+    from scratchbank.application.orphans import Sweeper
+
+    if world.lease is None or story.queue is None:
+        raise ValueError("the outbox actor needs a runner's world and a queued preset")
+    run = story.run_id
+
+    class Listing:
+        def queued_unclaimed(self, before: Any) -> list[str]:
+            return [run]
+
+    lease = schedule.proxy(name, lease_port(), world.lease)
+    queue = schedule.proxy(name, queue_port(), story.queue)
+    return Sweeper(lease, Listing(), timeline, queue, "sweeper", cutoff=0.0, clock=clock).sweep_once
 
 
 # -- the model ---------------------------------------------------------------------------
@@ -354,10 +518,20 @@ class Seen:
     """One resume's claim and what its sandbox ended with."""
 
     actor: str
-    outcome: ResumeOutcome
+    outcome: ResumeOutcome | None  # None: a runner's delivery (what it did read from its records)
     files: dict[str, bytes]
     claim: int  # the position of its run_resumed
     consented: bool
+    #: a delivery's restore, from the ``scratch_restored`` after its claim
+    delivered_restored: bool = False
+
+    def went(self) -> tuple[bool, bool, str]:
+        """(restored a bank, went on without one, the rule it named)."""
+        if self.outcome is None:
+            return self.delivered_restored, not self.delivered_restored, "the runner's resume"
+        decision, restore = self.outcome.decision, self.outcome.restore
+        restored = decision.verdict is Verdict.RESTORE and restore is not None and restore.record.restored
+        return restored, decision.verdict is Verdict.GO_ON_WITHOUT, decision.rule
 
 
 def _started_at(records: Sequence[Record], execution: str) -> int:
@@ -379,9 +553,8 @@ def check_resume(seen: Seen, records: Sequence[Record], lost: Callable[[str], bo
     missing = [(i, n) for i, n in counted_nodes(records[: seen.claim]) if n not in have]
     if not missing or seen.consented:
         return []
-    decision = seen.outcome.decision
-    restore = seen.outcome.restore
-    if decision.verdict is Verdict.RESTORE and restore is not None and restore.record.restored:
+    restored, without, rule = seen.went()
+    if restored:
         # Nodes recorded before the restored scratch's own execution started were judged
         # at that execution's resume; a node recorded after it is what R2 forbids reverting.
         began = _started_at(records, seen.files.get(MARK, b"").decode())
@@ -398,26 +571,32 @@ def check_resume(seen: Seen, records: Sequence[Record], lost: Callable[[str], bo
                 )
             ]
         )
-    if decision.verdict is Verdict.GO_ON_WITHOUT:
+    if without:
         unexcused = [(i, n) for i, n in missing if not (_loss_named_after(records, i) or lost(n))]
         if unexcused:
             return [
                 Violation(
                     "A16/R10",
                     "a resume went on without a scratch nobody recorded as lost (silent loss)",
-                    f"{seen.actor} went on without {', '.join(n for _, n in unexcused)} ({decision.rule})",
+                    f"{seen.actor} went on without {', '.join(n for _, n in unexcused)} ({rule})",
                 )
             ]
     return []
 
 
 def check_consents(records: Sequence[Record], requests: dict[str, ResumeRequest]) -> list[Violation]:
-    """C3-C5: each claim carries its own call's consents; an accepted loss only under one."""
+    """C3-C5: each claim carries its own call's consents (a delivery's first, its
+    redeliveries none: C4); an accepted loss only under one."""
     found: list[Violation] = []
     consenting = False
+    claimed: set[str] = set()
     for i, r in enumerate(records):
         if isinstance(r, RunResumed | RunStarted):
             request = requests.get(r.attempt or "") if isinstance(r, RunResumed) else None
+            if isinstance(r, RunResumed) and r.attempt in claimed and r.attempt == DELIVER:
+                request = ResumeRequest()  # C4: a redelivery of a claimed attempt lends no consent
+            if isinstance(r, RunResumed) and r.attempt:
+                claimed.add(r.attempt)
             consenting = isinstance(r, RunResumed) and r.accept_scratch_loss
             if isinstance(r, RunResumed) and request is not None:
                 asked = request.consents
@@ -461,9 +640,14 @@ def check(world: World, story: Story, ran: Ran) -> list[Violation]:
     dead = {name for name, end in ran.ends.items() if end.dead}
     records = tuple(world.timeline.read(story.run_id))
     seen = _resumes_seen(story, ran, records, found)
-    if len([s for s in seen if s.outcome.proceeds]) > 1:
-        who = ", ".join(s.actor for s in seen if s.outcome.proceeds)
+    if len([s for s in seen if s.outcome is not None and s.outcome.proceeds]) > 1:
+        who = ", ".join(s.actor for s in seen if s.outcome is not None and s.outcome.proceeds)
         found.append(Violation("A16", "two executions ran the run at once", who))
+    for overlap in story.overlaps:
+        found.append(Violation("A16", "an execution started while another ran", overlap))
+    seen += _deliveries_seen(story, ran, records, found)
+    found += _check_outbox(world, story, ran)
+    records = tuple(world.timeline.read(story.run_id))
     if _ran_sweep(ran.trace):
         left = _leftovers(world, story.run_id)
         if left:
@@ -531,11 +715,12 @@ def _fingerprint(
     resumes = tuple(
         (
             s.actor,
-            s.outcome.decision.verdict,
-            s.outcome.restore,
+            None if s.outcome is None else s.outcome.decision.verdict,
+            None if s.outcome is None else s.outcome.restore,
             tuple(sorted(s.files.items())),
             s.claim,
             s.consented,
+            s.delivered_restored,
         )
         for s in seen
     )
@@ -564,6 +749,62 @@ def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list
         consented = story.requests[name].consents.accept_scratch_loss
         seen.append(Seen(name, outcome, files, claims[0], consented))
     return seen
+
+
+def _deliveries_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
+    """A delivery whose engine ran: it ran under its claim (its ``run_resumed``), from
+    the scratch its resume restored (or without one)."""
+    if DELIVER not in ran.ends or DELIVER not in story.restored:
+        return []
+    claims = _claim_of(records, DELIVER)
+    if not claims:
+        found.append(Violation("C7", "an execution runs without its claim", DELIVER))
+        return []
+    restored = any(isinstance(r, ScratchRestored) and r.restored for r in records[claims[0] :])
+    consented = story.queued.accept_scratch_loss
+    return [Seen(DELIVER, None, story.restored[DELIVER], claims[0], consented, restored)]
+
+
+def _left_queued(story: Story, records: Sequence[Record]) -> str | None:
+    """The queued attempt nobody claimed, published or parked (None: none is left)."""
+    state = fold(records)
+    queued = state.queued_attempt
+    if queued is None or state.claimed_attempt == queued.attempt:
+        return None
+    if any(isinstance(r, RunResumed) and r.attempt == queued.attempt for r in records):
+        return None
+    if any(isinstance(r, OrphanSwept) and r.attempt == queued.attempt and r.parked for r in records):
+        return None
+    if story.queue is not None and story.queue.pending() > 0:
+        return None
+    return queued.attempt
+
+
+def _check_outbox(world: World, story: Story, ran: Ran) -> list[Violation]:
+    """L4 (issue 19): no run left queued for ever once the sweeper runs. A sweep the
+    schedule cut short (a fault, its lease lost, its death) leaves the run to the next
+    sweep: that one runs alone here, once the dead holders' leases lapsed, and the run
+    is then claimed, its delivery on the queue, or parked."""
+    if "outbox" not in ran.ends or world.lease is None:
+        return []
+    if _left_queued(story, world.timeline.read(story.run_id)) is None:
+        return []
+    from scratchbank.application.orphans import Sweeper
+
+    run = story.run_id
+
+    class Listing:
+        def queued_unclaimed(self, before: Any) -> list[str]:
+            return [run]
+
+    world.clock.advance(LOCK_TTL + 1)
+    report = Sweeper(
+        world.lease, Listing(), world.timeline, story.queue, "final-sweep", cutoff=0.0, clock=ManualClock()
+    ).sweep_once()
+    left = _left_queued(story, world.timeline.read(run))
+    if left is None:
+        return []
+    return [Violation("L4", "a run left queued for ever after the sweeper ran", f"attempt {left}: {report}")]
 
 
 def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> None:
@@ -733,9 +974,13 @@ def sample_in_parallel(
 
 
 @contextlib.contextmanager
-def filesystem_world(root: Path, timeline_url: str | None = None, *, memory: bool = False) -> Iterator[World]:
+def filesystem_world(
+    root: Path, timeline_url: str | None = None, *, memory: bool = False, runner: bool = False
+) -> Iterator[World]:
     """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store.
 
+    ``runner``: the run's lock is a runner's lease (``InProcessLease`` on the world's
+    clock, handed to every service as ``HandedLock``: ADR 0007), for the runner's actors.
     ``memory``: the timeline and the run's lock in this process's memory (the same
     fences: an append at a stale position and a held lock are refused), the store still
     real files: about half the cost of a schedule (no SQLite connection, no watchdog
@@ -754,7 +999,15 @@ def filesystem_world(root: Path, timeline_url: str | None = None, *, memory: boo
     clock = ManualClock()
     try:
         lock: Any = MemoryRunLock(clock=clock) if memory else SqliteRunLock(root / LOCKS, clock=clock)
-        yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks", lock=lock, clock=clock)
+        lease: Any = None
+        if runner:  # the runner's lease is the run's lock (ADR 0007): every actor's service takes it
+            from scratchbank.adapters.inprocess import InProcessLease
+            from scratchbank.application.run_lock import HandedLock
+
+            lease = InProcessLease(lapse=LOCK_TTL, clock=clock)
+            lock = HandedLock(lease, lapse=LOCK_TTL, clock=clock)
+        banks = root / "banks"
+        yield World(timeline, FilesystemBankStore(banks), banks, lock=lock, clock=clock, lease=lease)
     finally:
         if not memory:
             timeline.close()
