@@ -29,6 +29,8 @@ _FAMILIES = {
     "N": "known limits, and where this project goes further",
     "A": "readings this project chose where the design is open",
     "K": "checkpoint stamps: staleness read from the checkpoint itself (ADR 0013)",
+    "H": "a hostile sandbox: what it sends is bounded and nothing it plants is believed (ADR 0008)",
+    "P": "deploying: the runner, its settings, its image and its Kubernetes pods (ADR 0012)",
 }
 
 
@@ -42,7 +44,7 @@ def _load() -> dict[str, Rule]:
 
 RULES: dict[str, Rule] = _load()
 
-_ID = re.compile(r"\b([TSRXCLNAK]\d{1,2})\b")
+_ID = re.compile(r"\b([TSRXCLNAKHP]\d{1,2})\b")
 
 
 def title(rule_id: str) -> str:

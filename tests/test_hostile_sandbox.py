@@ -41,7 +41,7 @@ def files(*names: str) -> bytes:
 
 
 # -- 1. a listing, a staging and list_scratch bounded by what the host expects --------------
-def test_F1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothing(box: Rig) -> None:
+def test_H1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothing(box: Rig) -> None:
     """The restore's listing step printing far more than two entries can take: a named
     refusal in the sandbox (X4, SANDBOX_OUTPUT_OVER_BOUND), the scratch as it was."""
     box.sh(f"rm -rf {box.scratch}; mkdir -p {box.scratch} && echo mine > {box.scratch}/keep")
@@ -55,7 +55,7 @@ def test_F1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothi
     assert fingerprint(box) == before
 
 
-def test_F1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
+def test_H1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
     """``list_scratch`` has no manifest to go by: a fixed bound, past it OutputOverBound."""
     box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
     hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
@@ -66,7 +66,7 @@ def test_F1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
 
 
 # -- 2. steps that should print nothing; stderr tails; text into records -------------------
-def test_F2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> None:
+def test_H2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> None:
     """The continue step (no stdout sink) whose ``rm`` prints 2 MiB: a named refusal, the
     host holds no more than the bound."""
     hostile = HostileSandbox(box.sandbox, shadow("kill", before=flood(2 << 20)))
@@ -75,7 +75,7 @@ def test_F2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> 
     assert "4096" in caught.value.message
 
 
-def test_F2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Rig) -> None:
+def test_H2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Rig) -> None:
     """A tar that fails with 3 MiB of NULs and escapes on stderr: the host keeps a 64 KiB
     tail, and the ArchiveFailed message (what the record's reason gets) holds no raw
     control byte and at most 2,000 characters of the sandbox's text."""
@@ -94,7 +94,7 @@ def test_F2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Ri
 
 # -- 3. no root step follows a name the workload planted -----------------------------------
 @pytest.mark.parametrize("engine", CONTAINERS)
-def test_F3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str, tmp_path: Path) -> None:
+def test_H3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str, tmp_path: Path) -> None:
     """An unprivileged workload links the old fixed watchdog flag (and a few other names
     a script could use) to a root-owned file of a host directory mounted in: quiesce and
     continue (as root) leave it byte for byte."""
@@ -112,7 +112,7 @@ def test_F3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str,
 
 # -- 4 and 5. quiesce believes no name ----------------------------------------------------
 @pytest.mark.parametrize("engine", CONTAINERS)
-def test_F4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> None:
+def test_H4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> None:
     """A root writer whose name is ``w) T 1`` and a newline, quiesced by a non-root user
     that cannot stop it: read from ``State:`` it runs, so the bank is unquiesced."""
     with rig(engine) as r:
@@ -131,7 +131,7 @@ def test_F4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> N
 
 
 @pytest.mark.parametrize("engine", CONTAINERS)
-def test_F5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> None:
+def test_H5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> None:
     """PID 1 renames itself ``sleep`` and keeps writing: unquiesced on its record,
     whatever it calls itself."""
     # builtins only: a writer that forked a sleep would wait on it once it is stopped
@@ -149,7 +149,7 @@ def test_F5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> N
         assert any("pid 1" in why for why in report.reasons), report
 
 
-def test_F5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
+def test_H5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
     """The other side: a PID 1 that sleeps and writes nothing is proven idle."""
     report = box.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
     box.sandbox.continue_processes()
@@ -158,7 +158,7 @@ def test_F5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
 
 # -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------
 @pytest.mark.parametrize("engine", TRANSPORTS)
-def test_F6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine: str) -> None:
+def test_H6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine: str) -> None:
     """/tmp (the scratch's parent and the script's work files) is a 256 KiB tmpfs, and a
     400 KB bank fills it mid-extract (no size declared up front): RestoreRefused, never
     StreamBroken, and the old scratch byte for byte."""
@@ -179,7 +179,7 @@ def test_F6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine
 
 
 # -- 7. a cut call ends everything it started ---------------------------------------------
-def test_F7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
+def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
     """A call cut at its deadline whose script started a writer that detached (setsid)
     and holds its stdout, and one that stayed in its group: after the cut neither writes."""
     box.sh(f"mkdir -p {box.scratch}")

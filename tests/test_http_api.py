@@ -52,7 +52,7 @@ def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, servi
     assert "--" not in body["hint"] + body["remedy"]  # the API's JSON fields, never the CLI's flags
 
 
-def test_C9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
+def test_C9_A9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
     """C9, A9: a call that had --force is told to keep it."""
     service.timeline.append(RUN, [node("measure", "agent")])
     body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()

@@ -166,7 +166,7 @@ def _stop(name: str) -> None:
     subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60, check=False)
 
 
-def test_I1_the_runner_in_the_image_drives_docker_sandboxes(
+def test_P12_the_runner_in_the_image_drives_docker_sandboxes(
     image: str, services: tuple[str, NatsDeliveryQueue, EventStoreTimeline, dict[str, str]], tmp_path: Path
 ) -> None:
     """Non-root in the image, the Docker socket lent by group; containers from the busybox image."""
@@ -215,7 +215,7 @@ def test_I1_the_runner_in_the_image_drives_docker_sandboxes(
     EXERCISED.add("image")
 
 
-def test_I2_the_runner_in_the_image_drives_pods_through_the_double(
+def test_P12_the_runner_in_the_image_drives_pods_through_the_double(
     image: str, services: tuple[str, NatsDeliveryQueue, EventStoreTimeline, dict[str, str]], tmp_path: Path
 ) -> None:
     """The same image, SCRATCHBANK_SANDBOX_PROVIDER=kubernetes: two pods, both deleted."""

@@ -105,7 +105,7 @@ def creates(d: ApiDouble) -> int:
 # -- one pod per attempt ----------------------------------------------------------------------
 
 
-def test_K1_a_pod_per_attempt_from_the_template_labelled_with_run_and_attempt_then_deleted(
+def test_P1_a_pod_per_attempt_from_the_template_labelled_with_run_and_attempt_then_deleted(
     double: ApiDouble,
 ) -> None:
     """The template's fields are kept; run and attempt are labels (hashed past 63 characters)
@@ -145,7 +145,7 @@ def test_K1_a_pod_per_attempt_from_the_template_labelled_with_run_and_attempt_th
         ("pending", PodStartTimeout),
     ],
 )
-def test_K2_a_pod_that_does_not_run_is_named_and_deleted(
+def test_P2_a_pod_that_does_not_run_is_named_and_deleted(
     double: ApiDouble, fault: str, error: type[ScratchbankError]
 ) -> None:
     """Image pull and eviction at once; no node, or no start, at the deadline: each by name,
@@ -156,7 +156,7 @@ def test_K2_a_pod_that_does_not_run_is_named_and_deleted(
     assert creates(double) == 1 and not double.pods
 
 
-def test_K2_an_image_the_node_cannot_pull_is_named(double: ApiDouble) -> None:
+def test_P2_an_image_the_node_cannot_pull_is_named(double: ApiDouble) -> None:
     """No fault set: the kubelet cannot find the template's image (the double pulls nothing)."""
     template = {**TEMPLATE, "spec": {"containers": [{"name": "sandbox", "image": "nope/missing:1"}]}}
     with pytest.raises(PodImagePull):
@@ -164,7 +164,7 @@ def test_K2_an_image_the_node_cannot_pull_is_named(double: ApiDouble) -> None:
     assert not double.pods
 
 
-def test_K2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
+def test_P2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
     """Someone deletes the pod before it runs: the watch's DELETED ends the start by name."""
     double.faults.pod_start = "pending"
 
@@ -185,7 +185,7 @@ def test_K2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
         deleter.join(30)
 
 
-def test_K3_orphans_are_the_runs_pods_another_runner_started(double: ApiDouble) -> None:
+def test_P3_orphans_are_the_runs_pods_another_runner_started(double: ApiDouble) -> None:
     """By label and annotation: another provider's running pod for the run is an orphan (once);
     one's own pod is not; another run's pod is not; a pod that no longer runs is deleted."""
     mine, theirs = provider(double), provider(double)
@@ -218,7 +218,7 @@ def _cycle(d: ApiDouble) -> None:
     assert left.pod not in {name for _, name in d.pods}  # type: ignore[attr-defined]
 
 
-def test_K4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) -> None:
+def test_P4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) -> None:
     """With only NEEDS granted (deploy/rbac.yaml), the whole cycle runs."""
     assert frozenset(NEEDS) - {("pods", "get"), ("pods/exec", "create")} == {
         ("pods", "create"),
@@ -231,7 +231,7 @@ def test_K4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) ->
 
 
 @pytest.mark.parametrize("missing", sorted(NEEDS))
-def test_K4_each_permission_is_needed_and_its_lack_is_named(
+def test_P4_each_permission_is_needed_and_its_lack_is_named(
     double: ApiDouble, missing: tuple[str, str]
 ) -> None:
     """Take one permission away: the cycle stops with a named error, never a traceback."""
@@ -268,7 +268,7 @@ def kubeconfig(d: ApiDouble) -> str:
     )
 
 
-def test_K5_kubectl_sees_the_runs_pods_by_label_and_deletes_one(double: ApiDouble) -> None:
+def test_P5_kubectl_sees_the_runs_pods_by_label_and_deletes_one(double: ApiDouble) -> None:
     """An operator's `kubectl get -l` lists what the provider labelled; `kubectl delete`
     removes it, and the provider's own delete after that is no error."""
     p = provider(double)
@@ -286,7 +286,7 @@ def test_K5_kubectl_sees_the_runs_pods_by_label_and_deletes_one(double: ApiDoubl
 # -- the story with the runner: park in one pod, resume in a new one ------------------------
 
 
-def test_K6_a_run_parked_in_one_pod_resumes_in_a_new_pod_with_its_scratch_and_a_stale_one_is_refused(
+def test_P6_a_run_parked_in_one_pod_resumes_in_a_new_pod_with_its_scratch_and_a_stale_one_is_refused(
     double: ApiDouble, tmp_path: Path
 ) -> None:
     """a1 runs to its gate in pod 1 and banks; a2 restores into pod 2 and finishes; both pods
@@ -406,7 +406,7 @@ def _until(pred: Any, what: str) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.s3
-def test_K7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
+def test_P7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
     double: ApiDouble,
     tmp_path: Path,
     nats_url: str,  # noqa: F811 - the fixture
@@ -498,7 +498,7 @@ def test_K7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
         timeline.close()
 
 
-def test_K8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
+def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
     """An API server that stops answering reads: the watch, the list and the pod read each
     end by name at their deadline, never hang; nothing is left behind."""
     p = KubernetesSandboxProvider(

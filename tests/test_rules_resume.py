@@ -243,7 +243,7 @@ def test_R9_surface_judges_scratch_while_latest_execution_may_still_bank() -> No
     assert kinds(d) == [CauseKind.SCRATCH_STALE, CauseKind.ARTIFACT_CONTRACT_CHANGED]
 
 
-def test_C1_force_never_accepts_the_scratch_loss() -> None:
+def test_C1_A9_force_never_accepts_the_scratch_loss() -> None:
     """--force alone still refuses the scratch, and tells the caller to keep --force (A9)."""
     d = decide(started(), banked(), node("a"), source_changed=True, consents=FORCE)
     assert d.code == SCRATCH_NOT_PORTABLE
@@ -364,7 +364,7 @@ def test_S2_adoption_without_lineage_is_not_refused() -> None:
     assert decide(started(), shared(container_local=None)).verdict is Verdict.GO_ON_WITHOUT
 
 
-def test_S3_copy_based_parent_needs_force_too_and_the_scratch_refusal_comes_first() -> None:
+def test_S3_A11_copy_based_parent_needs_force_too_and_the_scratch_refusal_comes_first() -> None:
     records = (started(), shared(container_local=True, copy_based=True))
     d = decide(*records)
     assert d.code == SCRATCH_NOT_PORTABLE

@@ -32,7 +32,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_S1_the_runner_reads_the_surfaces_settings_and_its_own(env: dict[str, str]) -> None:
+def test_P9_the_runner_reads_the_surfaces_settings_and_its_own(env: dict[str, str]) -> None:
     """Timeline, bank and queue are exactly what serve/mcp read from the same environment."""
     cfg = runner_config(env)
     assert cfg.settings == settings_from(env)
@@ -41,7 +41,7 @@ def test_S1_the_runner_reads_the_surfaces_settings_and_its_own(env: dict[str, st
     assert "secret" not in cfg.describe()  # the password never shows
 
 
-def test_S1_flags_win_over_the_environment(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_P9_flags_win_over_the_environment(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The process's flags (for a person at a shell) override the environment (a Deployment)."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -64,14 +64,14 @@ def test_S1_flags_win_over_the_environment(env: dict[str, str], monkeypatch: pyt
         ("SCRATCHBANK_WORKFLOW", "/nonexistent.json", "SCRATCHBANK_WORKFLOW"),
     ],
 )
-def test_S2_every_bad_setting_is_named(env: dict[str, str], var: str, value: str, named: str) -> None:
+def test_P10_every_bad_setting_is_named(env: dict[str, str], var: str, value: str, named: str) -> None:
     """ConfigInvalid naming the variable (or the form it takes), before anything is opened."""
     env[var] = value
     with pytest.raises(ConfigInvalid, match=named):
         runner_config(env)
 
 
-def test_S2_a_template_that_is_not_a_pod_is_named(env: dict[str, str], tmp_path: Path) -> None:
+def test_P10_a_template_that_is_not_a_pod_is_named(env: dict[str, str], tmp_path: Path) -> None:
     """A Deployment, a list, or YAML that does not parse: each ConfigInvalid."""
     for text in ("kind: Deployment\nspec: {containers: [{name: a}]}\n", "- a\n- b\n", "a: [b\n"):
         (tmp_path / "pod.yaml").write_text(text)
@@ -80,7 +80,7 @@ def test_S2_a_template_that_is_not_a_pod_is_named(env: dict[str, str], tmp_path:
             runner_config(env)
 
 
-def test_S3_docker_and_local_providers_by_settings(env: dict[str, str], tmp_path: Path) -> None:
+def test_P11_docker_and_local_providers_by_settings(env: dict[str, str], tmp_path: Path) -> None:
     """docker needs its image (and takes the engine's URL); local needs a folder."""
     env["SCRATCHBANK_SANDBOX_PROVIDER"] = "docker"
     with pytest.raises(ConfigInvalid, match="SCRATCHBANK_SANDBOX_IMAGE"):
@@ -93,7 +93,7 @@ def test_S3_docker_and_local_providers_by_settings(env: dict[str, str], tmp_path
     assert runner_config(env).sandboxes == tmp_path / "boxes"
 
 
-def test_S2_the_runner_process_names_a_bad_setting_without_a_traceback(
+def test_P10_the_runner_process_names_a_bad_setting_without_a_traceback(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Exit 2 and one line naming the error; the password in a URL masked."""

@@ -291,7 +291,14 @@ def test_engines_listed() -> None:
     """The rigs cover the local sandbox, both container engines and the Kubernetes double; the
     image (tests/test_image.py, which may run first) is the one other engine a test may name."""
     assert {e.split("-")[0] for e in ENGINES} == {"local", "docker", "podman", "k8s"}
-    known = {"local", "docker", "podman", "image", "kubernetes (API double)", "kubernetes (API double, docker pods)"}
+    known = {
+        "local",
+        "docker",
+        "podman",
+        "image",
+        "kubernetes (API double)",
+        "kubernetes (API double, docker pods)",
+    }
     assert known >= EXERCISED
 
 

@@ -1,0 +1,92 @@
+"""Every rule of the shipped reference has a test named after it, and every test that names a
+rule names one the reference knows.
+
+A test proves a rule by its name: ``test_R2_...`` (or ``test_A16_C7_...`` for several). This
+check reads the test files (no import, no run): a rule with no test, a test that names an id the
+reference lacks, or a rule whose only tests are skipped or expected to fail unconditionally, fails
+the build. A green suite then means every rule has a passing test."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from scratchbank.adapters.rules import RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_DIRS = ("tests", "property_tests")
+#: The leading run of rule ids in a test's name: test_A16_C7_staggered... -> A16, C7.
+LEADING_IDS = re.compile(r"^test_((?:[A-Z]\d{1,2}_)+)")
+
+
+def _unconditionally_skipped(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for deco in fn.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = ast.unparse(target)
+        if name in ("pytest.mark.skip", "pytest.mark.xfail"):
+            return True
+    return False
+
+
+def rule_tests() -> dict[str, list[tuple[str, bool]]]:
+    """Rule id -> [(file::test, runs)] for every test function whose name leads with ids."""
+    found: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+    for folder in TEST_DIRS:
+        for path in sorted((ROOT / folder).rglob("test_*.py")):
+            for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                match = LEADING_IDS.match(fn.name)
+                if not match:
+                    continue
+                where = f"{path.relative_to(ROOT)}::{fn.name}"
+                for rule_id in match.group(1).strip("_").split("_"):
+                    found[rule_id].append((where, not _unconditionally_skipped(fn)))
+    return found
+
+
+def test_every_rule_of_the_reference_has_a_test_that_runs() -> None:
+    """Each id of the shipped reference (T, S, R, X, C, L, N, A, K) leads the name of a test that is
+    neither skipped nor expected to fail unconditionally."""
+    found = rule_tests()
+    missing = sorted(rid for rid in RULES if not any(runs for _where, runs in found.get(rid, ())))
+    assert missing == [], f"rules without a running test: {missing}"
+
+
+def test_every_id_a_test_names_is_a_rule_of_the_reference() -> None:
+    """A test named ``test_<ID>_`` claims to prove rule ID: the id must exist in the reference, so
+    a build item or a finding number never poses as a rule."""
+    unknown = {rid: [w for w, _ in where] for rid, where in rule_tests().items() if rid not in RULES}
+    assert unknown == {}, f"tests naming ids the rule reference lacks: {unknown}"
+
+
+def test_the_check_sees_a_planted_rule_without_a_test() -> None:
+    """The check can fail: a rule id no test names is reported missing."""
+    found = rule_tests()
+    assert "R2" in found and "Z99" not in found
+    assert any(runs for _w, runs in found["R2"])
+
+
+def test_the_pure_tier_refuses_a_process_and_a_connection() -> None:
+    """This file is in the pure tier (tests/tiers.py): the guard makes a process or a socket
+    connection fail the test, so a test placed there really needs neither."""
+    import socket
+    import subprocess
+
+    import pytest
+    from tiers import ImpureCall
+
+    with pytest.raises(ImpureCall):
+        subprocess.run(["true"], check=False)
+    with socket.socket() as sock, pytest.raises(ImpureCall):
+        sock.connect(("127.0.0.1", 9))
+
+
+def test_every_file_a_tier_names_exists() -> None:
+    """A tier's list names only test files that exist (a renamed file is placed again)."""
+    from tiers import ADAPTERS, PURE
+
+    stems = {p.stem for folder in TEST_DIRS for p in (ROOT / folder).glob("test_*.py")}
+    assert (PURE | ADAPTERS) - stems == set()

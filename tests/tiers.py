@@ -1,0 +1,113 @@
+"""The suite's three tiers, marked on every test by the file it lives in (a pytest plugin,
+loaded by ``-p tiers`` from pyproject.toml):
+
+- ``pure``: the domain, the use cases over in-memory adapters, the property tests. No process is
+  started and no socket is opened: a guard makes either fail the test. ``./dev test -m pure``
+  runs them in seconds, with no engine or server started.
+- ``adapters``: this machine's own parts: SQLite files, the filesystem store, local sandboxes
+  (unshare), the CLI and runner as processes.
+- ``engines``: the real engines and servers: Docker, Podman, the Kubernetes API double, S3,
+  PostgreSQL, NATS, the image.
+
+A file not listed here is ``engines`` (the tier that assumes the most) until it is placed.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PURE = {
+    "test_escape_records",
+    "test_host_check",
+    "test_member_budget",
+    "test_rules_adoption_delivery",
+    "test_rules_checkpoints",
+    "test_rules_restore",
+    "test_rules_resume",
+    "test_rules_teardown",
+    "test_surface_clocks",
+    "test_teardown_use_case",
+    "test_terminal",
+    "test_traceability",
+    "test_wire",
+    "test_canonical_header",
+    "test_checkpoints",
+    "test_fuzz_sandbox_output",
+    "test_guarantees",
+    "test_header_grammar",
+    "test_host_archive_chunks",
+    "test_run_machine",
+    "test_surfaces_agree",
+    "test_teardown_machine",
+}
+ADAPTERS = {
+    "test_architecture",
+    "test_cli_explain",
+    "test_cli_operators",
+    "test_deploy",
+    "test_escape_host_directory",
+    "test_escape_reader",
+    "test_host_archive",
+    "test_k8s_real",
+    "test_load_without_lies",
+    "test_lock_flows",
+    "test_readme",
+    "test_resume_use_case",
+    "test_rules_limits",
+    "test_runner_claims",
+    "test_runner_deliveries",
+    "test_runner_sweeper",
+    "test_snapshots",
+    "test_surface_error_table",
+    "test_fuzz_banks",
+}
+TIERS = ("pure", "adapters", "engines")
+
+
+def tier_of(path: Path) -> str:
+    if path.stem in PURE:
+        return "pure"
+    if path.stem in ADAPTERS:
+        return "adapters"
+    return "engines"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier, what in zip(
+        TIERS, ("no process, no socket", "this machine's own parts", "real engines and servers"), strict=True
+    ):
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier ({what})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(tier_of(Path(str(item.fspath))))
+
+
+class ImpureCall(AssertionError):
+    """A test of the pure tier started a process or opened a connection."""
+
+
+@pytest.fixture(autouse=True)
+def _pure_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A pure test that starts a process or connects a socket fails: the tier is a promise."""
+    if request.node.get_closest_marker("pure") is None:
+        yield
+        return
+
+    def refuse(what: str) -> Any:
+        def call(*_args: Any, **_kwargs: Any) -> Any:
+            raise ImpureCall(f"a test of the pure tier {what}: place its file in tests/tiers.py")
+
+        return call
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("started a process"))
+    monkeypatch.setattr(socket.socket, "connect", refuse("opened a connection"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("opened a connection"))
+    yield
