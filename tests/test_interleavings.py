@@ -39,13 +39,13 @@ from scratchbank.testing.explorer import (
 )
 from scratchbank.testing.interleavings import (
     Scenario,
-    sample_scenarios,
     World,
     explore_kills,
     explore_scenario,
     filesystem_world,
     run_one,
     sample_in_parallel,
+    sample_scenarios,
 )
 
 SEED = 18
