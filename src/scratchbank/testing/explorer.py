@@ -592,6 +592,8 @@ class Exploration:
     actors: int
     schedules: int = 0
     pruned: int = 0
+    #: schedules run (a random search's draws: the distinct ones are ``schedules``)
+    draws: int = 0
     violations: int = 0
     seconds: float = 0.0
     found: dict[str, tuple[Trace, Violation]] = attrs.Factory(dict)
@@ -662,6 +664,7 @@ def explore_random(
         found.traces.add(trace)
         found.add(trace, violations)
     found.seconds = time.monotonic() - started
+    found.draws = tries
     return found
 
 

@@ -919,6 +919,7 @@ def sample_scenarios(
             seed=seed + i,
         )
         total.schedules += part.schedules
+        total.draws += part.draws
         total.violations += part.violations
         total.seconds += part.seconds
         for kind, found in part.found.items():
