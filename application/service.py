@@ -390,10 +390,6 @@ class ScratchService:
             HeldLock(self.lock, grant, ttl=self.lock_ttl, keep_alive=keep_alive),
         )
 
-    def held_runs(self) -> dict[str, LockGrant]:
-        """The grants this service holds for the executions it started (or was handed), by run."""
-        return {run_id: held.grant for run_id, (_execution, held) in self._held.items()}
-
     def drop_holds(self) -> dict[str, LockGrant]:
         """Stop keeping this service's grants alive WITHOUT letting them go, as a process
         that dies: each lease lapses on its own. The grants, by run."""

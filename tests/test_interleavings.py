@@ -3,9 +3,12 @@
 Two actors: every schedule of their port calls (the first 12 pause points of each, sleep-set
 reduced: see ``scratchbank.testing.explorer``), without faults in CI
 (``SCRATCHBANK_EXPLORER_FAULTS=1``: with one fault anywhere); three actors: 10,000
-distinct random schedules (seeded, up to two faults each: raise, stall, die, lost reply),
-shared out over two processes (``SCRATCHBANK_EXPLORER_SCHEDULES`` to change the count). Each is checked against the model of the rules in
-``scratchbank.testing.interleavings``. The session's summary prints one line (conftest).
+distinct random schedules (seeded, up to two faults each: raise, stall, die, lost reply) on
+the timeline and lock in memory and 1,000 more on SQLite, each shared out over two processes
+(``SCRATCHBANK_EXPLORER_SCHEDULES`` / ``_SQLITE_SCHEDULES`` to change the counts); the
+runner's delivery and the outbox sweeper among three actors (``_RUNNER_SCHEDULES``). Each is
+checked against the model of the rules in ``scratchbank.testing.interleavings``. The
+session's summary prints one line (conftest).
 """
 
 from __future__ import annotations

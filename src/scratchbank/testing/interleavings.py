@@ -12,6 +12,11 @@ on a run of its own (a fresh run id in the same timeline and store), from a pres
   sandbox is still there (a slow shutdown, a second teardown call for it).
 - ``parked``: ``resumed``, then the newer sandbox's teardown banked ``{a, b}`` (the run
   is parked; resumes restore it).
+- ``queued`` / ``queued!``: ``parked``, then queued for the runner's attempt ``deliver``
+  through the service's one queueing path (``!``: with ``accept_scratch_loss``); its
+  delivery is already with the runner actor (the actors' queue starts empty). Run in a
+  runner's world (``filesystem_world(runner=True)``: the run's lock is the runner's
+  lease, handed to every service, ADR 0007).
 
 The actors (names are what traces show):
 
@@ -22,6 +27,11 @@ The actors (names are what traces show):
   with ``accept_scratch_loss``);
 - ``delete``: the run's deletion (its bank swept from the store);
 - ``sweep``: the orphan sweeper over the run.
+- ``deliver``: a runner handling the queued delivery (``Runner.handle``: the lease, the
+  claim, the resume through the fenced timeline, an engine that finishes node
+  ``deliver-node`` in its own sandbox, the teardown's bank), redelivered once at once
+  when it asks to be (issue 19);
+- ``outbox``: one sweep of the outbox under the sweeper's lease (issue 19).
 
 The model (``check``), from RULES.md, never from the code under test. Once every actor
 has ended (the dead ones stay dead: their sandboxes are lost), a live execution's
@@ -37,9 +47,12 @@ sandbox is torn down alone, then:
   neither banked, nor recorded lost (``unknown``/unbanked teardown, accepted loss), nor
   held only by sandboxes that died;
 - A16/C7: an execution runs only with its claim (its ``run_resumed``, once), and two
-  executions never run at once;
-- C3-C5: a ``run_resumed`` carries the consents of its own call only, and an accepted
-  loss is written only under a claim whose call gave it;
+  executions never run at once (none starts while another runs);
+- C3-C5: a ``run_resumed`` carries the consents of its own call only (a delivery's first
+  claim its delivery's, even when its claim's reply was lost; a redelivery of a claimed
+  attempt none: C4), and an accepted loss is written only under a claim whose call gave it;
+- L4: once the outbox sweeper ran (a sweep cut short is followed by one alone), the run
+  is not left queued with nothing published: claimed, on the queue, or parked;
 - T3: a deleted run holds nothing in the store once every actor ended;
 - every actor ends by a named error or its result (no raw exception), and reaches its
   next pause point in time (no hang).
