@@ -324,17 +324,13 @@ def _dies_at(victim: str, at: int) -> Chooser:
     return chooser
 
 
-def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -> None:
-    """A16 (the explorer's own proof): schedules whose actors die at their pause points,
-    holding the run's lock or not, end with as many threads as they started with (a dead
-    actor's thread unwinds; no grant is kept alive once its schedule is checked)."""
+def _no_thread_left(world: World, scenarios: Sequence[Scenario]) -> None:
+    """Each actor of each scenario dies at its first, second and fourth call in turn: no
+    violation, and as many threads after as before."""
     import threading
 
     before = threading.active_count()
-    for scenario in (
-        Scenario("fresh", ("old", "exec", "resume")),
-        Scenario("parked", ("old", "resume", "exec")),
-    ):
+    for scenario in scenarios:
         for victim in scenario.actors:
             for at in (1, 2, 4):
                 trace, violations = run_one(world, scenario, _dies_at(victim, at))
@@ -343,6 +339,21 @@ def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -
         if isinstance(ended, threading.Timer) and ended.finished.is_set():
             ended.join()
     assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+
+
+def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -> None:
+    """A16 (the explorer's own proof): schedules whose actors die at their pause points,
+    holding the run's lock or not, end with as many threads as they started with (a dead
+    actor's thread unwinds; no grant is kept alive once its schedule is checked)."""
+    _no_thread_left(
+        world, (Scenario("fresh", ("old", "exec", "resume")), Scenario("parked", ("old", "resume", "exec")))
+    )
+
+
+def test_L5_dead_runner_actors_leave_no_thread_behind(runner_world: World) -> None:
+    """L5/A16 (the explorer's own proof): a runner's delivery (its lease keeper) and the
+    outbox sweeper that die at their pause points leave no thread behind."""
+    _no_thread_left(runner_world, (Scenario("queued!", ("deliver", "outbox", "resume!")),))
 
 
 #: The runner's delivery (``deliver``: a runner handling the queued attempt, redelivered
