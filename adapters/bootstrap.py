@@ -1,4 +1,7 @@
-"""The composition root: configuration -> adapters -> the service. Nothing else wires.
+"""The composition root of the service: configuration -> adapters -> ``ScratchService``.
+
+The detached runner is wired in ``runner_process`` (from the same settings) and the
+demo wires its own service over in-memory fakes (``demo.py``).
 
 The CLI, the HTTP API and an embedding engine all get their ``ScratchService`` here::
 
@@ -19,8 +22,7 @@ from types import TracebackType
 
 import attrs
 
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.runner_ports import DeliveryQueue
+from scratchbank.application.ports import Clock, DeliveryQueue, SystemClock
 from scratchbank.application.service import ScratchService
 
 from .config import (

@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, NoReturn
 
-from scratchbank.application.service import Explanation, ScratchService, Target
+from scratchbank.application.resume import Target
+from scratchbank.application.service import Explanation, ScratchService
 from scratchbank.domain import errors
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.fold import Evidence
 from scratchbank.domain.resume_gate import ResumeRequest, Where
 

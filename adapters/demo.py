@@ -22,11 +22,10 @@ from pathlib import Path
 
 import attrs
 
-from scratchbank.application.ports import Sandbox, Timeline
+from scratchbank.application.ports import EngineEnd, Sandbox, Timeline
 from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
-from scratchbank.application.runner_ports import EngineEnd
 from scratchbank.application.service import ScratchService
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import NodeFinished, ResumeRefused, RunResumed, RunStarted, ScratchBanked
 from scratchbank.domain.resume_gate import ResumeRequest

@@ -21,8 +21,8 @@ import docker
 import docker.errors
 from docker.utils.socket import frames_iter
 
+from scratchbank.application.cancellation import Deadline, deadline_of
 from scratchbank.application.ports import ByteSink, SandboxFacts
-from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command

@@ -15,7 +15,8 @@ that shuts the call's socket down a grace after the deadline. A call past it rai
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
-object (one process's worth); a call waits in line for a slot (``wait_seconds``), and
+object (one process's worth); a call waits in line for a slot (``wait_seconds``, and never
+past its caller's deadline: ``cancellation.calls_within``, set by every ``retry_within`` try), and
 the connection pool is sized from the same number, so load queues here instead of timing
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
@@ -53,7 +54,7 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline, caller_deadline
 from scratchbank.domain.errors import (
     ScratchbankError,
     TimelineBusy,
@@ -216,37 +217,77 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Turn:
+    """One waiter in line: woken when handed a slot (``granted``) or when its caller's
+    run context is cancelled (``cancelled``)."""
+
+    __slots__ = ("cancelled", "event", "granted")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.granted = False
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.event.set()
+
+
+#: Why a wait for a slot ended without one: its own bound, the caller's deadline, the
+#: caller's run context cancelled.
+WAITED, DEADLINE, CANCELLED = "waited", "deadline", "cancelled"
+
+
 class _Slots:
     """At most ``n`` holders at once; waiters are served in arrival order, each within
-    its own timeout (a plain semaphore could starve one caller past its deadline while
-    later ones run)."""
+    its own deadline (a plain semaphore could starve one caller past its deadline while
+    later ones run), and a waiter whose run context is cancelled leaves the line at once."""
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._queue: collections.deque[_Turn] = collections.deque()
         self._lock = threading.Lock()
 
-    def acquire(self, timeout: float) -> bool:
+    def acquire(self, timeout: float, deadline: Deadline | None = None) -> str:
+        """A slot within ``timeout`` seconds and by ``deadline`` (the caller's): "" when
+        taken, else why the wait ended (WAITED, DEADLINE or CANCELLED)."""
+        bound, why = timeout, WAITED
+        if deadline is not None and deadline.left() < timeout:
+            bound, why = deadline.left(), DEADLINE
         with self._lock:
             if self._free and not self._queue:
                 self._free -= 1
-                return True
-            turn = threading.Event()
+                return ""
+            if deadline is not None and deadline.cancelled():
+                return CANCELLED
+            if bound <= 0:
+                return why
+            turn = _Turn()
             self._queue.append(turn)
-        if turn.wait(timeout):
-            return True
+        unhook = deadline.on_cancel(turn.cancel) if deadline is not None else (lambda: None)
+        try:
+            turn.event.wait(bound)
+        finally:
+            unhook()
         with self._lock:
-            if turn.is_set():  # handed a slot just as the wait ended
-                return True
+            if turn.granted:  # handed a slot (perhaps just as the wait ended)
+                return ""
             self._queue.remove(turn)
-            return False
+            return CANCELLED if turn.cancelled else why
 
     def release(self) -> None:
         with self._lock:
             if self._queue:
-                self._queue.popleft().set()  # the slot passes straight to the next in line
+                turn = self._queue.popleft()  # the slot passes straight to the next in line
+                turn.granted = True
+                turn.event.set()
             else:
                 self._free += 1
+
+    def waiting(self) -> int:
+        """How many callers are in line (the tests wait on it, never on time)."""
+        with self._lock:
+            return len(self._queue)
 
 
 class EventStoreTimeline:
@@ -303,15 +344,29 @@ class EventStoreTimeline:
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
-        if not self._slots.acquire(timeout=self.wait_seconds):
-            raise TimelineBusy(
-                f"{what}: {self.in_flight} timeline calls in flight in this process, "
-                f"none ended within {self.wait_seconds:g} s"
-            )
+        self._take_slot(what)
         try:
             return self._cut_at_deadline(call, fail, what)
         finally:
             self._slots.release()
+
+    def _take_slot(self, what: str) -> None:
+        """Wait in line for a call slot: at most ``wait_seconds``, and never past the
+        caller's deadline (``cancellation.calls_within``: the use case's budget, its run context's
+        cancellation). No slot by then: TimelineBusy, naming which bound ended the wait."""
+        ended = self._slots.acquire(self.wait_seconds, caller_deadline())
+        if not ended:
+            return
+        if ended != WAITED:
+            why = "the run context was cancelled" if ended == CANCELLED else "the caller's deadline passed"
+            raise TimelineBusy(
+                f"{what}: {self.in_flight} timeline calls in flight in this process; "
+                f"{why} while waiting for one to end"
+            )
+        raise TimelineBusy(
+            f"{what}: {self.in_flight} timeline calls in flight in this process, "
+            f"none ended within {self.wait_seconds:g} s"
+        )
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
@@ -560,8 +615,7 @@ class EventStoreTimeline:
             return [(r["originator_id"], r["topic"], bytes(r["state"])) for r in fetched]
 
         thread = threading.get_ident()
-        if not self._slots.acquire(timeout=self.wait_seconds):  # in line with every call (ADR 0010)
-            raise TimelineBusy(f"cannot list the queued runs: no call slot within {self.wait_seconds:g} s")
+        self._take_slot("cannot list the queued runs")  # in line with every call (ADR 0010)
         try:
             with Watchdog(Deadline.after(self.call_seconds + CUT_GRACE), lambda: self._cutter.cut(thread)):
                 try:

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import StoredBank
-from scratchbank.application.retry import Deadline
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
 from scratchbank.domain.errors import (
     BankGone,

@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from scratchbank.application.ports import Sandbox
-from scratchbank.application.resume import ResumeOutcome
-from scratchbank.application.service import Queued, ScratchService, Target
+from scratchbank.application.resume import ResumeOutcome, Target
+from scratchbank.application.service import Queued, ScratchService
 from scratchbank.domain import errors
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
 from scratchbank.domain.runs import check_run_id

@@ -13,8 +13,7 @@ import threading
 
 import attrs
 
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.runner_ports import LeaseGrant, ResumeDelivery
+from scratchbank.application.ports import Clock, LeaseGrant, ResumeDelivery, SystemClock
 from scratchbank.domain.errors import LeaseLost
 
 

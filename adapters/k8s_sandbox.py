@@ -27,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
 from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 
+from scratchbank.application.cancellation import Deadline, deadline_of
 from scratchbank.application.ports import ByteSink, SandboxFacts
-from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command

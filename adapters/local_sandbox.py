@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from scratchbank.application.cancellation import Deadline, deadline_of
 from scratchbank.application.ports import ByteSink, SandboxFacts
-from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, SandboxGone, StreamBroken
 
 from .scripted import EXEC_SECONDS, ExecResult, Output, ScriptedSandbox, command

@@ -33,9 +33,10 @@ import attrs
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from scratchbank.application.service import ScratchService, StatusReport, Target, latest_refusal
+from scratchbank.application.resume import Target
+from scratchbank.application.service import ScratchService, StatusReport, latest_refusal
 from scratchbank.domain import errors
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.records import ResumeRefused, ScratchRestored
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, ResumeRequest

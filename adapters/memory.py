@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import tarfile
 import threading
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from scratchbank.application.bank_format.manifest_line import line_of
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import (
     ArchiveReport,
     ByteSink,
@@ -23,7 +24,6 @@ from scratchbank.application.ports import (
     StagedRestore,
     StoredBank,
 )
-from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import (
     BankGone,
     BankWriteFailed,
@@ -279,7 +279,7 @@ class FakeSandbox:
 
     def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
         """The staged tree's listing, sorted (a test may override it to lose an entry)."""
-        return sorted(json.dumps([p, k, 0 if k == "dir" else len(d)]) for p, (k, d) in tree.items())
+        return sorted(line_of(p, k, 0 if k == "dir" else len(d)) for p, (k, d) in tree.items())
 
     def commit_restore(self, staged: StagedRestore, *, dir_modes: Iterable[tuple[str, int]] = ()) -> None:
         """Move the staged tree in (the fake holds no modes: ``dir_modes`` is read, not kept)."""
@@ -295,10 +295,10 @@ class FakeSandbox:
 
     def list_scratch(self) -> list[str]:
         if self.tree is not None and self.files == {p: d for p, (k, d) in self.tree.items() if k == "file"}:
-            return sorted(json.dumps([p, k, 0 if k == "dir" else len(d)]) for p, (k, d) in self.tree.items())
+            return sorted(line_of(p, k, 0 if k == "dir" else len(d)) for p, (k, d) in self.tree.items())
         files = self.files or {}
-        dirs = [json.dumps([folder, "dir", 0]) for folder in _folders(files)]
-        return sorted(dirs + [json.dumps([name, "file", len(data)]) for name, data in files.items()])
+        dirs = [line_of(folder, "dir", 0) for folder in _folders(files)]
+        return sorted(dirs + [line_of(name, "file", len(data)) for name, data in files.items()])
 
 
 def _folders(files: dict[str, bytes]) -> list[str]:

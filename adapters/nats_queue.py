@@ -35,9 +35,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig, StorageType, 
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.runner_ports import LeaseGrant, ResumeDelivery
-from scratchbank.domain.consent import Consents
+from scratchbank.application.ports import Clock, LeaseGrant, ResumeDelivery, SystemClock
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import LeaseLost, QueueUnavailable
 from scratchbank.domain.runs import check_run_id
 

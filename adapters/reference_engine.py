@@ -17,9 +17,7 @@ from collections.abc import Sequence
 import attrs
 
 from scratchbank.application.adoption import adopt_child
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.ports import Sandbox, Timeline
-from scratchbank.application.runner_ports import EngineEnd
+from scratchbank.application.ports import Clock, EngineEnd, Sandbox, SystemClock, Timeline
 from scratchbank.domain.adoption import ChildNode
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.records import NodeFinished, Record, RunResumed, RunStatus, RunStatusChanged

@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scratchbank.application.clock import Clock, SystemClock
-from scratchbank.application.ports import LockGrant, LockHolder
+from scratchbank.application.ports import Clock, LockGrant, LockHolder, SystemClock
 from scratchbank.application.run_lock import HandedLock, MemoryRunLock, Row, RowLock, lost
 from scratchbank.domain.errors import LockUnavailable
 

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import TextIO
 
 from scratchbank.application.orphans import Sweeper
-from scratchbank.application.ports import BankStore
+from scratchbank.application.ports import BankStore, DeliveryQueue
 from scratchbank.application.runner import Handling, Runner, RunnerSettings
-from scratchbank.application.runner_ports import DeliveryQueue
 from scratchbank.application.teardown import Budgets
 from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff

@@ -44,7 +44,7 @@ from typing import Any
 
 import attrs
 
-from scratchbank.application.runner_ports import SandboxProvider
+from scratchbank.application.ports import SandboxProvider
 from scratchbank.domain.errors import ConfigInvalid
 
 from .config import DEFAULT_SCRATCH, Settings, settings_from

@@ -31,8 +31,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from scratchbank.application.cancellation import Deadline, deadline_of
 from scratchbank.application.ports import StoredBank
-from scratchbank.application.retry import Deadline, deadline_of
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
 from scratchbank.domain.errors import (
     BankGone,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -23,6 +22,8 @@ from typing import BinaryIO
 
 import attrs
 
+from scratchbank.application.bank_format.manifest_line import line_of
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import (
     ArchiveReport,
     ByteSink,
@@ -32,7 +33,6 @@ from scratchbank.application.ports import (
     SandboxFacts,
     StagedRestore,
 )
-from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import (
     ArchiveFailed,
     OutputOverBound,
@@ -553,7 +553,7 @@ class ScriptedSandbox(abc.ABC):
             )
 
     def list_scratch(self) -> list[str]:
-        """The scratch's tree as sorted manifest lines (see manifest.py); [] when absent.
+        """The scratch's tree as sorted manifest lines (see bank_format/manifest_line.py); [] when absent.
         Its listing is bounded by ``list_bytes`` (no manifest to go by): OutputOverBound."""
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
             out = Bounded(self.list_bytes, "the scratch's listing", keep=raw)
@@ -830,4 +830,4 @@ def _manifest_line(stat_line: bytes, name: bytes) -> str:
     except ValueError:
         raise StreamBroken(f"unreadable mode in the listing: {stat_line[:60]!r}") from None
     path = name[2:].decode("utf-8", "surrogateescape")
-    return json.dumps([path, kind, 0 if kind == "dir" else int(words[1])])
+    return line_of(path, kind, 0 if kind == "dir" else int(words[1]))

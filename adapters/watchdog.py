@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import IO
 
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline
 
 
 class Watchdog:

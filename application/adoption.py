@@ -16,8 +16,7 @@ from scratchbank.domain.adoption import AdoptionDecision, ChildNode, decide_adop
 from scratchbank.domain.errors import TimelineConflict
 from scratchbank.domain.records import Record
 
-from .clock import Clock, SystemClock
-from .ports import SandboxFacts, Timeline
+from .ports import Clock, SandboxFacts, SystemClock, Timeline
 from .recording import RETRYABLE
 from .retry import Budget, retry_within
 

@@ -36,13 +36,14 @@ from scratchbank.domain.objects import (
     needed_objects,
     over_bound,
     reconcile,
+    reconciled,
     reconciled_record,
     unreferenced,
 )
 from scratchbank.domain.records import Record
 
-from .clock import Clock
-from .ports import BankStore, Timeline
+from .folded import current_state
+from .ports import BankStore, Clock, SnapshotStore, Timeline
 from .recording import Claim, append_at
 from .retry import Budget
 
@@ -169,24 +170,29 @@ class Reconciled:
 
 
 def reconcile_before_resume(
-    store: BankStore, timeline: Timeline, run_id: str, clock: Clock, budget: float
+    store: BankStore,
+    timeline: Timeline,
+    run_id: str,
+    clock: Clock,
+    budget: float,
+    snapshots: SnapshotStore | None = None,
 ) -> Reconciled | None:
     """N3 before an engine-side resume decides: record the one object provably the latest
     execution's teardown, at the version read (a conflict: the run moved; the resume reads
     again anyway). None when the timeline cannot be read (the gate refuses, R15); nothing
-    found when the store cannot list (the resume decides on its records, as before N3)."""
+    found when the store cannot list (the resume decides on its records, as before N3).
+    Decided from the snapshot and the records after it, as the gate's fold (issue 26)."""
     try:
-        records = tuple(timeline.read(run_id))
+        state = current_state(timeline, run_id, snapshots=snapshots)
     except TimelineUnreadable:
         return None
-    state = fold(records)
     try:
-        listing = store.objects(run_id) if records else ()
+        listing = store.objects(run_id) if state.records else ()
     except BankReadFailed:
         listing = ()
-    found = reconcile(state, records, listing)
+    found = reconciled(state, listing)
     if found.record is None:
-        return Reconciled(found, len(records))
+        return Reconciled(found, state.records)
     record = attrs.evolve(reconciled_record(found.record), at=clock.now())
-    claim = append_at(timeline, Claim(run_id, len(records)), [record], budget=Budget.start(clock, budget))
+    claim = append_at(timeline, Claim(run_id, state.records), [record], budget=Budget.start(clock, budget))
     return Reconciled(found, claim.position, claim)

@@ -40,8 +40,8 @@ from scratchbank.domain.errors import Fenced, TimelineConflict, TimelineUnreadab
 from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import LeaseTaken, Record
 
+from .cancellation import Deadline
 from .ports import BankStore, StoredBank, Timeline
-from .retry import Deadline
 
 APPEND_TRIES = 20
 

@@ -18,7 +18,7 @@ descriptors (``os.open``/``os.mkdir``/``os.link``/``os.symlink`` with ``dir_fd``
   name: a symlink standing there is replaced, the directory it pointed to untouched.
 
 Symlink containment is decided by the reader (``Limits(host_directory=True)``) against
-the tree as it will stand with all of the bank's links (symlink_tree.py), before any
+the tree as it will stand with all of the bank's links (bank_format/link_containment.py), before any
 entry is created. Free space at the destination is checked against the declared total
 first (NoSpaceAtDestination).
 """
@@ -43,10 +43,11 @@ import attrs
 from scratchbank.domain.errors import DestinationRefused, NoSpaceAtDestination
 from scratchbank.domain.fold import Bank
 
-from .bank_check import BankCheck
-from .manifest import DIR, FILE, HARDLINK, SYMLINK, Member, MemberLog
+from .bank_format.bank_check import BankCheck
+from .bank_format.members import DIR, FILE, HARDLINK, SYMLINK, Member
+from .bank_format.reader import Limits
+from .bank_format.spill_log import MemberLog
 from .ports import BankStore
-from .tarstream import Limits
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -21,9 +21,8 @@ import attrs
 from scratchbank.domain.errors import LeaseLost, ScratchbankError
 from scratchbank.domain.lease import HoldBudgets, HoldClock, LeaseTiming, past_ceiling
 
-from .clock import Clock
-from .retry import Cancel
-from .runner_ports import Lease, LeaseGrant
+from .cancellation import Cancel
+from .ports import Clock, Lease, LeaseGrant
 
 
 class LeaseKeeper:

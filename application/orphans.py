@@ -28,7 +28,7 @@ from typing import Protocol
 
 import attrs
 
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import (
     LeaseLost,
     QueueUnavailable,
@@ -37,20 +37,12 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
     TimelineWriteFailed,
 )
-from scratchbank.domain.lease import (
-    HoldBudgets,
-    LeaseTiming,
-    OrphanVerdict,
-    Sweep,
-    judge_orphan,
-    sweeper_cutoff,
-)
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
+from scratchbank.domain.orphans import OrphanVerdict, Sweep, judge_orphan
 from scratchbank.domain.records import OrphanSwept
 
-from .clock import Clock, SystemClock
 from .fencing import LOST_REPLY, settle_append
-from .ports import Timeline
-from .runner_ports import DeliveryQueue, Lease, LeaseGrant, ResumeDelivery
+from .ports import Clock, DeliveryQueue, Lease, LeaseGrant, ResumeDelivery, SystemClock, Timeline
 
 #: The sweeper's lease key (a name no run id can take: run ids start with a letter or digit
 #: and the key lives in a bucket of its own).

@@ -1,23 +1,32 @@
-"""The ports the use cases drive. Each has one contract test suite every adapter passes.
+"""Every port the use cases drive, in one module. Each has one contract test suite
+every adapter passes.
 
 Ports are Protocols so that an engine can implement one over what it already has
-(its own event log, its own object store) without inheriting from us.
+(its own event log, its own object store) without inheriting from us. Here: the
+timeline and snapshot store, the bank store, the sandbox (and its quiesced pass,
+``quiesce_and_archive``, the helper the contracts and the teardown share), the run
+lock; the runner's ports (a delivery queue, a lease, a sandbox provider, an engine);
+the clock; the gzip compressor; a restore's progress callback.
 """
 
 from __future__ import annotations
 
+import enum
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import attrs
 
-from scratchbank.domain.errors import ScratchbankError
+from scratchbank.domain.admission import Consents
+from scratchbank.domain.errors import ArchiveFailed, ExecFailed, SandboxGone, ScratchbankError, StreamBroken
 from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import Record
 
-from .retry import Deadline
+from .cancellation import Deadline
 
 
 class Timeline(Protocol):
@@ -203,7 +212,7 @@ class Sandbox(Protocol):
     - ``stage_restore`` reads ``src`` to its end and, in one exec, extracts it into a
       fresh staging directory beside the scratch (never into the scratch), digests what
       it read and writes the staged tree to ``listing``: one manifest line
-      (``json.dumps([path, kind, size])``, see manifest.py) per entry, in any order.
+      (``json.dumps([path, kind, size])``, see bank_format/manifest_line.py) per entry, in any order.
       The scratch is not touched. ``need_bytes`` (the bank's declared total) is
       checked against the free space first: less is a RestoreRefused. Raises
       RestoreRefused when tar refused the stream (nothing stays staged) and
@@ -354,3 +363,206 @@ class RunLock(Protocol):
     def holder(self, run_id: str) -> LockHolder | None: ...
 
     def break_lock(self, run_id: str, *, by: str) -> LockHolder | None: ...
+
+
+#: What one try of a quiesced pass may fail with and be tried again (T8).
+TRY_FAILURES = (SandboxGone, ExecFailed, StreamBroken, ArchiveFailed)
+
+
+def quiesce_and_archive(
+    sandbox: Sandbox,
+    dest: ByteSink,
+    *,
+    budget_seconds: int,
+    wait_seconds: int,
+    compress: bool,
+    deadline: Deadline | None = None,
+) -> QuiescedArchive:
+    """One quiesced pass (T11-T14): the sandbox's own call where it offers one
+    (``QuiescingSandbox``), else ``quiesce`` then ``archive`` (verifying unless every
+    process stopped), which leaves continuing to the caller.
+
+    Asked by attribute, not ``isinstance``: a proxy that forwards through ``__getattr__``
+    (a timing wrapper) offers it too."""
+    own = getattr(sandbox, "quiesce_and_archive", None)
+    if callable(own):
+        done: QuiescedArchive = own(
+            dest,
+            budget_seconds=budget_seconds,
+            wait_seconds=wait_seconds,
+            compress=compress,
+            deadline=deadline,
+        )
+        return done
+    report = sandbox.quiesce(budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline)
+    try:
+        archived = sandbox.archive(dest, compress=compress, verify=not report.quiesced, deadline=deadline)
+    except TRY_FAILURES as error:
+        return QuiescedArchive(report, None, report.refused, error)
+    return QuiescedArchive(report, archived, report.refused)
+
+
+# --- The runner's ports: a delivery queue, a lease, a sandbox provider, an engine. Each has
+# a real adapter over a server (NATS JetStream for the queue and the lease) and an
+# in-process one for the embedded default; both pass the same contract tests. The runner
+# is synchronous: an adapter over an async client runs its own loop.
+
+
+@attrs.frozen
+class ResumeDelivery:
+    """One published resume: the run, the attempt it was published for, its consents (C5).
+
+    ``msg_id`` de-duplicates a publication the publisher sent twice. ``republished``
+    counts the orphan sweeper's publications of the same attempt (a new message id,
+    the same resume: the same attempt and consents).
+    """
+
+    run_id: str
+    attempt: str
+    consents: Consents = Consents()
+    republished: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        again = f".r{self.republished}" if self.republished else ""
+        return f"{self.run_id}.{self.attempt}{again}"
+
+
+class Inbound(Protocol):
+    """A delivery as the runner holds it until it acks or naks it."""
+
+    delivery: ResumeDelivery
+    deliveries: int  # how many times it was delivered, this one included (1-based)
+
+    def ack(self) -> None: ...
+
+    def nak(self, delay: float) -> None:
+        """Deliver it again after ``delay`` seconds."""
+        ...
+
+    def in_progress(self) -> None:
+        """Tell the queue the runner is still working on it (resets its ack wait)."""
+        ...
+
+
+class DeliveryQueue(Protocol):
+    """Where resumes are published and from which runners fetch them.
+
+    Contract: ``publish`` answers False for a publication it already holds (same
+    ``msg_id``); a fetched delivery not acked is delivered again (after ``nak``'s delay,
+    or after the ack wait); an acked one never is.
+    """
+
+    def publish(self, delivery: ResumeDelivery) -> bool: ...
+
+    def fetch(self, timeout: float) -> Inbound | None: ...
+
+
+@attrs.frozen
+class LeaseGrant:
+    """A held lease: ``token`` is its fencing token (grows with each new holder);
+    ``revision`` is what the next refresh compares and sets."""
+
+    run_id: str
+    holder: str
+    token: int
+    revision: int
+
+
+class Lease(Protocol):
+    """One holder per run at a time; an unrefreshed lease lapses.
+
+    Contract: ``acquire`` answers None while another holder's lease is alive; a lapsed
+    lease can be taken, with a token greater than every earlier holder's. ``refresh``
+    raises LeaseLost once the lease lapsed and was taken (or vanished). ``release``
+    is idempotent and never releases another holder's lease.
+    """
+
+    def acquire(self, run_id: str, holder: str) -> LeaseGrant | None: ...
+
+    def refresh(self, grant: LeaseGrant) -> LeaseGrant: ...
+
+    def release(self, grant: LeaseGrant) -> None: ...
+
+
+class SandboxProvider(Protocol):
+    """Starts a fresh sandbox for a run, and tears one down.
+
+    ``orphans`` finds the run's sandboxes this provider did not start: those a runner
+    whose lease lapsed left behind (killed or cut off before its teardown). The new
+    holder banks them when that is safe, then stops them, before its own claim.
+    """
+
+    def start(self, run_id: str, attempt: str | None = None) -> Sandbox: ...
+
+    def stop(self, sandbox: Sandbox) -> None: ...
+
+    def orphans(self, run_id: str) -> Sequence[Sandbox]: ...
+
+
+class EngineEnd(enum.Enum):
+    """How the engine returned: a park or failure can be resumed (L2 arms its ceiling)."""
+
+    PARKED = "parked"
+    FAILED = "failed"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+    @property
+    def resume_can_wait(self) -> bool:
+        return self is not EngineEnd.FINISHED
+
+
+class Engine(Protocol):
+    """Continues a run inside a sandbox until it parks, fails, finishes or is cancelled.
+
+    Every write goes through ``timeline`` (the runner hands a fenced one). ``cancel``
+    is set when the runner loses its lease (L5).
+    """
+
+    def continue_run(
+        self, run_id: str, *, sandbox: Sandbox, timeline: Timeline, cancel: threading.Event
+    ) -> EngineEnd: ...
+
+
+# --- Time, as the use cases see it: a port so that budgets are testable without waiting.
+#
+# ``monotonic`` and ``sleep`` measure budgets; ``now`` stamps the records a use case
+# writes (``at``, in UTC), so that a record says when it was written by the clock the
+# engine gave, never by a clock the record's reader cannot see.
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def now(self) -> datetime:
+        """The wall-clock time in UTC (timezone-aware)."""
+        ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+# --- The gzip compressor a bank is written with (bank_format/gzip_codec.py holds the codecs).
+
+
+class Compressor(Protocol):
+    """What zlib's and isal_zlib's compress objects share."""
+
+    def compress(self, data: bytes, /) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+#: A restore's progress callback: (phase, bytes done, bytes in all).
+Progress = Callable[[str, int, int], None]

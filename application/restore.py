@@ -51,15 +51,16 @@ from scratchbank.domain.restore import RestoreAttempt, RestoreResult
 from scratchbank.domain.resume_gate import ResumeDecision
 from scratchbank.domain.teardown import CAP_BYTES
 
-from .bank_check import BankCheck, Progress
+from .bank_format.bank_check import BankCheck
+from .bank_format.listing import load_listing
+from .bank_format.reader import Limits
+from .bank_format.spill_log import Manifest
+from .bank_format.writer import CanonicalWriter, dir_modes
+from .cancellation import Cancel
 from .host_directory import restore_into_host_directory
-from .listing import load_listing
-from .manifest import Manifest
-from .ports import BankStore, Decide, RestoresInOneExec, Sandbox, StagedRestore
-from .retry import Cancel
-from .tarstream import CanonicalWriter, Limits, dir_modes
+from .ports import BankStore, Decide, Progress, RestoresInOneExec, Sandbox, StagedRestore
 
-__all__ = ["Progress", "restore_bank"]
+__all__ = ["restore_bank"]
 
 T = TypeVar("T")
 

@@ -26,7 +26,6 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.executions import label_of
-from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.kinds import NO_WORKFLOW, Workflow
 from scratchbank.domain.records import Record, RunResumed
 from scratchbank.domain.restore import RestoreAttempt, RestoreOutcome, after_restore
@@ -38,50 +37,30 @@ from scratchbank.domain.resume_gate import (
     decide_resume,
     refuse_unreadable,
 )
-from scratchbank.domain.snapshot import state_from_data, state_to_data
 
-from . import retry
+from . import cancellation
 from .bank_objects import reconcile_before_resume
-from .clock import Clock, SystemClock
-from .ports import BankStore, LockGrant, RunLock, Sandbox, SnapshotStore, Timeline
+from .folded import SNAPSHOT_EVERY as SNAPSHOT_EVERY  # where the tests have long found it
+from .folded import current_state as current_state  # the service reads it here
+from .ports import (
+    BankStore,
+    Clock,
+    LockGrant,
+    Progress,
+    RunLock,
+    Sandbox,
+    SnapshotStore,
+    SystemClock,
+    Timeline,
+)
 from .recording import RETRYABLE, Claim, append_at, landed
-from .restore import Progress, attempt_of, restore_bank
+from .restore import attempt_of, restore_bank
 from .retry import Budget
 from .run_lock import LOCAL, LOCK_TTL, LOCK_WAIT, new_execution, take
 
 RECORD_BUDGET = 30.0
 #: How many times a resume decides again after a conflict that did not take its run.
 DECIDE_AGAIN = 5
-
-#: Save a new snapshot once this many records came after the last one.
-SNAPSHOT_EVERY = 1000
-
-
-def current_state(
-    timeline: Timeline,
-    run_id: str,
-    workflow: Workflow = NO_WORKFLOW,
-    snapshots: SnapshotStore | None = None,
-) -> ScratchState:
-    """Fold the run's timeline, from its latest snapshot when there is one it can trust.
-
-    Snapshots are used only without a workflow fallback (the fold depends on it).
-    ``records`` on the state is the version read (the timeline's length).
-    Raises TimelineUnreadable as reading the timeline does.
-    """
-    if snapshots is None or workflow != NO_WORKFLOW:
-        return fold(timeline.read(run_id), workflow)
-    start: ScratchState | None = None
-    snap = snapshots.load_snapshot(run_id)
-    if snap is not None:
-        start = state_from_data(snap[1])
-        if start is not None and start.records != snap[0]:
-            start = None
-    since = start.records if start is not None else 0
-    state = fold(snapshots.read_after(run_id, since), start=start)  # streamed: memory stays flat
-    if state.records - since >= SNAPSHOT_EVERY:
-        snapshots.save_snapshot(run_id, state.records, state_to_data(state))
-    return state
 
 
 def check_resume(
@@ -156,11 +135,16 @@ class ResumeOutcome:
 
 @attrs.frozen
 class Target:
-    """Where a restore goes: a sandbox, a host directory, or nowhere on purpose (A15)."""
+    """Where a resume restores: a sandbox, a host directory, or (an engine's explicit
+    choice only, A15) nowhere on purpose."""
 
-    sandbox: Sandbox | None
-    host_directory: Path | None
-    without_sandbox: bool
+    sandbox: Sandbox | None = None
+    host_directory: Path | None = None
+    without_sandbox: bool = False
+
+    @property
+    def exists(self) -> bool:
+        return self.sandbox is not None or self.host_directory is not None or self.without_sandbox
 
     def check(self, decision: ResumeDecision) -> None:
         """A15: a restore with no target at all is refused before anything is written."""
@@ -181,7 +165,7 @@ def resume(
     attempt: str | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
-    cancel: retry.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
+    cancel: cancellation.Cancel | None = None,  # L5: a lease's run context; once cut, the restore stops
     snapshots: SnapshotStore | None = None,
     without_sandbox: bool = False,
     record_budget: float = RECORD_BUDGET,
@@ -272,10 +256,10 @@ def _resume_held(
     snapshots: SnapshotStore | None,
     record_budget: float,
     execution: str,
-    cancel: retry.Cancel | None,
+    cancel: cancellation.Cancel | None,
     first: int,
 ) -> ResumeOutcome:
-    unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget)
+    unrecorded, reconciled = _reconcile(run_id, request, timeline, store, clock, record_budget, snapshots)
     if unrecorded is not None:
         return unrecorded
     origin = first if reconciled is None else min(first, reconciled)
@@ -305,7 +289,13 @@ def _resume_held(
 
 
 def _reconcile(
-    run_id: str, request: ResumeRequest, timeline: Timeline, store: BankStore, clock: Clock, budget: float
+    run_id: str,
+    request: ResumeRequest,
+    timeline: Timeline,
+    store: BankStore,
+    clock: Clock,
+    budget: float,
+    snapshots: SnapshotStore | None = None,
 ) -> tuple[ResumeOutcome | None, int | None]:
     """N3 (ADR 0006), engine-side only: record the unrecorded bank provably the latest
     execution's own teardown; refuse by name (BANK_UNRECORDED) on one that may be but
@@ -315,7 +305,7 @@ def _reconcile(
     if request.where is not Where.ENGINE:
         return None, None
     try:
-        done = reconcile_before_resume(store, timeline, run_id, clock, budget)
+        done = reconcile_before_resume(store, timeline, run_id, clock, budget, snapshots)
     except (TimelineConflict, *RETRYABLE):  # a busy store too (issue 26): the gate reads again
         return None, None
     if done is None:
@@ -395,7 +385,7 @@ def _restore_guarded(
     store: BankStore,
     target: Target,
     progress: Progress | None,
-    cancel: retry.Cancel | None = None,
+    cancel: cancellation.Cancel | None = None,
 ) -> RestoreAttempt:
     """The restore, with every failure it can meet turned into a named attempt (X4, X5)."""
     try:
@@ -422,9 +412,9 @@ def _record_restore(
 ) -> ResumeOutcome:
     """X7: the host_backed and stale records within their budget; any other once. Fenced."""
     record = attrs.evolve(outcome.record, at=clock.now())
-    seconds = budget if outcome.must_record else 0.0
+    tries = None if outcome.must_record else 1  # once: one try, its line bounded by the budget
     try:
-        after = append_at(timeline, claim, [record], budget=Budget.start(clock, seconds))
+        after = append_at(timeline, claim, [record], budget=Budget.start(clock, budget), tries=tries)
     except TimelineConflict:
         raise ResumeSuperseded(
             f"run {claim.run_id}: another writer appended after this resume's claim "

@@ -21,9 +21,7 @@ from scratchbank.domain.errors import LeaseLost, LockLost, LockUnavailable, Queu
 from scratchbank.domain.records import RunStarted
 from scratchbank.domain.runs import check_run_id
 
-from .clock import Clock, SystemClock
-from .ports import LockGrant, LockHolder, RunLock, Timeline
-from .runner_ports import Lease, LeaseGrant
+from .ports import Clock, Lease, LeaseGrant, LockGrant, LockHolder, RunLock, SystemClock, Timeline
 
 #: The lease of an execution's lock: it lapses this long after its last refresh.
 LOCK_TTL = 60.0

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import attrs
 
-from scratchbank.domain.consent import Delivery, DeliveryVerdict, admit
+from scratchbank.domain.admission import Delivery, DeliveryVerdict, admit
 from scratchbank.domain.errors import (
     Fenced,
     LeaseLost,
@@ -46,7 +46,8 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.fold import ScratchState, fold
-from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for, orphan_may_bank
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, delay_for
+from scratchbank.domain.orphans import orphan_may_bank
 from scratchbank.domain.records import (
     AttemptClaimed,
     ResumeRefused,
@@ -56,13 +57,11 @@ from scratchbank.domain.records import (
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Where, decide_resume
 
-from .clock import Clock, SystemClock
 from .fencing import FencedBankStore, FencedTimeline, Token
 from .lease_keeper import LeaseKeeper
-from .ports import BankStore, Sandbox, Timeline
-from .resume import ResumeOutcome, resume
-from .run_lock import HandedLock
-from .runner_ports import (
+from .ports import (
+    BankStore,
+    Clock,
     DeliveryQueue,
     Engine,
     EngineEnd,
@@ -70,8 +69,13 @@ from .runner_ports import (
     Lease,
     LeaseGrant,
     ResumeDelivery,
+    Sandbox,
     SandboxProvider,
+    SystemClock,
+    Timeline,
 )
+from .resume import ResumeOutcome, resume
+from .run_lock import HandedLock
 from .teardown import Budgets, TeardownReport, bank_at_teardown
 
 #: A claim lost to another writer that is not a newer attempt: try again soon.

@@ -26,7 +26,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 import attrs
 
@@ -42,28 +41,26 @@ from . import fencing
 from . import resume as resume_use_case
 from . import teardown as teardown_use_case
 from .bank_objects import unreferenced_objects
-from .clock import Clock, SystemClock
-from .ports import BankStore, LockGrant, LockHolder, RunLock, Sandbox, SnapshotStore, StoredBank, Timeline
-from .restore import Progress
+from .ports import (
+    BankStore,
+    Clock,
+    DeliveryQueue,
+    LockGrant,
+    LockHolder,
+    Progress,
+    ResumeDelivery,
+    RunLock,
+    Sandbox,
+    SnapshotStore,
+    StoredBank,
+    SystemClock,
+    Timeline,
+)
+from .resume import Target
 from .run_lock import LOCAL, LOCK_TTL, HeldLock, new_execution, take
 from .runner import Verdicts
-from .runner_ports import DeliveryQueue, ResumeDelivery
 
 log = logging.getLogger("scratchbank")
-
-
-@attrs.frozen
-class Target:
-    """Where a resume restores: a sandbox, a host directory, or (an engine's explicit
-    choice only, A15) nowhere on purpose."""
-
-    sandbox: Sandbox | None = None
-    host_directory: Path | None = None
-    without_sandbox: bool = False
-
-    @property
-    def exists(self) -> bool:
-        return self.sandbox is not None or self.host_directory is not None or self.without_sandbox
 
 
 @attrs.frozen
@@ -436,6 +433,7 @@ class ScratchService:
                 clock=self.clock,
                 execution=held[0] if held is not None else execution,
                 checkpoint=checkpoint,
+                snapshots=self.snapshots,
             )
         finally:
             if held is not None:

@@ -46,7 +46,7 @@ from scratchbank.domain.errors import (
     TimelineConflict,
     TimelineUnreadable,
 )
-from scratchbank.domain.executions import Execution, executions, standing
+from scratchbank.domain.executions import Execution, Standing, executions, standing
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import BankStamp, digest_of, execution_label
 from scratchbank.domain.records import Record, ScratchBanked
@@ -66,22 +66,26 @@ from scratchbank.domain.teardown import (
     teardown_record,
 )
 
+from .bank_format.host_archive import ArchiveFacts, HostArchive
 from .bank_objects import prune
-from .clock import Clock, SystemClock
-from .host_archive import ArchiveFacts, HostArchive
+from .cancellation import Cancel, Deadline
+from .folded import current_state
 from .ports import (
+    TRY_FAILURES,
     ArchiveReport,
     BankStore,
-    ByteSink,
+    Clock,
     LockGrant,
-    QuiescedArchive,
     QuiesceReport,
     RunLock,
     Sandbox,
+    SnapshotStore,
+    SystemClock,
     Timeline,
+    quiesce_and_archive,
 )
 from .recording import RETRYABLE, Claim, another_teardown, append_at, new_execution
-from .retry import Budget, Cancel, Deadline, Pauses, retry_within
+from .retry import Budget, Pauses, retry_within
 
 
 @attrs.frozen
@@ -195,16 +199,26 @@ class FirstRead:
 
 
 def _first_read(
-    timeline: Timeline, run_id: str, execution: str | None, budgets: Budgets, clock: Clock, notes: list[str]
+    timeline: Timeline,
+    run_id: str,
+    execution: str | None,
+    budgets: Budgets,
+    clock: Clock,
+    notes: list[str],
+    snapshots: SnapshotStore | None = None,
 ) -> FirstRead:
     """Read the run, retried within the record's budget (a blip never disables the check),
-    and say which execution this teardown banks and whether a newer one started (A18)."""
+    and say which execution this teardown banks and whether a newer one started (A18).
+    The plan folds the latest snapshot and the records after it (issue 26)."""
     budget = Budget.start(clock, budgets.record_seconds)
     pauses = Pauses(budgets.first_pause, budgets.record_pause_cap)
+
+    def read(_d: Deadline) -> tuple[ScratchState, Standing]:
+        state = current_state(timeline, run_id, snapshots=snapshots)
+        return state, _standing(timeline, run_id, state, execution)
+
     try:
-        records = retry_within(
-            budget, lambda _d: tuple(timeline.read(run_id)), retry_on=(TimelineUnreadable,), pauses=pauses
-        )
+        state, where = retry_within(budget, read, retry_on=(TimelineUnreadable,), pauses=pauses)
     except TimelineUnreadable as error:
         if execution is None:
             why = (
@@ -217,10 +231,20 @@ def _first_read(
         # write and the record).
         notes.append(f"timeline unreadable at teardown, banking execution {execution}: {error.message}")
         return FirstRead(ScratchState(), None, None)
-    where = standing(records, execution)
     if where.why_not:
         notes.append(where.why_not)
-    return FirstRead(fold(records), Claim(run_id, len(records)), where.execution, where.why_not)
+    return FirstRead(state, Claim(run_id, state.records), where.execution, where.why_not)
+
+
+def _standing(timeline: Timeline, run_id: str, state: ScratchState, execution: str | None) -> Standing:
+    """A18 from the fold: the latest execution is the fold's; a teardown naming an older one
+    (or one never started: superseded either way) reads the run whole to say which."""
+    latest = state.latest_execution
+    if latest is None:
+        return Standing(None, missing=execution is not None)
+    if execution is None or execution == state.latest_execution_id:
+        return Standing(Execution(latest.position, state.latest_execution_id))
+    return standing(tuple(timeline.read(run_id)), execution)
 
 
 def _newer(records: tuple[Record, ...], mine: Execution | None, execution: str | None) -> str:
@@ -256,6 +280,7 @@ def bank_at_teardown(
     execution: str | None = None,
     lock: RunLock | None = None,
     grant: LockGrant | None = None,
+    snapshots: SnapshotStore | None = None,
 ) -> TeardownReport:
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
@@ -266,6 +291,7 @@ def bank_at_teardown(
     that is latest at its first read (records without ids keep today's meaning).
     ``lock`` and ``grant``: the run's lock that execution holds (A16); released once the
     teardown recorded or learned it lost the run.
+    ``snapshots``: where the plan's fold starts (issue 26: the plan never reads the run whole).
     """
     try:
         return _bank_at_teardown(
@@ -279,6 +305,7 @@ def bank_at_teardown(
             cancel,
             execution,
             checkpoint,
+            snapshots,
         )
     finally:
         if lock is not None and grant is not None:
@@ -296,9 +323,10 @@ def _bank_at_teardown(
     cancel: Cancel | None,
     execution: str | None,
     checkpoint: Checkpoint | None,
+    snapshots: SnapshotStore | None = None,
 ) -> TeardownReport:
     notes: list[str] = []
-    first = _first_read(timeline, run_id, execution, budgets, clock, notes)
+    first = _first_read(timeline, run_id, execution, budgets, clock, notes, snapshots)
     state, claim, mine = first.state, first.claim, first.mine
     named = mine.label if mine is not None else execution
     plan = _plan(state, sandbox, run_finished)
@@ -483,7 +511,7 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
     """
     try:
         archived = _archive_quiesced(run, plan, attempt)
-    except _TRY_FAILURES as error:
+    except TRY_FAILURES as error:
         failed = _failed_try(error)
         if run.complete is None:
             return failed, False
@@ -494,9 +522,6 @@ def _one_try(run: _Run, plan: TeardownPlan, attempt: int) -> tuple[TryOutcome, b
     if not archived[0].refused and run.complete is not None:
         archived = run.complete  # T16: a clean archive before one that raced, across tries
     return _bank(run, *archived)
-
-
-_TRY_FAILURES = (SandboxGone, ExecFailed, StreamBroken, ArchiveFailed)
 
 
 def _failed_try(error: BaseException) -> TryOutcome:
@@ -524,39 +549,6 @@ def _archive_quiesced(run: _Run, plan: TeardownPlan, attempt: int) -> Complete |
     finally:
         if run.left_stopped:
             _continue(run)
-
-
-def quiesce_and_archive(
-    sandbox: Sandbox,
-    dest: ByteSink,
-    *,
-    budget_seconds: int,
-    wait_seconds: int,
-    compress: bool,
-    deadline: Deadline | None = None,
-) -> QuiescedArchive:
-    """One quiesced pass (T11-T14): the sandbox's own call where it offers one
-    (``QuiescingSandbox``), else ``quiesce`` then ``archive`` (verifying unless every
-    process stopped), which leaves continuing to the caller.
-
-    Asked by attribute, not ``isinstance``: a proxy that forwards through ``__getattr__``
-    (a timing wrapper) offers it too."""
-    own = getattr(sandbox, "quiesce_and_archive", None)
-    if callable(own):
-        done: QuiescedArchive = own(
-            dest,
-            budget_seconds=budget_seconds,
-            wait_seconds=wait_seconds,
-            compress=compress,
-            deadline=deadline,
-        )
-        return done
-    report = sandbox.quiesce(budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline)
-    try:
-        archived = sandbox.archive(dest, compress=compress, verify=not report.quiesced, deadline=deadline)
-    except _TRY_FAILURES as error:
-        return QuiescedArchive(report, None, report.refused, error)
-    return QuiescedArchive(report, archived, report.refused)
 
 
 def _bank(run: _Run, facts: ArchiveFacts, raced: tuple[str, ...]) -> tuple[TryOutcome, bool]:

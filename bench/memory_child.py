@@ -91,8 +91,8 @@ def host(tree: Path, work: Path) -> dict[str, object]:
     """The host side alone: ``tar cf`` of the tree into HostArchive, members capped at 2M not 200k."""
     import subprocess
 
-    from scratchbank.application.host_archive import HostArchive
-    from scratchbank.application.tarstream import Limits
+    from scratchbank.application.bank_format.host_archive import HostArchive
+    from scratchbank.application.bank_format.reader import Limits
 
     before = vm_hwm_kib()
     t0 = time.perf_counter()

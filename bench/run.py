@@ -216,7 +216,7 @@ def compare_engine(
 
 def isal_vs_zlib(box: Box, work: Path, n: int) -> Comparison:
     """The whole bank with ISA-L's gzip against the same bank with zlib's (ADR 0003)."""
-    from scratchbank.application import gzip_codec
+    from scratchbank.application.bank_format import gzip_codec
 
     rig = Rig(box, "fs", work / "codec-e2e", Budgets())
     has_isal = gzip_codec._isal
@@ -365,8 +365,8 @@ def memory_goals(mem: dict[str, Any], small: str, large: str, what: str) -> list
 
 def codecs(tree_names: list[str], work: Path, n: int) -> list[dict[str, Any]]:
     """ISA-L vs zlib through HostArchive (compress + hash + write + parse) on a tree's raw tar."""
-    from scratchbank.application.gzip_codec import GzipCodec, _isal
-    from scratchbank.application.host_archive import HostArchive
+    from scratchbank.application.bank_format.gzip_codec import GzipCodec, _isal
+    from scratchbank.application.bank_format.host_archive import HostArchive
 
     if _isal() is None:
         print("isal not installed: codec comparison skipped")

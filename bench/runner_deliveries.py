@@ -24,13 +24,15 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
 from scratchbank.application.service import ScratchService
-from scratchbank.domain.records import RunStarted, RunStatus, RunStatusChanged
+from scratchbank.domain.records import AttemptClaimed, RunStarted, RunStatus, RunStatusChanged
 
 WORKFLOW = [{"name": "work", "kind": "tool", "command": "echo done > out.txt"}]
 
@@ -55,12 +57,31 @@ def timeline_url(base: Path, given: str | None) -> str:
     return pg.rsplit("/", 1)[0] + "/" + name
 
 
+def ended(timeline: EventStoreTimeline, run: str) -> str | None:
+    """How the run ended: "ok" (finished once), else by name; None while it is not over."""
+    statuses = [r.status for r in timeline.read(run) if isinstance(r, RunStatusChanged)]
+    finishes = statuses.count(RunStatus.FINISHED)
+    if finishes > 1:
+        return "finished more than once"
+    if finishes == 1:
+        return "ok"
+    if statuses and statuses[-1] in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return statuses[-1].value
+    return None
+
+
 def finished(timeline: EventStoreTimeline, run: str) -> bool:
-    return any(isinstance(r, RunStatusChanged) and r.status is RunStatus.FINISHED for r in timeline.read(run))
+    return ended(timeline, run) is not None
 
 
 def one_side(runners: int, n: int, url: str, base: Path) -> float:
     """Queue and publish ``n`` runs, start ``runners`` processes; seconds to finish them all."""
+    return float(measure(runners, n, url, base)["seconds"])
+
+
+def measure(runners: int, n: int, url: str, base: Path, limit: float = 600.0) -> dict[str, Any]:
+    """``one_side`` with each run's time from the first publication to its end (seen by
+    polling every 50 ms), how each ended by name (exactly once: ``ok``), and its claims."""
     nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
     port, store = free_port(), base / f"nats-{runners}"
     server = subprocess.Popen(
@@ -96,16 +117,26 @@ def one_side(runners: int, n: int, url: str, base: Path) -> float:
         started = time.monotonic()  # every runner is ready: publishing is part of the path
         for run in runs:
             service.queue_resume(run)
-        left = set(runs)
-        while left and time.monotonic() - started < 600:
-            left = {r for r in left if not finished(timeline, r)}
+        left, took = set(runs), {}
+        while left and time.monotonic() - started < limit:
+            now = time.monotonic() - started
+            for run in [r for r in left if finished(timeline, r)]:
+                took[run] = now
+                left.discard(run)
             time.sleep(0.05)
         seconds = time.monotonic() - started
-        if left:
-            raise SystemExit(f"{len(left)} runs did not finish within 600 s")
+        outcomes = Counter(ended(timeline, r) or f"not over within {limit:g} s" for r in runs)
+        claims = sum(isinstance(x, AttemptClaimed) for r in runs for x in timeline.read(r))
         conn.close()
         timeline.close()
-        return seconds
+        if left and limit >= 600:
+            raise SystemExit(f"{len(left)} runs did not finish within {limit:g} s")
+        return {
+            "seconds": seconds,
+            "latencies": sorted(took.values()),
+            "outcomes": dict(outcomes),
+            "claims": claims,
+        }
     finally:
         for proc in procs:
             proc.terminate()

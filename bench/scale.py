@@ -12,6 +12,16 @@ Two sections, each measured in fresh child processes (VmHWM is the child's own p
 - ``decisions``: a run grown through the Timeline port to 1k..1M records (batches of
   1,000, as an engine appends), then in a fresh process the first decision (cold) and a
   second one (warm): seconds, records read, peak memory.
+- ``runner``: runs queued on NATS JetStream and delivered to 1, then 2 runner processes
+  (``bench/runner_deliveries.py``'s rig): deliveries/s, p50/p95 from publication to the
+  run's end, how each run ended by name (``ok``: finished exactly once), claims, peak memory.
+
+Every phase also says whether it was CPU-bound (issue 26's "within 10% of the machine's
+limit"): ``cpu_util`` is the CPU time of the measuring process and its children per wall
+second per core (1.0: every core busy with this work), ``machine_util`` the whole machine's
+busy share from /proc/stat over the same wall time (other load included), and ``bound``
+"cpu" when ``cpu_util`` >= 0.9, "machine busy" when the machine was but not with this work,
+else "waits" (locks, I/O, sleeps: not CPU-bound).
 
 Results: ``bench/results/DATE-scale.json`` with the date, the machine and its load.
 Needs SCRATCHBANK_POSTGRES_URL and SCRATCHBANK_S3_ENDPOINT for the second backend.
@@ -55,6 +65,41 @@ def cpu_seconds() -> float:
     """This process and its waited-for children (tar, nsenter), user + system."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of every core since boot, from /proc/stat's first line."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+#: ``cpu_util`` at or above this is CPU-bound (within 10% of the machine's limit).
+CPU_BOUND = 0.9
+
+
+class CpuMeter:
+    """CPU utilisation over a stretch of wall time: this process and its waited-for
+    children per core, and the whole machine's busy share (``figures``)."""
+
+    def __init__(self) -> None:
+        self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
+
+    def figures(self) -> dict[str, Any]:
+        wall = max(time.perf_counter() - self.t0, 1e-9)
+        cores = os.cpu_count() or 1
+        used = cpu_seconds() - self.cpu0
+        busy1, total1 = machine_jiffies()
+        total = max(total1 - self.jiffies0[1], 1)
+        util, machine_util = used / wall / cores, (busy1 - self.jiffies0[0]) / total
+        bound = "cpu" if util >= CPU_BOUND else "machine busy" if machine_util >= CPU_BOUND else "waits"
+        return {
+            "cpu_per_wall": round(used / wall, 2),
+            "cores": cores,
+            "cpu_util": round(util, 3),
+            "machine_util": round(machine_util, 3),
+            "bound": bound,
+        }
 
 
 def percentile(xs: list[float], p: float) -> float | None:
@@ -140,7 +185,7 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    meter, t0 = CpuMeter(), time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
@@ -151,7 +196,7 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
         "per_s": round(len(ok) / wall, 2),
         "p50_s": percentile(ok, 50),
         "p95_s": percentile(ok, 95),
-        "cpu_per_wall": round((cpu_seconds() - cpu0) / wall, 2),
+        **meter.figures(),
         "errors": dict(Counter(e for e in ended if e != "ok")),
     }
 
@@ -159,7 +204,8 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
 def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[str, Any]:
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.local_sandbox import LocalSandbox
-    from scratchbank.application.service import ScratchService, Target
+    from scratchbank.application.resume import Target
+    from scratchbank.application.service import ScratchService
     from scratchbank.domain.errors import ScratchbankError
     from scratchbank.domain.records import ScratchBanked, ScratchRestored
     from scratchbank.testing.builders import node, started
@@ -281,6 +327,57 @@ def child_decide(url: str, full: bool) -> dict[str, Any]:
     return out
 
 
+# -- the runner on NATS: 1 and 2 processes ------------------------------------------------------
+
+
+def child_runner(backend: str, runners: int, n: int, work: Path) -> dict[str, Any]:
+    """``n`` runs through ``runners`` runner processes (bench/runner_deliveries.py's rig); the
+    CPU of this process and its children (the runners, nats-server) once they are waited."""
+    sys.path.insert(0, str(HERE))
+    from runner_deliveries import measure
+
+    url = timeline_url(backend, work, "runner")
+    meter = CpuMeter()
+    got = measure(runners, n, url, work, limit=300.0)
+    ok = got["latencies"]
+    return {
+        "runners": runners,
+        "runs": n,
+        "wall_s": round(got["seconds"], 3),
+        "deliveries_per_s": round(got["outcomes"].get("ok", 0) / got["seconds"], 2),
+        "p50_s": percentile(ok, 50),
+        "p95_s": percentile(ok, 95),
+        **meter.figures(),
+        "errors": {k: v for k, v in got["outcomes"].items() if k != "ok"},
+        "claims": got["claims"],
+        "peak_mib": round(vm_hwm_mib(), 1),
+    }
+
+
+def runner_section(plan: argparse.Namespace, results: dict[str, Any], save: Callable[[], None]) -> None:
+    for backend in plan.backends:
+        for runners in (1, 2):
+            work = Path(tempfile.mkdtemp(prefix=f"scale-runner-{backend}-{runners}-"))
+            try:
+                got = in_child("runner", backend, str(runners), str(plan.runner_runs), str(work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            got |= {"backend": backend, "runners": runners, "load": os.getloadavg()}
+            results["runner"].append(got)
+            print(runner_line(got), flush=True)
+            save()
+
+
+def runner_line(r: dict[str, Any]) -> str:
+    if "failed" in r:
+        return f"runner {r['backend']:8} x{r['runners']} FAILED {r['stderr'][-300:]}"
+    return (
+        f"runner {r['backend']:8} x{r['runners']} {r['runs']} runs: {r['deliveries_per_s']:6.2f} deliveries/s "
+        f"p50 {r['p50_s'] or 0:.2f} p95 {r['p95_s'] or 0:.2f} | cpu {r['cpu_util']:.2f} of {r['cores']} cores "
+        f"(machine {r['machine_util']:.2f}: {r['bound']}) | errors {r['errors'] or {}} claims {r['claims']}"
+    )
+
+
 # -- the parent -------------------------------------------------------------------------------
 
 
@@ -316,8 +413,8 @@ def runs_line(r: dict[str, Any]) -> str:
     t, s = r["teardown"], r["resume"]
     return (
         f"runs {r['backend']:8} N={r['n']:<4} teardown {t['per_s']:6.1f}/s p50 {t['p50_s'] or 0:.2f} "
-        f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_per_wall']:.2f} | resume {s['per_s']:6.1f}/s "
-        f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_per_wall']:.2f} | "
+        f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_util']:.2f} ({t['bound']}) | resume {s['per_s']:6.1f}/s "
+        f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
         f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
         f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
     )
@@ -354,13 +451,14 @@ def decision_line(d: dict[str, Any]) -> str:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--sections", default="runs,decisions")
+    parser.add_argument("--sections", default="runs,decisions,runner")
     parser.add_argument("--backends", default="")
     parser.add_argument("--ns", default="1,10,50,200")
     parser.add_argument("--lengths", default="1000,10000,100000,1000000")
     parser.add_argument("--full-up-to", type=int, default=100_000, help="fold whole runs up to this length")
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--file-kib", type=int, default=10)
+    parser.add_argument("--runner-runs", type=int, default=40, help="runs delivered per runner measurement")
     parser.add_argument("--out", default="")
     plan = parser.parse_args(argv)
     pg = os.environ.get("SCRATCHBANK_POSTGRES_URL") and os.environ.get("SCRATCHBANK_S3_ENDPOINT")
@@ -376,6 +474,9 @@ def child(args: list[str]) -> dict[str, Any]:
     if what == "runs":
         backend, n, files, kib, work = rest
         return child_runs(backend, int(n), int(files), int(kib), Path(work))
+    if what == "runner":
+        backend, runners, n, work = rest
+        return child_runner(backend, int(runners), int(n), Path(work))
     if what == "fill":
         return child_fill(rest[0], int(rest[1]), int(rest[2]))
     return child_decide(rest[0], rest[1] == "1")
@@ -393,6 +494,7 @@ def main(argv: list[str]) -> int:
         "plan": {k: v for k, v in vars(plan).items() if k != "out"},
         "runs": [],
         "decisions": [],
+        "runner": [],
     }
 
     def save() -> None:
@@ -403,6 +505,8 @@ def main(argv: list[str]) -> int:
         runs_section(plan, results, save)
     if "decisions" in plan.sections:
         decisions_section(plan, results, save)
+    if "runner" in plan.sections:
+        runner_section(plan, results, save)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["load_at_end"] = os.getloadavg()
     save()

@@ -4,9 +4,9 @@ A test (tests/test_architecture.py) fails the build if a module here imports
 anything outside an allow-list of pure modules.
 """
 
+from .admission import Consents, Delivery, DeliveryVerdict, judge_delivery
 from .adoption import AdoptionDecision, ChildNode, decide_adoption
 from .checkpoints import Checkpoint
-from .consent import Consents, Delivery, DeliveryVerdict, judge_delivery
 from .errors import ScratchbankError, TimelineConflict, TimelineUnreadable
 from .fold import Bank, Evidence, ScratchState, fold, step
 from .kinds import Workflow

@@ -106,6 +106,9 @@ class ScratchState:
     latest_execution: Evidence | None = None
     #: the id the latest execution's start record gave it (A18), None when it gave none
     latest_execution_id: str | None = None
+    #: every bank object a banked teardown record named (None: the legacy key), so that
+    #: N3 sorts a listing from the fold alone, never from the whole timeline (issue 26)
+    named_objects: frozenset[str | None] = frozenset()
     adoption: Adoption | None = None
     hold: Evidence | None = None
     queued_attempt: AttemptQueued | None = None
@@ -221,6 +224,13 @@ def _on_rewound(state: ScratchState, rec: RunRewound) -> ScratchState:
     return attrs.evolve(state, stale_writes=kept)
 
 
+def _naming(state: ScratchState, rec: ScratchBanked) -> ScratchState:
+    """A banked record names its object for good (N3 reads the names from the fold)."""
+    if not rec.banked or rec.object in state.named_objects:
+        return state
+    return attrs.evolve(state, named_objects=state.named_objects | {rec.object})
+
+
 def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) -> ScratchState:
     """Fold one more record into the state."""
     ev = _ev(state.records, record)
@@ -233,7 +243,7 @@ def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) 
         case RunRewound():
             return _on_rewound(state, record)
         case ScratchBanked():
-            return _on_banked(state, ev, record)
+            return _on_banked(_naming(state, record), ev, record)
         case ScratchRestored():
             return _on_restored(state, ev, record)
         case SandboxShared():

@@ -115,11 +115,21 @@ class Reconciliation:
 def reconcile(
     state: ScratchState, records: Sequence[Record], listing: Iterable[StoredObject]
 ) -> Reconciliation:
-    """Sort the unreferenced objects (N3, A16-A18). Only while the latest execution may still
-    be banking (no teardown record and no host-backed restore after its start) can one of
-    them be its teardown's; the stamp must name that execution, and be the only one."""
+    """Sort the unreferenced objects (N3, A16-A18) of a run read whole (``reconciled``)."""
+    return _sort(state, unreferenced(records, listing))
+
+
+def reconciled(state: ScratchState, listing: Iterable[StoredObject]) -> Reconciliation:
+    """N3 from the fold alone (its ``named_objects``): a snapshot and the records after it
+    decide as the whole timeline would (issue 26: no decision pays a full read)."""
+    return _sort(state, tuple(o for o in listing if o.name not in state.named_objects))
+
+
+def _sort(state: ScratchState, loose: tuple[StoredObject, ...]) -> Reconciliation:
+    """Only while the latest execution may still be banking (no teardown record and no
+    host-backed restore after its start) can an unreferenced object be its teardown's;
+    the stamp must name that execution, and be the only one."""
     latest = execution_label(state)
-    loose = unreferenced(records, listing)
     if not loose or not state.may_still_be_banking or not latest:
         return Reconciliation(latest, others=loose)
     mine = tuple(o for o in loose if o.stamp is not None and o.stamp.execution == latest and _whole(o))

@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
+from .admission import Consents
 from .checkpoints import Checkpoint, Position, compare
-from .consent import Consents
 from .fold import Bank, Evidence, ScratchState
 from .records import Record, ScratchForsaken, ScratchRestored
 

@@ -13,7 +13,7 @@ from .records import AttemptQueued, RunStatus, ScratchBanked
 from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -55,6 +55,7 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "claimed_attempt": state.claimed_attempt,
         "status": None if state.status is None else state.status.value,
         "unknown_records": state.unknown_records,
+        "named_objects": sorted(state.named_objects, key=lambda n: (n is not None, n or "")),
     }
 
 
@@ -102,6 +103,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             claimed_attempt=data["claimed_attempt"],
             status=None if data["status"] is None else RunStatus(data["status"]),
             unknown_records=int(data["unknown_records"]),
+            named_objects=frozenset(None if n is None else str(n) for n in data["named_objects"]),
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None

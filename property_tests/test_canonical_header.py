@@ -1,6 +1,6 @@
 """The canonical header encoder (issue 14): byte for byte what tarfile's PAX writer wrote.
 
-``header_of`` (tarstream.py) builds every header a sandbox ever extracts. It used to
+``header_of`` (bank_format/header_encoder.py) builds every header a sandbox ever extracts. It used to
 build them with ``tarfile.TarInfo.tobuf(PAX_FORMAT)``; it now lays the fields out itself
 (tarfile was a third of the host's per-member work). The model is the old code, kept
 here: for any member the reader can accept (names of any bytes but NUL, long names and
@@ -16,9 +16,10 @@ import tarfile
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from scratchbank.application.manifest import DIR, FILE, HARDLINK, SYMLINK, Member
-from scratchbank.application.tar_header import MAX_MTIME
-from scratchbank.application.tarstream import Limits, TarReader, header_of
+from scratchbank.application.bank_format.header_encoder import header_of
+from scratchbank.application.bank_format.members import DIR, FILE, HARDLINK, SYMLINK, Member
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.tar_header import MAX_MTIME
 
 _TYPES = {FILE: tarfile.REGTYPE, DIR: tarfile.DIRTYPE, SYMLINK: tarfile.SYMTYPE, HARDLINK: tarfile.LNKTYPE}
 

@@ -14,7 +14,7 @@ import tarfile
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from scratchbank.application.tar_header import (
+from scratchbank.application.bank_format.tar_header import (
     BLOCK,
     MAX_ID,
     MAX_MODE,

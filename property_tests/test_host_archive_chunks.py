@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scratchbank.application.gzip_codec import GzipCodec, _isal
-from scratchbank.application.host_archive import HostArchive
+from scratchbank.application.bank_format.gzip_codec import GzipCodec, _isal
+from scratchbank.application.bank_format.host_archive import HostArchive
 
 CODECS = [GzipCodec("zlib", 1)] + ([GzipCodec("isal", 1)] if _isal() is not None else [])
 

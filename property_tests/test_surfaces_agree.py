@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.resume import Target
+from scratchbank.application.service import ScratchService
 from scratchbank.domain.errors import NoRestoreTarget, RunNotFound
 from scratchbank.domain.records import Record, RunResumed
 from scratchbank.domain.resume_gate import ResumeRequest, Verdict

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown
 from scratchbank.domain import fold
 from scratchbank.domain.errors import ArchiveFailed, BankWriteFailed, ExecFailed, SandboxGone, StreamBroken

@@ -20,8 +20,8 @@ from typing import BinaryIO
 from scratchbank.adapters import runner_process
 from scratchbank.adapters.config import bank_folder
 from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import StoredBank
-from scratchbank.application.retry import Deadline
 from scratchbank.domain.objects import BankStamp, StoredObject
 
 

@@ -208,7 +208,8 @@ def record_for(data: bytes, manifest_bytes: int | None = None) -> object:
     the manifest our reader computes when it accepts the bank (none when it refuses)."""
     import hashlib
 
-    from scratchbank.application.tarstream import GzipReader, TarReader
+    from scratchbank.application.bank_format.gunzip import GzipReader
+    from scratchbank.application.bank_format.reader import TarReader
     from scratchbank.domain.errors import HostileArchive
     from scratchbank.domain.records import ScratchBanked
 

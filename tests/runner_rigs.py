@@ -14,13 +14,19 @@ from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
 from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.adapters.reference_engine import Node, ReferenceEngine
 from scratchbank.adapters.sandbox_provider import LocalSandboxProvider
-from scratchbank.application.clock import Clock, SystemClock
 from scratchbank.application.orphans import OutboxListing, Sweeper, SweepReport
-from scratchbank.application.ports import BankStore, Timeline
+from scratchbank.application.ports import (
+    BankStore,
+    Clock,
+    DeliveryQueue,
+    Lease,
+    ResumeDelivery,
+    SystemClock,
+    Timeline,
+)
 from scratchbank.application.runner import Handling, Runner, RunnerSettings, Verdicts
-from scratchbank.application.runner_ports import DeliveryQueue, Lease, ResumeDelivery
 from scratchbank.application.service import ScratchService
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import Record
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest

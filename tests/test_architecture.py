@@ -83,6 +83,18 @@ def test_layers_never_import_upward() -> None:
     assert "0 broken" in done.stdout
 
 
+def test_the_bank_format_contract_names_every_use_case_module() -> None:
+    """import-linter's bank-format contract forbids every application module outside the
+    bank format, the ports and the cancellation model (a new use case is covered too)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in config if c.get("source_modules") == ["scratchbank.application.bank_format"]]
+    allowed = {"__init__", "ports", "cancellation"}
+    use_cases = {p.stem for p in (ROOT / "application").glob("*.py")} - allowed
+    assert {f"scratchbank.application.{m}" for m in use_cases} <= set(contract["forbidden_modules"])
+
+
 def test_installed_distribution_claims_only_scratchbank() -> None:
     """No generic top-level names (domain, adapters, application) leak into site-packages."""
     import importlib.util

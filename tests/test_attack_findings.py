@@ -108,7 +108,7 @@ def test_X2_the_reader_never_streams_a_member_under_a_path_it_already_streamed_a
     writer must never hold a member under a path it has already handed over as a symlink,
     whatever the bank says later. Today it streams ``e``, ``d -> e`` and then ``d/pwned``
     and only refuses at the end."""
-    from scratchbank.application.tarstream import TarReader
+    from scratchbank.application.bank_format.reader import TarReader
     from scratchbank.domain.errors import HostileArchive
 
     raw = (
@@ -231,7 +231,7 @@ def test_X6_a_restore_over_a_read_only_directory_is_named_and_leaves_nothing_bes
 def test_X6_symlink_containment_of_a_tiny_bank_is_decided_in_bounded_time(tmp_path: Path) -> None:
     """40 symlinks ``c0 -> a/a/.../a/../../.../c1`` ... ``c39 -> f`` (each target 4 KB:
     800 components down, 800 back up; contained), and a few ``sN -> c0``. The containment
-    check (symlink_tree.py) resolves every link from scratch, component by component, with
+    check (bank_format/link_containment.py) resolves every link from scratch, component by component, with
     one SQLite lookup per component and 40 hops each: ~64k lookups per link, about 2-3 s of
     one core per link here. This 1.4 KB bank takes ~100 s; 200k ``sN`` links (still a
     few hundred KB gzip'd, within every cap) would take days. No named refusal, no bound.
@@ -269,7 +269,7 @@ def _deep_unique(n: int) -> bytes:
 
 
 def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
-    """Each member's 126 implicit parents become 126 rows of the member log (manifest.py),
+    """Each member's 126 implicit parents become 126 rows of the member log (bank_format/spill_log.py),
     each holding its whole path (up to 4 KB) twice (table and UNIQUE index): ~800 KB of
     SQLite temp file per 5 KB member. 200 members (a 4 KB gzip bank, 1 MB of tar) cost
     ~160 MB of the host's temp disk and ~6 s; 1,000 members (21 KB gzip) 810 MB and 33 s;
@@ -279,7 +279,7 @@ def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
     import resource
     import signal
 
-    from scratchbank.application.host_archive import HostArchive
+    from scratchbank.application.bank_format.host_archive import HostArchive
 
     data = gz(_deep_unique(200))
     assert len(data) < 8_000

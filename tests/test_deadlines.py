@@ -30,7 +30,8 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.scripted import ARCHIVE, BANK
-from scratchbank.application.retry import Budget, Deadline, Pauses, retry_within
+from scratchbank.application.cancellation import Deadline
+from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.application.teardown import Budgets, bank_at_teardown_async
 from scratchbank.domain.errors import (
     BankReadFailed,

@@ -10,9 +10,11 @@ import tarfile
 import pytest
 from hostile import end, gz, member, pax_header, pax_payload, set_field, ustar
 
-from scratchbank.application.host_archive import HostArchive
-from scratchbank.application.tar_header import DROPPED_PAX_KEYS, USED_PAX_KEYS
-from scratchbank.application.tarstream import CanonicalWriter, GzipReader, Limits, TarReader
+from scratchbank.application.bank_format.gunzip import GzipReader
+from scratchbank.application.bank_format.host_archive import HostArchive
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.tar_header import DROPPED_PAX_KEYS, USED_PAX_KEYS
+from scratchbank.application.bank_format.writer import CanonicalWriter
 from scratchbank.domain.errors import HostileArchive, UnreadableArchive
 
 

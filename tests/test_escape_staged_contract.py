@@ -13,8 +13,9 @@ import pytest
 from rigs import rig
 
 from scratchbank.adapters.memory import FakeSandbox
+from scratchbank.application.bank_format.members import DIR, FILE, SYMLINK, Member
+from scratchbank.application.bank_format.writer import CanonicalWriter
 from scratchbank.application.ports import Sandbox
-from scratchbank.application.tarstream import DIR, FILE, SYMLINK, CanonicalWriter, Member
 from scratchbank.domain.errors import RestoreRefused
 
 KINDS = ["fake", "local", "docker-busybox", "docker-gnu"]

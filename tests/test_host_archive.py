@@ -20,9 +20,9 @@ from hostile import corpus
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
-from scratchbank.application.gzip_codec import GzipCodec, _isal, choose_codec
-from scratchbank.application.host_archive import BATCH, ArchiveFacts, HostArchive
-from scratchbank.application.tarstream import Limits
+from scratchbank.application.bank_format.gzip_codec import GzipCodec, _isal, choose_codec
+from scratchbank.application.bank_format.host_archive import BATCH, ArchiveFacts, HostArchive
+from scratchbank.application.bank_format.reader import Limits
 from scratchbank.application.teardown import Budgets, bank_at_teardown
 from scratchbank.domain.errors import ArchiveFailed, HostArchiveFailed
 from scratchbank.testing.builders import started
@@ -157,7 +157,7 @@ def test_a_lane_that_failed_keeps_draining_and_keeps_its_first_error() -> None:
     """A producer never blocks on a failed lane (its queue is bounded): it drains, keeps the first error."""
     import threading
 
-    from scratchbank.application.host_archive import DEPTH, Lane
+    from scratchbank.application.bank_format.host_archive import DEPTH, Lane
 
     seen: list[bytes] = []
 

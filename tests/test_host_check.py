@@ -8,13 +8,10 @@ import io
 import pytest
 from hostile import corpus, host_only_corpus
 
-from scratchbank.application.tarstream import (
-    CanonicalWriter,
-    GzipReader,
-    Limits,
-    Manifest,
-    TarReader,
-)
+from scratchbank.application.bank_format.gunzip import GzipReader
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.spill_log import Manifest
+from scratchbank.application.bank_format.writer import CanonicalWriter
 from scratchbank.domain.errors import HostileArchive
 
 

@@ -22,7 +22,7 @@ from test_escape_sandbox import fingerprint, restore
 from test_sandboxes import frozen
 
 from scratchbank.adapters.scripted import QUIESCE, FramedStream
-from scratchbank.application.retry import Deadline
+from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
 from scratchbank.testing.hostile import HostileSandbox, check_hostile_sandbox, flood, shadow
 

@@ -14,8 +14,11 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.present import outcome_data, outcome_text
-from scratchbank.application.resume import check_resume, resume
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.cancellation import Cancel, Deadline, calls_within
+from scratchbank.application.recording import RETRYABLE, Claim, append_at
+from scratchbank.application.resume import Target, check_resume, resume
+from scratchbank.application.retry import Budget
+from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest
 from scratchbank.domain.errors import TimelineBusy, TimelineWriteFailed
@@ -124,7 +127,7 @@ def test_R15_a_busy_timeline_is_TIMELINE_BUSY_never_unreadable(tmp_path: Path) -
     )
     timeline.append("run-1", [started()])
     before = timeline.read("run-1")
-    assert timeline._slots.acquire(1.0)  # another caller holds the only slot
+    assert timeline._slots.acquire(1.0) == ""  # another caller holds the only slot
     try:
         with pytest.raises(TimelineBusy):
             timeline.read("run-1")
@@ -147,3 +150,67 @@ def test_the_in_flight_bound_is_one_setting_with_a_default_per_store(tmp_path: P
     assert (pool.pool_size, pool.max_overflow, pool.pool_timeout) == (7, 0, given.call_seconds)
     with pytest.raises(ValueError, match="in_flight"):
         EventStoreTimeline(f"sqlite:///{tmp_path}/c.db?in_flight=0")
+
+
+# -- the slot wait ends at the caller's deadline (issue 26, what is left, item 1) ------------
+
+
+def held(tmp_path: Path) -> tuple[EventStoreTimeline, tuple[Record, ...]]:
+    """A timeline whose only call slot another caller holds; its own line bound is long."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", in_flight=1, wait_seconds=5.0)
+    timeline.append("run-1", [started()])
+    before = tuple(timeline.read("run-1"))
+    assert timeline._slots.acquire(1.0) == ""
+    return timeline, before
+
+
+def test_R15_a_slot_wait_gives_up_at_the_callers_deadline_with_TIMELINE_BUSY(tmp_path: Path) -> None:
+    """A caller's passed deadline ends the wait for a slot: TIMELINE_BUSY naming it, nothing written."""
+    timeline, before = held(tmp_path)
+    try:
+        with calls_within(Deadline.after(0.0)), pytest.raises(TimelineBusy, match="caller's deadline"):
+            timeline.append("run-1", [node("clone")], expected=1)
+        assert timeline._slots.waiting() == 0  # it left the line
+    finally:
+        timeline._slots.release()
+    assert tuple(timeline.read("run-1")) == before
+
+
+def test_R15_a_use_cases_budget_bounds_the_slot_wait(tmp_path: Path) -> None:
+    """append_at passes its budget down: a spent budget ends the wait, retryable, never R15."""
+    timeline, before = held(tmp_path)
+    clock = ManualClock()
+    try:
+        with pytest.raises(TimelineBusy, match="caller's deadline"):
+            append_at(timeline, Claim("run-1", 1), [node("clone")], budget=Budget.start(clock, 0.0), tries=1)
+    finally:
+        timeline._slots.release()
+    assert tuple(timeline.read("run-1")) == before
+    assert isinstance(TimelineBusy("x"), RETRYABLE)
+
+
+def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
+    """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY."""
+    timeline, before = held(tmp_path)
+    cancel = Cancel()
+    errors: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            with calls_within(Deadline.after(60.0, cancel)):
+                timeline.read("run-1")
+        except TimelineBusy as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        while timeline._slots.waiting() == 0 and thread.is_alive():
+            threading.Event().wait(0.001)  # until it is in line (a condition, not a timed assertion)
+        cancel.cut("the lease was lost")
+        thread.join()
+    finally:
+        timeline._slots.release()
+    assert len(errors) == 1 and "cancelled" in str(errors[0])
+    assert timeline._slots.waiting() == 0
+    assert tuple(timeline.read("run-1")) == before

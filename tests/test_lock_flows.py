@@ -17,11 +17,11 @@ import pytest
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.run_lock import HandedLock, MemoryRunLock, SqliteRunLock
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import ByteSink, RunLock, StagedRestore
-from scratchbank.application.resume import resume
-from scratchbank.application.retry import Deadline
+from scratchbank.application.resume import Target, resume
 from scratchbank.application.run_lock import start_run
-from scratchbank.application.service import ScratchService, Target
+from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, Verdict
 from scratchbank.domain.errors import LockLost, RunLocked, TimelineUnreadable

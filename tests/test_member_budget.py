@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from hostile import end, member, pax_header, pax_payload, ustar
 
-from scratchbank.application.listing import load_listing
-from scratchbank.application.manifest import DEFAULT_BUDGET, MemberLog
-from scratchbank.application.tarstream import Limits, TarReader
+from scratchbank.application.bank_format.listing import load_listing
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.spill_log import DEFAULT_BUDGET, MemberLog
 from scratchbank.domain.errors import HostileArchive, StreamBroken
 
 OLD_CAP = 200_000

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.adoption import adopt_child
-from scratchbank.application.clock import SystemClock
-from scratchbank.application.ports import SandboxFacts
+from scratchbank.application.ports import SandboxFacts, SystemClock
 from scratchbank.domain import ChildNode, Consents, Delivery, decide_adoption, fold, judge_delivery
-from scratchbank.domain.consent import admit, attempt_ended
+from scratchbank.domain.admission import admit, attempt_ended
 from scratchbank.domain.errors import TimelineWriteFailed
-from scratchbank.domain.lease import orphan_may_bank
+from scratchbank.domain.orphans import orphan_may_bank
 from scratchbank.domain.records import AttemptClaimed, AttemptQueued, Record, RunResumed, SandboxShared
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
 from scratchbank.testing.builders import banked, restore_failed, restored, started, unbanked

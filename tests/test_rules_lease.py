@@ -25,10 +25,9 @@ from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
 from scratchbank.adapters.sandbox_provider import OWNER, LocalSandboxProvider
 from scratchbank.adapters.scripted import BANK
 from scratchbank.adapters.watchdog import Watchdog
-from scratchbank.application.clock import SystemClock
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.lease_keeper import LeaseKeeper
-from scratchbank.application.ports import Sandbox
-from scratchbank.application.retry import Cancel, Deadline
+from scratchbank.application.ports import Sandbox, SystemClock
 from scratchbank.application.runner import Handled, Handling, Runner
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.lease import (

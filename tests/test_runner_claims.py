@@ -22,9 +22,9 @@ from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, queue_r
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.fencing import FencedTimeline, Token
+from scratchbank.application.ports import ResumeDelivery
 from scratchbank.application.resume import resume
 from scratchbank.application.runner import Handled
-from scratchbank.application.runner_ports import ResumeDelivery
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain.errors import Fenced
 from scratchbank.domain.records import (

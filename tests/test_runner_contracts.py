@@ -12,8 +12,8 @@ from nats_server import namespace, nats_url  # noqa: F401 - a fixture
 
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue, NatsKvLease
-from scratchbank.application.runner_ports import DeliveryQueue, Lease, ResumeDelivery
-from scratchbank.domain.consent import Consents
+from scratchbank.application.ports import DeliveryQueue, Lease, ResumeDelivery
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import LeaseLost
 
 ACK_WAIT = 1.0

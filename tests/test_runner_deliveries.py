@@ -13,10 +13,9 @@ from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, queue_resu
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.adapters.reference_engine import Node
-from scratchbank.application.ports import Sandbox
+from scratchbank.application.ports import ResumeDelivery, Sandbox
 from scratchbank.application.runner import Handled
-from scratchbank.application.runner_ports import ResumeDelivery
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import ExecFailed
 from scratchbank.domain.fold import fold
 from scratchbank.domain.records import (

@@ -21,10 +21,11 @@ from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, queue_r
 from scratchbank.adapters.inprocess import InProcessQueue
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.orphans import sweep_orphans
+from scratchbank.application.ports import ResumeDelivery
 from scratchbank.application.runner import Handled
-from scratchbank.application.runner_ports import ResumeDelivery
-from scratchbank.domain.consent import Consents
-from scratchbank.domain.lease import HoldBudgets, LeaseTiming, Sweep, judge_orphan, sweeper_cutoff
+from scratchbank.domain.admission import Consents
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
+from scratchbank.domain.orphans import Sweep, judge_orphan
 from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, RunStarted
 from scratchbank.testing.clocks import ManualClock
 

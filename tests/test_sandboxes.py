@@ -14,7 +14,9 @@ import pytest
 from rigs import CONTAINERS, ENGINES, EXERCISED, Rig, host_sleep, rig
 
 from scratchbank.adapters.scripted import RESTORE as RESTORE_SCRIPT
-from scratchbank.application.tarstream import CanonicalWriter, Manifest, TarReader, manifest_lines
+from scratchbank.application.bank_format.reader import TarReader
+from scratchbank.application.bank_format.spill_log import Manifest, manifest_lines
+from scratchbank.application.bank_format.writer import CanonicalWriter
 from scratchbank.domain.errors import RestoreRefused, SandboxGone, StreamBroken
 
 
@@ -313,7 +315,7 @@ def _members(tar: bytes):  # type: ignore[no-untyped-def]
 
 
 def _canonical(archive: bytes, *, gz: bool) -> tuple[bytes, str, list[str]]:
-    from scratchbank.application.tarstream import GzipReader
+    from scratchbank.application.bank_format.gunzip import GzipReader
 
     out = io.BytesIO()
     writer_ = CanonicalWriter(out)
@@ -331,7 +333,7 @@ def _canonical(archive: bytes, *, gz: bool) -> tuple[bytes, str, list[str]]:
 
 
 def _one_file_archive(data: bytes) -> tuple[bytes, str]:
-    from scratchbank.application.tarstream import DIR, FILE, Member
+    from scratchbank.application.bank_format.members import DIR, FILE, Member
 
     out = io.BytesIO()
     w = CanonicalWriter(out)

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from scratchbank.adapters.event_store import PAGE, EventStoreTimeline
+from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.bank_objects import reconcile_before_resume
 from scratchbank.application.resume import SNAPSHOT_EVERY, check_resume, current_state
+from scratchbank.application.teardown import Budgets, _first_read
 from scratchbank.domain import ResumeRequest, fold
-from scratchbank.testing.builders import banked, node, started
+from scratchbank.domain.objects import BankStamp, object_name, reconcile, reconciled
+from scratchbank.domain.records import Record, ScratchBanked
+from scratchbank.testing.builders import banked, node, resumed, started
+from scratchbank.testing.clocks import ManualClock
 
 
 def long_run(tmp_path: Path, n: int) -> EventStoreTimeline:
@@ -96,3 +106,105 @@ def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp
     snap = second.load_snapshot("run-1")
     assert snap is not None and snap[0] == SNAPSHOT_EVERY + 12
     assert current_state(EventStoreTimeline(url), "run-1", snapshots=second) == fold(second.read("run-1"))
+
+
+# -- N3's reconcile and the teardown's plan decide from the snapshot + tail (issue 26) -------
+
+
+class CountingTimeline(InMemoryTimeline):
+    """A timeline and snapshot store in memory that counts every record it hands out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed = 0
+        self.snaps: dict[str, tuple[int, dict[str, Any]]] = {}
+
+    def read(self, run_id: str) -> Sequence[Record]:
+        records = super().read(run_id)
+        self.handed += len(records)
+        return records
+
+    def read_after(self, run_id: str, position: int) -> Iterable[Record]:
+        tail = tuple(super().read(run_id))[position:]
+        self.handed += len(tail)
+        return tail
+
+    def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
+        return self.snaps.get(run_id)
+
+    def save_snapshot(self, run_id: str, position: int, data: dict[str, Any]) -> None:
+        self.snaps[run_id] = (position, data)
+
+
+def archive(tmp_path: Path, content: bytes) -> tuple[Path, str]:
+    path = tmp_path / hashlib.sha256(content).hexdigest()
+    path.write_bytes(content)
+    return path, path.name
+
+
+TAIL = 6  # a resume and five finishes after the snapshot
+
+
+def long_run_with_tail(tmp_path: Path) -> tuple[CountingTimeline, InMemoryBankStore, str, str]:
+    """3,000 records with a snapshot, then a tail: a resumed execution whose teardown put an
+    object it never recorded (N3 records it); an older object a record before the snapshot
+    names, kept without a stamp (N3 must know the record names it, or refuse it unproven)."""
+    timeline, store = CountingTimeline(), InMemoryBankStore()
+    old_path, old = archive(tmp_path, b"the old bank")
+    timeline.append("run-1", [started(), attrs.evolve(banked(sha256=old), object=object_name(old))])
+    timeline.append("run-1", [node(f"h{i}", "human") for i in range(3000)])
+    store.put("run-1", old_path, sha256=old)  # no stamp: only the fold's names know it
+    current_state(timeline, "run-1", snapshots=timeline)  # a decision saved the snapshot
+    assert timeline.load_snapshot("run-1") is not None
+    resumed_at = len(timeline.read("run-1"))
+    timeline.append("run-1", [resumed(), *(node(f"t{i}", "tool") for i in range(TAIL - 1))])
+    new_path, new = archive(tmp_path, b"the new bank, never recorded")
+    stamp = BankStamp("run-1", f"@{resumed_at}", new_path.stat().st_size, new)
+    store.put("run-1", new_path, sha256=new, stamp=stamp)
+    timeline.handed = 0
+    return timeline, store, object_name(old), object_name(new)
+
+
+def test_N3_the_reconcile_reads_the_snapshot_and_the_tail_only(tmp_path: Path) -> None:
+    """N3 on a long run with a snapshot: records read <= the tail + a constant, same outcome."""
+    timeline, store, old, new = long_run_with_tail(tmp_path)
+    done = reconcile_before_resume(store, timeline, "run-1", ManualClock(), 30.0, snapshots=timeline)
+    assert timeline.handed <= TAIL + 2
+    assert done is not None and done.found.record is not None and done.found.record.name == new
+    assert done.found.unproven == () and old not in {o.name for o in done.found.others}
+    records = timeline.read("run-1")
+    assert isinstance(records[-1], ScratchBanked) and records[-1].object == new
+    assert done.version == len(records)
+
+
+def test_N3_the_reconcile_from_a_snapshot_sorts_as_from_the_whole_run(tmp_path: Path) -> None:
+    """The fold's named objects (snapshot + tail) sort a listing as the whole timeline does."""
+    timeline, store, _, _ = long_run_with_tail(tmp_path)
+    records = timeline.read("run-1")
+    state = current_state(timeline, "run-1", snapshots=timeline)
+    assert state == fold(records)
+    assert reconciled(state, store.objects("run-1")) == reconcile(
+        fold(records), records, store.objects("run-1")
+    )
+
+
+def test_T1_the_teardowns_plan_reads_the_snapshot_and_the_tail_only(tmp_path: Path) -> None:
+    """The teardown's plan on a long run with a snapshot: records read <= tail + a constant."""
+    timeline, _, _, _ = long_run_with_tail(tmp_path)
+    notes: list[str] = []
+    first = _first_read(timeline, "run-1", None, Budgets(), ManualClock(), notes, snapshots=timeline)
+    assert timeline.handed <= TAIL + 2
+    records = timeline.read("run-1")
+    assert first.state == fold(records) and first.claim is not None
+    assert first.claim.position == len(records) and notes == []
+    assert first.mine is not None and first.mine.label == f"@{len(records) - TAIL}"
+
+
+def test_A18_a_teardown_of_an_older_execution_is_still_superseded_from_the_snapshot(tmp_path: Path) -> None:
+    """Naming an execution that is not the latest: superseded by the newer one, as before."""
+    timeline, _, _, _ = long_run_with_tail(tmp_path)
+    first = _first_read(timeline, "run-1", "@0", Budgets(), ManualClock(), [], snapshots=timeline)
+    whole = _first_read(timeline, "run-1", "@0", Budgets(), ManualClock(), [])
+    assert first.why_not == whole.why_not != ""
+    missing = _first_read(timeline, "run-1", "nobody", Budgets(), ManualClock(), [], snapshots=timeline)
+    assert "no execution" in missing.why_not

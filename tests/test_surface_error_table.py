@@ -14,7 +14,7 @@ from scratchbank.adapters import error_table, http_api
 from scratchbank.adapters.present import decision_text
 from scratchbank.adapters.rules import RULES
 from scratchbank.domain import errors
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.fold import fold
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
 from scratchbank.testing.builders import banked, node, started, unbanked

@@ -32,7 +32,7 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.http_api import ApiSettings
 from scratchbank.adapters.nats_queue import NatsConnection
 from scratchbank.application.service import ScratchService
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.records import (
     AttemptQueued,
     NodeFinished,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport, StoredBank
-from scratchbank.application.retry import Deadline
 from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.errors import (

@@ -45,8 +45,8 @@ from scratchbank.application.ports import (
     StoredBank,
     Timeline,
 )
-from scratchbank.application.resume import ResumeOutcome, check_resume, resume
-from scratchbank.application.service import Assessment, ScratchService, StatusReport, StoreCheck, Target
+from scratchbank.application.resume import ResumeOutcome, Target, check_resume, resume
+from scratchbank.application.service import Assessment, ScratchService, StatusReport, StoreCheck
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain import *  # noqa: F403 - the domain's __all__ is the public vocabulary
 from scratchbank.domain import __all__ as _domain_all

@@ -23,7 +23,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from scratchbank.application.host_archive import HostArchive
+from scratchbank.application.bank_format.host_archive import HostArchive
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import (
     BankStore,
     QuiescedArchive,
@@ -33,9 +34,8 @@ from scratchbank.application.ports import (
     StagedRestore,
     StoredBank,
     Timeline,
+    quiesce_and_archive,
 )
-from scratchbank.application.retry import Deadline
-from scratchbank.application.teardown import quiesce_and_archive
 from scratchbank.domain.errors import (
     ArchiveFailed,
     BankGone,

@@ -24,8 +24,8 @@ from typing import Any, BinaryIO
 import attrs
 
 from scratchbank.adapters.scripted import ExecResult, ScriptedSandbox
+from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import ByteSink
-from scratchbank.application.retry import Deadline
 from scratchbank.domain.errors import OutputOverBound, ScratchbankError
 
 

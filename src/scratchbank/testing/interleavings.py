@@ -73,12 +73,11 @@ from typing import Any
 import attrs
 
 from scratchbank.adapters.memory import FakeSandbox
-from scratchbank.application.ports import BankStore, LockGrant, Timeline
-from scratchbank.application.resume import ResumeOutcome
+from scratchbank.application.ports import BankStore, LockGrant, ResumeDelivery, Timeline
+from scratchbank.application.resume import ResumeOutcome, Target
 from scratchbank.application.run_lock import LOCK_TTL
-from scratchbank.application.runner_ports import ResumeDelivery
-from scratchbank.application.service import ScratchService, Target
-from scratchbank.domain.consent import Consents
+from scratchbank.application.service import ScratchService
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import QueueUnavailable, ScratchbankError
 from scratchbank.domain.fold import counts_as_write, fold
 from scratchbank.domain.kinds import NO_WORKFLOW
@@ -452,7 +451,7 @@ def _delivery(
 
     class Engine:
         def continue_run(self, run_id: str, *, sandbox: Any, timeline: Any, cancel: Any) -> Any:
-            from scratchbank.application.runner_ports import EngineEnd
+            from scratchbank.application.ports import EngineEnd
 
             story.restored[name] = dict(own.files or {})
             _starts(story, name)

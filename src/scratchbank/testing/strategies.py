@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from scratchbank.domain.consent import Consents
+from scratchbank.domain.admission import Consents
 from scratchbank.domain.kinds import ENGINE_SIDE_KINDS, SANDBOX_KINDS
 from scratchbank.domain.records import (
     NodeFinished,

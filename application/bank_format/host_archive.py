@@ -7,7 +7,7 @@ behind a short bounded queue, so neither holds the transport up:
 - the store lane compresses the batch when it came raw (ISA-L or zlib, see
   gzip_codec), hashes what will be stored (SHA-256) and writes it to a host temporary
   file; past the cap it stops writing and only counts (T2, T20);
-- the check lane parses it on the allow-list for the manifest (tarstream), gunzipping
+- the check lane parses it on the allow-list for the manifest (reader.py, gunzip.py), gunzipping
   it first when the sandbox compressed it.
 
 Compression, hashing and file writes release the GIL, so on two cores the store lane
@@ -30,8 +30,11 @@ import attrs
 
 from scratchbank.domain.errors import HostArchiveFailed, HostileArchive
 
-from .gzip_codec import Compressor, GzipCodec, choose_codec
-from .tarstream import GzipReader, Limits, Manifest, TarReader
+from ..ports import Compressor
+from .gunzip import GzipReader
+from .gzip_codec import GzipCodec, choose_codec
+from .reader import Limits, TarReader
+from .spill_log import Manifest
 
 BATCH = 1 << 20
 DEPTH = 4

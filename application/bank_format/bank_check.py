@@ -15,10 +15,12 @@ from collections.abc import Callable
 from scratchbank.domain.errors import BankMismatch, HostileArchive
 from scratchbank.domain.records import ScratchBanked
 
-from .manifest import Manifest, Member, MemberLog
-from .tarstream import GzipReader, Limits, TarReader
+from ..ports import Progress
+from .gunzip import GzipReader
+from .members import Member
+from .reader import Limits, TarReader
+from .spill_log import Manifest, MemberLog
 
-Progress = Callable[[str, int, int], None]
 _EVERY = 8 << 20
 
 

@@ -1,4 +1,5 @@
-"""The members of a bank as the reader accepted them, spilled to disk, and its manifest.
+"""The member log: a bank's members as the reader accepted them, spilled to SQLite on
+disk, and the manifest (digest and counts) read from it.
 
 A bank may hold up to the member cap (2M by default: a million tiny files is a scratch a
 demanding user has), and the host must not grow with that count (issue 10 item 5). So every accepted member
@@ -12,7 +13,7 @@ Python objects, and it cannot answer "which kind" or "what size". Why not a plai
 the duplicate and parent checks are lookups, and the manifest digest needs sorting;
 SQLite does both on disk in bounded memory.
 
-A manifest line is ``json.dumps([path, kind, size])`` (ASCII only, so SQLite's byte
+A manifest line is ``json.dumps([path, kind, size])`` (manifest_line.py) (ASCII only, so SQLite's byte
 order is Python's ``sorted`` order); the manifest digest is the SHA-256 of the sorted
 lines joined by newlines, as recorded on ``sandbox_scratch_banked``.
 
@@ -38,15 +39,14 @@ checks are final (X2).
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
 
 import attrs
 
-FILE, DIR, SYMLINK, HARDLINK, FIFO = "file", "dir", "symlink", "hardlink", "fifo"
-IMPLICIT = "implicit"  # a parent directory with no entry of its own
+from .manifest_line import line_of
+from .members import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Comparison, Member, PathTaken
 
 _SCHEMA = """
 CREATE TABLE members (seq INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, path BLOB NOT NULL,
@@ -69,16 +69,6 @@ _FILTER_BITS = 1 << 24
 
 
 @attrs.frozen
-class Member:
-    path: str  # normalised, relative, no "./"; "" is the archive's root directory
-    type: str
-    size: int
-    mode: int
-    mtime: int
-    linkname: str = ""
-
-
-@attrs.frozen
 class Manifest:
     entries: int
     bytes: int
@@ -98,41 +88,12 @@ class Manifest:
             log.close()
 
 
-@attrs.frozen
-class Comparison:
-    """How a restored tree differs from the manifest (implicit parent dirs allowed)."""
-
-    missing: int
-    unexpected: int
-
-    @property
-    def same(self) -> bool:
-        return self.missing == 0 and self.unexpected == 0
-
-
 def _b(path: str) -> bytes:
     return path.encode("utf-8", "surrogateescape")
 
 
 def _s(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
-
-
-_quote = json.encoder.encode_basestring_ascii
-
-
-def line_of(path: str, kind: str, size: int) -> str:
-    """``json.dumps([path, kind, size])``, without the encoder's per-call overhead."""
-    return f'[{_quote(path)}, "{kind}", {size:d}]'
-
-
-class PathTaken(Exception):
-    """A member at a path the log already holds (a duplicate, or a non-directory where
-    an implicit parent stands)."""
-
-    def __init__(self, path: str, existing: str) -> None:
-        super().__init__(path)
-        self.path, self.existing = path, existing
 
 
 #: The default temp-disk budget of a member log: a legitimate bank of a million files
@@ -362,3 +323,20 @@ class MemberLog:
             "(SELECT 1 FROM members i WHERE i.key = l.key AND i.type = 'implicit'))"
         ).fetchone()[0]
         return Comparison(int(missing), int(unexpected))
+
+
+def manifest_lines(members: Iterable[Member]) -> list[str]:
+    """One JSON line per member (root excluded), sorted: the bank's expected tree.
+
+    Hard links count as the regular files they are once extracted; a symlink's size is
+    its target's length; directories have no size.
+    """
+    if isinstance(members, MemberLog):
+        return list(members.lines())
+    log = MemberLog()
+    try:
+        for m in members:
+            log.add(m)
+        return list(log.lines())
+    finally:
+        log.close()

@@ -1,4 +1,4 @@
-"""Consents and the runner's delivery rules (C1-C6).
+"""Delivery admission: the consents a resume carries and the runner's delivery rules (C1-C6).
 
 ``--force`` accepts a changed source or artifact contract, never the scratch's loss
 (C1); the loss needs its own consent (C2). Both belong to one resume call (C3): the

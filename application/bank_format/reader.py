@@ -1,21 +1,21 @@
-"""Read a bank as a stream, on an allow-list, and write it back out canonically.
+"""The tar reader: a bank read as a stream, on an allow-list (``TarReader``, ``Limits``).
 
 Every bank is untrusted input: it was produced inside a sandbox that may be hostile,
 and the sandbox's tar is no safety net (BusyBox strips ``../`` and carries on; host
 and sandbox parsers disagree on PAX and GNU long names). So the host never extracts
 a bank to check it. It parses the gzip and tar stream itself, in bounded memory,
-refuses anything outside a small allow-list with a named reason, and re-serialises
-the members it accepted as a canonical archive (plain ustar/PAX, no owners, no setid
-bits) — the only bytes a sandbox ever extracts.
+refuses anything outside a small allow-list with a named reason; the canonical writer
+(writer.py) re-serialises the members it accepted as a canonical archive (plain
+ustar/PAX, no owners, no setid bits) — the only bytes a sandbox ever extracts.
 
 The reader only moves forward: every size is read by the header grammar
 (tar_header.py) with a range, a PAX size must equal the ustar size, and the bytes a
-member consumes are exactly that size. ``feed`` and ``close`` (and GzipReader's) are
+member consumes are exactly that size. ``feed`` and ``close`` (and gunzip.py's) are
 the one boundary where any exception raised while parsing becomes a named refusal
 (UnreadableArchive), at bank time and at restore time alike; a failure of what
 consumes the parsed stream (``on_member``/``on_data``) passes through as it is.
 
-The accepted members go to a MemberLog on disk (manifest.py): the manifest (path,
+The accepted members go to a MemberLog on disk (spill_log.py): the manifest (path,
 type, size) recorded with a bank and checked against the restored tree.
 """
 
@@ -23,49 +23,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
-import zlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
 
 import attrs
 
 from scratchbank.domain.errors import HostileArchive, UnreadableArchive
 
-from .manifest import (
-    DEFAULT_BUDGET,
-    DIR,
-    FIFO,
-    FILE,
-    HARDLINK,
-    IMPLICIT,
-    SYMLINK,
-    Manifest,
-    Member,
-    MemberLog,
-    OverBudget,
-    PathTaken,
-)
-from .symlink_tree import first_escaping_link
+from .link_containment import first_escaping_link
+from .members import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Member, PathTaken
+from .spill_log import DEFAULT_BUDGET, MemberLog, OverBudget
 from .tar_header import BLOCK, RawHeader, cstring, pax_mtime, pax_records, read_header, refuse, text
-
-__all__ = [
-    "BLOCK",
-    "DIR",
-    "FIFO",
-    "FILE",
-    "HARDLINK",
-    "SYMLINK",
-    "CanonicalWriter",
-    "GzipReader",
-    "Limits",
-    "Manifest",
-    "Member",
-    "MemberLog",
-    "TarReader",
-    "dir_modes",
-    "manifest_lines",
-]
 
 _KINDS = {"0": FILE, "7": FILE, "5": DIR, "2": SYMLINK, "1": HARDLINK, "6": FIFO}
 _DIR_CACHE = 4096
@@ -421,217 +388,3 @@ class TarReader:
             self._dirs[member.path] = None
             if len(self._dirs) > _DIR_CACHE:
                 self._dirs.popitem(last=False)
-
-
-class GzipReader:
-    """Feed gzip bytes, get tar bytes, with a cap on what it expands to."""
-
-    def __init__(self, sink: Callable[[bytes], None], limit: int) -> None:
-        self._d = zlib.decompressobj(wbits=31)
-        self._sink = sink
-        self._limit = limit
-        self._refused: list[HostileArchive] = []
-        self.out = 0
-
-    def feed(self, data: bytes) -> None:
-        with _named(self._refused):
-            self._feed(data)
-
-    def close(self) -> None:
-        with _named(self._refused):
-            if not self._d.eof:
-                raise refuse("the gzip stream is truncated")
-
-    def _ended(self) -> bool:
-        return bool(self._d.eof)
-
-    def _feed(self, data: bytes) -> None:
-        if self._ended():
-            if data:
-                raise refuse("trailing data after the gzip stream")
-            return
-        try:
-            while data:
-                chunk = self._d.decompress(data, 1 << 20)
-                self.out += len(chunk)
-                if self.out > self._limit:
-                    raise refuse("the gzip stream expands past the cap (a bomb?)")
-                if chunk:
-                    self._pass_on(chunk)
-                if self._ended():
-                    if self._d.unused_data:
-                        raise refuse("trailing data after the gzip stream")
-                    return
-                data = self._d.unconsumed_tail
-        except zlib.error as error:
-            raise refuse(f"corrupt gzip stream ({error})") from None
-
-    def _pass_on(self, chunk: bytes) -> None:
-        try:
-            self._sink(chunk)
-        except HostileArchive:
-            raise
-        except _Downstream:
-            raise
-        except Exception as error:
-            raise _Downstream(error) from error
-
-
-def manifest_lines(members: Iterable[Member]) -> list[str]:
-    """One JSON line per member (root excluded), sorted: the bank's expected tree.
-
-    Hard links count as the regular files they are once extracted; a symlink's size is
-    its target's length; directories have no size.
-    """
-    if isinstance(members, MemberLog):
-        return list(members.lines())
-    log = MemberLog()
-    try:
-        for m in members:
-            log.add(m)
-        return list(log.lines())
-    finally:
-        log.close()
-
-
-class CanonicalWriter:
-    """Writes accepted members back out as a plain PAX archive (gzip optional).
-
-    Every header is built from the validated member (normalised path, kind, size,
-    mode without setid bits, mtime in range, owners 0 and unnamed); no raw field of
-    the bank is ever copied.
-    """
-
-    def __init__(self, out: BinaryIO, *, gzip_level: int | None = None, writable_dirs: bool = False) -> None:
-        self._out = out
-        self._writable_dirs = writable_dirs
-        self._z = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
-        self._pending = 0
-        self.bytes = 0
-        self.tar_bytes = 0
-        self._digest = hashlib.sha256()
-
-    def _write(self, data: bytes) -> None:
-        self.tar_bytes += len(data)
-        if self._z is not None:
-            data = self._z.compress(data)
-        if data:
-            self._out.write(data)
-            self.bytes += len(data)
-            self._digest.update(data)
-
-    def _emit(self, data: bytes) -> None:
-        if data:
-            self._out.write(data)
-            self.bytes += len(data)
-            self._digest.update(data)
-
-    def member(self, m: Member) -> None:
-        """Write a member's header; with ``writable_dirs`` a directory is written u+rwx
-        (its banked mode is applied after extraction: ``dir_modes``)."""
-        header = header_of(m, m.mode | 0o700) if self._writable_dirs and m.type == DIR else header_of(m)
-        if self._pending:  # the previous member's padding and this header: one write
-            header = bytes(self._pending) + header
-            self._pending = 0
-        self._write(header)
-        self._pending = (-m.size) % BLOCK if m.type == FILE else 0
-
-    def data(self, chunk: bytes) -> None:
-        self._write(chunk)
-
-    def _pad(self) -> None:
-        if self._pending:
-            self._write(b"\x00" * self._pending)
-            self._pending = 0
-
-    def finish(self) -> str:
-        """End the archive; return the SHA-256 of every byte written."""
-        self._pad()
-        self._write(b"\x00" * (2 * BLOCK))
-        if self._z is not None:
-            self._emit(self._z.flush())
-        return self._digest.hexdigest()
-
-
-def dir_modes(log: MemberLog) -> Iterator[tuple[str, int]]:
-    """The directories whose banked mode is not u+rwx, deepest first (the root last, as
-    ""): a non-root tar (BusyBox's) cannot fill a 0555 directory it has just made, so a
-    sandbox stream writes directories u+rwx and these modes are applied after."""
-    for d in log.members_of(DIR, deepest_first=True):
-        if d.mode & 0o700 != 0o700:
-            yield d.path, d.mode & 0o777
-
-
-_TYPES = {FILE: b"0", HARDLINK: b"1", SYMLINK: b"2", DIR: b"5"}
-_OCTAL_MAX = 8**11  # what a 12-byte ustar number field holds (11 digits and a NUL)
-_ZERO8 = b"0000000\x00"
-_MAGIC = b"ustar\x0000"  # POSIX ustar, as a PAX archive has it
-_TAIL = bytes(32 + 32 + 8 + 8 + 155 + 12)  # uname, gname, devmajor, devminor, prefix; padding
-_PAX_NAME = b"././@PaxHeader"
-_CONSTANT_SUM = 2 * sum(_ZERO8) + sum(_MAGIC) + 8 * 32  # uid, gid, magic; the checksum's spaces
-
-
-def _block(name: bytes, mode: int, size: int, mtime: int, kind: bytes, link: bytes) -> bytes:
-    """One ustar block, laid out field by field as tarfile's PAX writer lays it out."""
-    head = name[:100].ljust(100, b"\x00") + b"%07o\x00" % mode
-    numbers = b"%011o\x00%011o\x00" % (size, mtime)
-    link = link[:100].ljust(100, b"\x00")
-    checksum = sum(head) + sum(numbers) + kind[0] + sum(link) + _CONSTANT_SUM
-    return b"".join((head, _ZERO8, _ZERO8, numbers, b"%06o\x00 " % checksum, kind, link, _MAGIC, _TAIL))
-
-
-def _pax_record(key: bytes, value: bytes) -> bytes:
-    """``<length> key=value\n``, the length counting its own digits."""
-    length = len(key) + len(value) + 3
-    total = length + 1
-    while total != length + len(str(total)):
-        total = length + len(str(total))
-    return b"%d %s=%s\n" % (total, key, value)
-
-
-def _field(value: str, key: str, pax: dict[str, str]) -> bytes:
-    """A name or link for its 100-byte field: ASCII within 100 characters, else PAX."""
-    try:
-        raw = value.encode("ascii")
-    except UnicodeEncodeError:
-        pax[key] = value
-        return value.encode("ascii", "replace")
-    if len(raw) > 100:
-        pax[key] = value
-    return raw
-
-
-def _pax_header(pax: dict[str, str]) -> bytes:
-    """The PAX extended header (``hdrcharset=BINARY`` first when a value is not UTF-8)."""
-    try:
-        values = [(k.encode("ascii"), v.encode("utf-8")) for k, v in pax.items()]
-        records = b""
-    except UnicodeEncodeError:
-        values = [(k.encode("ascii"), v.encode("utf-8", "surrogateescape")) for k, v in pax.items()]
-        records = b"21 hdrcharset=BINARY\n"
-    records += b"".join(_pax_record(k, v) for k, v in values)
-    padding = bytes(-len(records) % BLOCK)
-    return _block(_PAX_NAME, 0, len(records), 0, b"x", b"") + records + padding
-
-
-def header_of(m: Member, mode: int | None = None) -> bytes:
-    """The canonical header block(s) of a validated member (``mode`` in place of its own).
-
-    Byte for byte what ``tarfile.TarInfo.tobuf(PAX_FORMAT, "utf-8", "surrogateescape")``
-    writes for it, owners 0 and unnamed (property_tests/test_canonical_header.py): a
-    name or link that is not ASCII or longer than 100 characters goes to a PAX record
-    (its ustar field keeps the first 100 bytes, non-ASCII as ``?``), and so does a size
-    or mtime an 11-digit octal field cannot hold (the field then reads 0)."""
-    kind = _TYPES[m.type]
-    name = m.path + "/" if m.type == DIR and m.path else (m.path or "./")
-    pax: dict[str, str] = {}
-    raw_name = _field(name, "path", pax)
-    raw_link = _field(m.linkname, "linkpath", pax) if m.linkname else b""
-    size = m.size if m.type == FILE else 0
-    mtime = m.mtime
-    if not 0 <= size < _OCTAL_MAX:
-        pax["size"], size = str(size), 0
-    if not 0 <= mtime < _OCTAL_MAX:
-        pax["mtime"], mtime = str(mtime), 0
-    block = _block(raw_name, (m.mode if mode is None else mode) & 0o777, size, mtime, kind, raw_link)
-    return _pax_header(pax) + block if pax else block

@@ -3,25 +3,13 @@ with the bank's manifest on disk, so the host does not grow with the member coun
 
 from __future__ import annotations
 
-import json
 from typing import BinaryIO
 
 from scratchbank.domain.errors import StreamBroken
 
-from .manifest import Comparison, MemberLog, OverBudget
-
-KINDS = frozenset({"file", "dir", "symlink", "fifo", "other"})
-
-
-def parse_line(raw: bytes) -> tuple[str, str, int]:
-    """One listing line: ``[path, kind, size]``; anything else means the listing broke."""
-    try:
-        path, kind, size = json.loads(raw)
-    except ValueError:
-        raise StreamBroken(f"unreadable listing line {raw[:80]!r}") from None
-    if not (isinstance(path, str) and kind in KINDS and isinstance(size, int) and size >= 0):
-        raise StreamBroken(f"unreadable listing line {raw[:80]!r}")
-    return path, kind, size
+from .manifest_line import parse_line
+from .members import Comparison
+from .spill_log import MemberLog, OverBudget
 
 
 def load_listing(log: MemberLog, listing: BinaryIO) -> Comparison:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from .manifest import SYMLINK, MemberLog
+from .members import SYMLINK
+from .spill_log import MemberLog
 from .tar_header import refuse
 
 MAX_HOPS = 40

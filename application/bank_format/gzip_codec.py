@@ -1,7 +1,8 @@
-"""The gzip compressor a bank is written with: ISA-L's when installed, else zlib's.
+"""The gzip compressor a bank is written with: ISA-L's (a core dependency), else zlib's
+where isal does not import.
 
 Both write the same format (one gzip member, RFC 1952), so any tar or gunzip opens a
-bank whichever wrote it. ISA-L (the ``isal`` package, the ``fast`` extra) compresses
+bank whichever wrote it. ISA-L (the ``isal`` package, a core dependency) compresses
 6x faster than zlib at level 1 for a few tenths of a per cent more bytes (ADR 0003).
 It knows levels 0-3 only: a higher level asks for zlib's better ratio, so it gets zlib.
 Both release the GIL while they work, so compression overlaps the stream's other lanes.
@@ -11,19 +12,12 @@ from __future__ import annotations
 
 import zlib
 from types import ModuleType
-from typing import Protocol
 
 import attrs
 
+from ..ports import Compressor
+
 ISAL_MAX_LEVEL = 3
-
-
-class Compressor(Protocol):
-    """What zlib's and isal_zlib's compress objects share."""
-
-    def compress(self, data: bytes, /) -> bytes: ...
-
-    def flush(self) -> bytes: ...
 
 
 def _isal() -> ModuleType | None:

@@ -1,0 +1,32 @@
+"""The manifest line codec, the one place its format is written: ``json.dumps([path,
+kind, size])`` (ASCII only, so SQLite's byte order is Python's ``sorted`` order).
+
+The bank's manifest, a staged tree's listing and the fakes' listings all go through
+``line_of``; a listing a sandbox wrote comes back through ``parse_line``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from scratchbank.domain.errors import StreamBroken
+
+KINDS = frozenset({"file", "dir", "symlink", "fifo", "other"})
+
+_quote = json.encoder.encode_basestring_ascii
+
+
+def line_of(path: str, kind: str, size: int) -> str:
+    """``json.dumps([path, kind, size])``, without the encoder's per-call overhead."""
+    return f'[{_quote(path)}, "{kind}", {size:d}]'
+
+
+def parse_line(raw: bytes) -> tuple[str, str, int]:
+    """One listing line: ``[path, kind, size]``; anything else means the listing broke."""
+    try:
+        path, kind, size = json.loads(raw)
+    except ValueError:
+        raise StreamBroken(f"unreadable listing line {raw[:80]!r}") from None
+    if not (isinstance(path, str) and kind in KINDS and isinstance(size, int) and size >= 0):
+        raise StreamBroken(f"unreadable listing line {raw[:80]!r}")
+    return path, kind, size
