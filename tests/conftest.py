@@ -6,6 +6,7 @@ Under CI (CI=true) a missing engine fails the test instead of skipping it.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from engines import need
@@ -31,19 +32,51 @@ def podman_url() -> str:
     return need("SCRATCHBANK_PODMAN_URL", "the Podman service")
 
 
+#: what the workers of a parallel run (pytest-xdist) exercised, sent back as they end
+_FROM_WORKERS: dict[str, list[Any]] = {"exercised": [], "explored": []}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker of a parallel run sends the controller what it exercised and explored."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is None:
+        return
+    from engines import EXERCISED
+
+    from scratchbank.testing.explorer import EXPLORED
+
+    workeroutput["exercised"] = sorted(EXERCISED)
+    workeroutput["explored"] = [
+        {
+            k: getattr(e, k)
+            for k in ("name", "depth", "actors", "schedules", "violations", "seconds", "counted")
+        }
+        for e in EXPLORED
+    ]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    out = getattr(node, "workeroutput", {})
+    _FROM_WORKERS["exercised"] += out.get("exercised", [])
+    _FROM_WORKERS["explored"] += out.get("explored", [])
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which real engines this run exercised (CI fails a test when one is missing)."""
     from engines import EXERCISED
 
+    from scratchbank.testing.explorer import EXPLORED, Exploration, summary_line
+
+    exercised = set(EXERCISED) | set(_FROM_WORKERS["exercised"])
+    explored = list(EXPLORED) + [Exploration(**e) for e in _FROM_WORKERS["explored"]]
     services = {
         "s3": "SCRATCHBANK_S3_ENDPOINT",
         "postgres": "SCRATCHBANK_POSTGRES_URL",
     }
     up = [name for name, var in services.items() if os.environ.get(var)]
     terminalreporter.write_line(
-        f"engines exercised: {', '.join(sorted(EXERCISED)) or 'none'}; servers: {', '.join(up) or 'none'}"
+        f"engines exercised: {', '.join(sorted(exercised)) or 'none'}; servers: {', '.join(up) or 'none'}"
     )
-    from scratchbank.testing.explorer import EXPLORED, summary_line
-
-    if EXPLORED:  # issue 18: the interleaving explorer's line, never captured
-        terminalreporter.write_line(summary_line())
+    if explored:  # issue 18: the interleaving explorer's line, never captured
+        terminalreporter.write_line(summary_line(explored))
