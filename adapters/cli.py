@@ -33,6 +33,7 @@ from scratchbank.application.resume import Target
 from scratchbank.application.service import Explanation, ScratchService
 from scratchbank.domain import errors
 from scratchbank.domain.admission import Consents
+from scratchbank.domain.checkpoints import Checkpoint, checkpoint_of
 from scratchbank.domain.fold import Evidence
 from scratchbank.domain.resume_gate import ResumeRequest, Where
 
@@ -158,6 +159,12 @@ def _resume_parser(resume: argparse.ArgumentParser) -> None:
         "--scratch", default=None, help=f"scratch path in a container ({config.DEFAULT_SCRATCH})"
     )
     resume.add_argument("--progress", action="store_true", help="show the restore's stages")
+    resume.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="ID,ID,...",
+        help="the checkpoint the engine resumes from: its lineage of ids, oldest first (ADR 0013)",
+    )
 
 
 def _server_flags(serve: argparse.ArgumentParser, port: str) -> None:
@@ -194,7 +201,13 @@ def _request(args: argparse.Namespace, where: Where = Where.ENGINE) -> ResumeReq
         source_changed=args.source_changed,
         artifact_contract_changed=getattr(args, "artifact_contract_changed", False),
         where=where,
+        checkpoint=_checkpoint(getattr(args, "checkpoint", None)),
     )
+
+
+def _checkpoint(given: str | None) -> Checkpoint | None:
+    """``--checkpoint start,c1,c2``: the lineage, oldest first (INVALID_CHECKPOINT when empty)."""
+    return None if given is None else checkpoint_of(i.strip() for i in given.split(","))
 
 
 def _print(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:

@@ -23,9 +23,12 @@ from pathlib import Path
 import attrs
 
 from scratchbank.application.ports import EngineEnd, Sandbox, Timeline
+from scratchbank.application.resume import resume
 from scratchbank.application.runner import Runner, RunnerSettings, Verdicts
 from scratchbank.application.service import ScratchService
+from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain.admission import Consents
+from scratchbank.domain.checkpoints import checkpoint_of
 from scratchbank.domain.lease import LeaseTiming
 from scratchbank.domain.records import NodeFinished, ResumeRefused, RunResumed, RunStarted, ScratchBanked
 from scratchbank.domain.resume_gate import ResumeRequest
@@ -145,6 +148,7 @@ def run_demo() -> int:
     say(f"runs in this story: {', '.join(RUNS)}\n")
     try:
         _story(demo, engine)
+        _rewind(timeline, FilesystemBankStore(base / "banks"), LocalSandboxProvider(base / "sandboxes"))
     finally:
         stop.set()
         serving.join(timeout=30)
@@ -156,10 +160,35 @@ def run_demo() -> int:
     return 0
 
 
+def _rewind(timeline: Timeline, store: FilesystemBankStore, sandboxes: LocalSandboxProvider) -> None:
+    """ADR 0013, K6: a rewind gets the scratch of the checkpoint it returns to, not the newest."""
+    say("\n== 4. run-2 banks at checkpoints c1 and c2, then the engine rewinds it to c1")
+    timeline.append("run-2", [RunStarted()])
+    c1, c2 = checkpoint_of(("start", "c1")), checkpoint_of(("start", "c1", "c2"))
+    for at, draft in ((c1, "draft 1"), (c2, "draft 2")):
+        box = sandboxes.start("run-2")
+        Path(box.facts.scratch).mkdir(parents=True, exist_ok=True)
+        (Path(box.facts.scratch) / "notes.txt").write_text(draft + "\n")
+        bank_at_teardown(
+            "run-2", timeline=timeline, store=store, sandbox=box, run_finished=False, checkpoint=at
+        )
+        sandboxes.stop(box)
+        timeline.append("run-2", [RunResumed()])
+        say(f"   teardown at {at.id}: the scratch says {draft!r}")
+    box = sandboxes.start("run-2")
+    out = resume("run-2", ResumeRequest(checkpoint=c1), timeline=timeline, store=store, sandbox=box)
+    for line in decision_text(out.decision):
+        say("     " + line)
+    notes = (Path(box.facts.scratch) / "notes.txt").read_text().strip()
+    say(f"   the resumed sandbox's scratch says {notes!r} (the bank of c1, kept by retention)")
+    sandboxes.stop(box)
+
+
 RUNS = {
     "run-1": "the main run",
     "run-1.fix": "its subbot child that cannot ask a human",
     "run-1.ask": "its subbot child that can (never let in)",
+    "run-2": "a rewind that gets its checkpoint's own scratch back (K6)",
 }
 
 

@@ -72,6 +72,7 @@ ROWS: dict[type[errors.ScratchbankError], Row] = {
     errors.BankMismatch: _row(EXIT_UNAVAILABLE, 503, "the stored bank is not the recorded one"),
     errors.InvalidBankObject: _row(EXIT_UNAVAILABLE, 503, "a record names an object outside the run's banks"),
     errors.BankUnrecorded: _row(EXIT_REFUSED, 409, "an unrecorded bank an operator must settle"),
+    errors.CheckpointBankSwept: _row(EXIT_REFUSED, 409, "a rewind's own bank is past retention"),
     errors.HostileArchive: _row(EXIT_UNAVAILABLE, 503, "the bank failed the host's check"),
     errors.UnreadableArchive: _row(EXIT_UNAVAILABLE, 503, "the bank broke the host's parser"),
     errors.DestinationRefused: _row(EXIT_UNAVAILABLE, 503, "the host directory refused the tree"),

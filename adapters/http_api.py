@@ -45,6 +45,7 @@ from scratchbank.application.resume import ResumeOutcome, Target
 from scratchbank.application.service import Queued, ScratchService
 from scratchbank.domain import errors
 from scratchbank.domain.admission import Consents
+from scratchbank.domain.checkpoints import checkpoint_of
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict
 from scratchbank.domain.runs import check_run_id
@@ -138,6 +139,10 @@ class ResumeBody(BaseModel):
     force: bool = Field(False, description="accept a changed source or artifact contract (C1)")
     accept_scratch_loss: bool = Field(False, description="accept the scratch's loss (C2)")
     source_changed: bool = Field(False, description="the engine's source check found a change")
+    checkpoint: list[str] | None = Field(
+        None,
+        description="the checkpoint the engine resumes from: its lineage of ids, oldest first (ADR 0013)",
+    )
     sandbox: str | None = Field(
         None, description=f"where to restore ({config.SANDBOX_FORMS}); must match the server's allow-list"
     )
@@ -311,7 +316,8 @@ def create_app(service: ScratchService, api: ApiSettings) -> ASGIApp:
     )
     def resume_run(run_id: str, body: ResumeBody) -> Any:
         consents = Consents(force=body.force, accept_scratch_loss=body.accept_scratch_loss)
-        request = ResumeRequest(consents=consents, source_changed=body.source_changed)
+        stamp = None if body.checkpoint is None else checkpoint_of(body.checkpoint)
+        request = ResumeRequest(consents=consents, source_changed=body.source_changed, checkpoint=stamp)
         if service.queue is not None:
             if body.sandbox is not None:
                 raise errors.InvalidRequest("sandbox: with a queue the runner starts the sandbox")

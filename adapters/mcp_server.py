@@ -37,9 +37,15 @@ from scratchbank.application.resume import Target
 from scratchbank.application.service import ScratchService, StatusReport, latest_refusal
 from scratchbank.domain import errors
 from scratchbank.domain.admission import Consents
+from scratchbank.domain.checkpoints import checkpoint_of
 from scratchbank.domain.records import ResumeRefused, ScratchRestored
 from scratchbank.domain.remedy import remedy
-from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, ResumeRequest
+from scratchbank.domain.resume_gate import (
+    CHECKPOINT_BANK_SWEPT,
+    SCRATCH_NOT_PORTABLE,
+    ResumeDecision,
+    ResumeRequest,
+)
 from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import encode
 
@@ -67,7 +73,7 @@ def consent_name(decision: ResumeDecision) -> str | None:
     Readable, and tied to this very refusal: its code, its rule and the records it read
     (their positions and types), with a short digest of the same so a typo is not another
     refusal's name by chance."""
-    if decision.code != SCRATCH_NOT_PORTABLE:
+    if decision.code not in (SCRATCH_NOT_PORTABLE, CHECKPOINT_BANK_SWEPT):
         return None
     evidence = ",".join(f"{e.position + 1}:{e.type}" for e in decision.evidence)
     digest = hashlib.sha256(f"{decision.code}|{decision.rule}|{evidence}".encode()).hexdigest()[:12]
@@ -234,18 +240,21 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         sandbox: str | None = None,
         force: bool = False,
         accept_scratch_loss: str | bool | None = None,
+        checkpoint: list[str] | None = None,
     ) -> dict[str, Any]:
         """Resume a run: restore its bank into ``sandbox`` (a spec the server allows, e.g.
         docker:NAME), or refuse by name. accept_scratch_loss must be the refusal's consent_name
-        (a bare true forsakes nothing); force covers a changed source for this call only."""
+        (a bare true forsakes nothing); force covers a changed source for this call only;
+        checkpoint is the lineage of ids the engine resumes from, oldest first (ADR 0013)."""
 
         def call() -> dict[str, Any]:
             check_run_id(run)
             where = None if service.queue is not None else _sandbox(api, sandbox)  # allow-list first
-            bare = service.status(run, ResumeRequest(consents=Consents(force=force)))
+            at = None if checkpoint is None else checkpoint_of(checkpoint)
+            bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
             consent = judge_consent(refusal, accept_scratch_loss, force=force)
-            request = ResumeRequest(consents=consent.consents)
+            request = ResumeRequest(consents=consent.consents, checkpoint=at)
             if service.queue is not None:
                 if sandbox is not None:
                     raise errors.InvalidRequest("sandbox: with a queue the runner starts the sandbox")

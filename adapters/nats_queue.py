@@ -37,7 +37,8 @@ from nats.js.kv import KeyValue
 
 from scratchbank.application.ports import Clock, LeaseGrant, ResumeDelivery, SystemClock
 from scratchbank.domain.admission import Consents
-from scratchbank.domain.errors import LeaseLost, QueueUnavailable
+from scratchbank.domain.checkpoints import Checkpoint, checkpoint_of
+from scratchbank.domain.errors import InvalidCheckpoint, LeaseLost, QueueUnavailable
 from scratchbank.domain.runs import check_run_id
 
 T = TypeVar("T")
@@ -101,14 +102,29 @@ def _payload(delivery: ResumeDelivery) -> bytes:
         "accept_scratch_loss": c.accept_scratch_loss,
         "republished": delivery.republished,
     }
+    if delivery.checkpoint is not None:  # v2 (ADR 0013): absent on an older delivery
+        body["checkpoint"] = list(delivery.checkpoint.lineage)
     return json.dumps(body, sort_keys=True).encode()
+
+
+def _checkpoint(lineage: object) -> Checkpoint | None:
+    """v2's optional checkpoint: a non-empty list of non-empty ids (anything else is malformed)."""
+    if lineage is None:
+        return None
+    if not isinstance(lineage, list):
+        raise TypeError(f"checkpoint: a list of ids, not {type(lineage).__name__}")
+    try:
+        return checkpoint_of(lineage)
+    except InvalidCheckpoint as error:
+        raise ValueError(error.message) from error
 
 
 def _delivery(data: bytes) -> ResumeDelivery:
     body = json.loads(data)
     consents = Consents(force=bool(body["force"]), accept_scratch_loss=bool(body["accept_scratch_loss"]))
     again = int(body.get("republished", 0))
-    return ResumeDelivery(check_run_id(str(body["run_id"])), str(body["attempt"]), consents, again)
+    stamp = _checkpoint(body.get("checkpoint"))
+    return ResumeDelivery(check_run_id(str(body["run_id"])), str(body["attempt"]), consents, again, stamp)
 
 
 class NatsInbound:

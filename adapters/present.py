@@ -19,6 +19,7 @@ from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, Verdict
+from scratchbank.domain.retention import retained
 from scratchbank.domain.teardown import TeardownPlan
 
 from .error_table import Surface, remedy_for, render
@@ -95,7 +96,9 @@ def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
             "written": bank.record.at.isoformat() if bank.record.at else None,
             "raced": list(bank.record.raced),
             "unquiesced": bank.record.unquiesced,
+            "checkpoint": None if bank.checkpoint is None else bank.checkpoint.id,
         },
+        "checkpoint_banks": _checkpoint_banks(state, where),
         "stale": state.stale,
         "stale_because": [{"node": w.node, "at": where(w.evidence)} for w in state.stale_writes],
         "unbanked": None
@@ -106,6 +109,23 @@ def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
         "lone_child": state.lone_child is not None,
         "may_still_be_banking": state.may_still_be_banking,
     }
+
+
+def _checkpoint_banks(state: ScratchState, where: Where) -> list[dict[str, Any]]:
+    """K8: the banks the run holds for its checkpoints (newest last), and which are kept
+    under the default retention (the others are swept by the next prune)."""
+    kept = {k.position for k in retained(state.history)}
+    return [
+        {
+            "checkpoint": k.checkpoint.id,
+            "depth": len(k.checkpoint.lineage),
+            "at": where(Evidence(k.position, k.record.WIRE)),
+            "object": k.object,
+            "bytes": k.record.bytes,
+            "kept": k.position in kept,
+        }
+        for k in state.history
+    ]
 
 
 def plan_data(plan: TeardownPlan) -> dict[str, Any]:
@@ -145,6 +165,10 @@ def state_text(state: ScratchState, where: Where = _at) -> list[str]:
             out.append(f"  stale because of: {nodes}")
         else:
             out.append("  not stale")
+    for held in _checkpoint_banks(state, where):
+        swept = "" if held["kept"] else " (past retention: swept by the next prune)"
+        size = human_bytes(held["bytes"])
+        out.append(f"checkpoint bank: {held['checkpoint']}: {held['at']}, {size}{swept}")
     if state.unbanked is not None:
         out.append(f"unbanked scratch: {where(state.unbanked)} ({state.unbanked_reason})")
     if state.forsaken is not None:

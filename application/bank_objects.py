@@ -41,6 +41,7 @@ from scratchbank.domain.objects import (
     unreferenced,
 )
 from scratchbank.domain.records import Record
+from scratchbank.domain.retention import RETAIN_CHECKPOINTS
 
 from .folded import current_state
 from .ports import BankStore, Clock, SnapshotStore, Timeline
@@ -49,9 +50,15 @@ from .retry import Budget
 
 
 def prune(
-    store: BankStore, timeline: Timeline, after: Claim, clock: Clock, notes: list[str]
+    store: BankStore,
+    timeline: Timeline,
+    after: Claim,
+    clock: Clock,
+    notes: list[str],
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> tuple[str | None, ...]:
-    """After a record that left the timeline at ``after``: delete what no record needs.
+    """After a record that left the timeline at ``after``: delete what no record needs
+    (the current bank and the last ``retain`` checkpoints' banks are needed: K8).
 
     Returns the names deleted. Any failure is a note: an object left behind is only
     space, and the next prune (or the sweep) takes it.
@@ -69,7 +76,7 @@ def prune(
     except BankReadFailed as error:
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
-    doomed = _doomed(fold(records), records, listing, clock)
+    doomed = _doomed(fold(records), records, listing, clock, retain)
     stamps = {o.name: o.stamp for o in listing}
     work = Path(tempfile.mkdtemp(prefix="scratchbank-prune-"))
     try:
@@ -137,11 +144,15 @@ def _put_back(
 
 
 def _doomed(
-    state: ScratchState, records: Sequence[Record], listing: Sequence[StoredObject], clock: Clock
+    state: ScratchState,
+    records: Sequence[Record],
+    listing: Sequence[StoredObject],
+    clock: Clock,
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> tuple[str | None, ...]:
     """Superseded objects (named by older records, not needed now), the legacy key when
     nothing needs it, and the unreferenced objects past the bound (A17)."""
-    needed = needed_objects(state)
+    needed = needed_objects(state, retain)
     named = named_objects(records)
     superseded = [o.name for o in listing if o.name not in needed and (o.name in named or o.name is None)]
     loose = [o for o in unreferenced(records, listing) if o.name is not None]

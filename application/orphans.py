@@ -102,7 +102,7 @@ def _sweep_one(
         return Swept(run_id, verdict, detail=f"{error.code}: {error.message}; swept again next time")
     if verdict.sweep is Sweep.REPUBLISH:
         consents = Consents(force=queued.force, accept_scratch_loss=queued.accept_scratch_loss)
-        delivery = ResumeDelivery(run_id, queued.attempt, consents, verdict.republished)
+        delivery = ResumeDelivery(run_id, queued.attempt, consents, verdict.republished, queued.checkpoint)
         unpublished = _publish(queue, delivery, clock)
         if unpublished is not None:
             return Swept(run_id, verdict, detail=f"{unpublished}; recorded, aged from its record to the park")

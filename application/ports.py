@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 import attrs
 
 from scratchbank.domain.admission import Consents
+from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import ArchiveFailed, ExecFailed, SandboxGone, ScratchbankError, StreamBroken
 from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import Record
@@ -421,6 +422,8 @@ class ResumeDelivery:
     attempt: str
     consents: Consents = Consents()
     republished: int = 0
+    #: the checkpoint the engine resumes from (ADR 0013); None: the events decide (K5)
+    checkpoint: Checkpoint | None = None
 
     @property
     def msg_id(self) -> str:

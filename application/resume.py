@@ -284,7 +284,9 @@ def _resume_held(
     tried = _restore_guarded(run_id, decision, store, target, progress, cancel)
     outcome = after_restore(decision, tried)
     if request.checkpoint is not None:  # ADR 0013: the restored scratch is now this checkpoint's
-        outcome = attrs.evolve(outcome, record=attrs.evolve(outcome.record, checkpoint=request.checkpoint))
+        named = decision.bank.evidence.position if decision.bank is not None else None  # K6: which bank
+        record = attrs.evolve(outcome.record, checkpoint=request.checkpoint, bank=named)
+        outcome = attrs.evolve(outcome, record=record)
     return _record_restore(timeline, claim, decision, outcome, clock, record_budget)
 
 

@@ -213,7 +213,7 @@ class Runner:
             if keeper.cancel.is_set():  # L5: cut while taking over: the next holder's again
                 return Handling(Handled.LET_GO, d, f"{keeper.note}; cut while taking over (L5)")
             records = fenced.read(d.run_id)
-        request = ResumeRequest(consents=verdict.consents, where=Where.ENGINE)
+        request = ResumeRequest(consents=verdict.consents, where=Where.ENGINE, checkpoint=d.checkpoint)
         decision = decide_resume(fold(records), request)
         if decision.refused:
             return self._refuse(inbound, fenced, decision, len(records))

@@ -346,12 +346,13 @@ class ScratchService:
             attempt=attempt,
             force=consents.force,
             accept_scratch_loss=consents.accept_scratch_loss,
+            checkpoint=request.checkpoint,
         )
         try:
             self.timeline.append(run_id, [queued], expected=at)
         except fencing.LOST_REPLY as lost:  # settled by reading: published only once known queued
             fencing.settle_append(self.timeline, run_id, [queued], at, lost)
-        delivery = ResumeDelivery(run_id, attempt, consents)
+        delivery = ResumeDelivery(run_id, attempt, consents, checkpoint=request.checkpoint)
         self.queue.publish(delivery)  # lost: the run stays queued; the outbox sweeper publishes it
         log.info("run %s: attempt %s queued and published", run_id, attempt)
         return delivery

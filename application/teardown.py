@@ -50,6 +50,7 @@ from scratchbank.domain.executions import Execution, Standing, executions, stand
 from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import BankStamp, digest_of, execution_label
 from scratchbank.domain.records import Record, ScratchBanked
+from scratchbank.domain.retention import RETAIN_CHECKPOINTS, check_retain
 from scratchbank.domain.teardown import (
     CAP_BYTES,
     Archive,
@@ -281,11 +282,13 @@ def bank_at_teardown(
     lock: RunLock | None = None,
     grant: LockGrant | None = None,
     snapshots: SnapshotStore | None = None,
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> TeardownReport:
     """Bank (or drop) the scratch of a sandbox being torn down, and record what happened.
 
     ``cancel``: the run context the lease keeper cuts (L5; module docstring).
     ``checkpoint``: the checkpoint the run stands at, stamped on the record (ADR 0013).
+    ``retain``: how many recent checkpoints' banks the prune after the record keeps (K8).
     ``execution``: the execution whose sandbox this is (A18): if a newer one started, the
     teardown is superseded (named, nothing recorded, nothing deleted). None: the execution
     that is latest at its first read (records without ids keep today's meaning).
@@ -306,6 +309,7 @@ def bank_at_teardown(
             execution,
             checkpoint,
             snapshots,
+            check_retain(retain),
         )
     finally:
         if lock is not None and grant is not None:
@@ -324,6 +328,7 @@ def _bank_at_teardown(
     execution: str | None,
     checkpoint: Checkpoint | None,
     snapshots: SnapshotStore | None = None,
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> TeardownReport:
     notes: list[str] = []
     first = _first_read(timeline, run_id, execution, budgets, clock, notes, snapshots)
@@ -347,7 +352,7 @@ def _bank_at_teardown(
         written = _record(
             timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
         )
-        _prune_after(store, timeline, written, clock, notes, cancel)  # T5 under A17: record first
+        _prune_after(store, timeline, written, clock, notes, cancel, retain)  # T5 under A17: record first
         return TeardownReport(
             plan, record, written.recorded, notes=tuple(notes), superseded=written.lost, execution=named
         )
@@ -369,7 +374,7 @@ def _bank_at_teardown(
         execution=named or execution_label(state),
     )
     try:
-        return _bank_then_record(run, plan, sandbox, run_finished, checkpoint, stamp, named)
+        return _bank_then_record(run, plan, sandbox, run_finished, checkpoint, stamp, named, retain)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -382,6 +387,7 @@ def _bank_then_record(
     checkpoint: Checkpoint | None,
     stamp: str | None,
     named: str | None,
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> TeardownReport:
     """Bank, record, prune, and see the recorded object is still there (the archive is
     kept until then: a prune racing the record may have deleted it, ADR 0006)."""
@@ -396,7 +402,7 @@ def _bank_then_record(
     )
     checked = _Checked(timeline, run_id, claim, mine, execution)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
-    _prune_after(store, timeline, written, clock, notes, cancel)  # T4 under A17: record first
+    _prune_after(store, timeline, written, clock, notes, cancel, retain)  # T4 under A17: record first
     if written.recorded:
         _still_there(run, record)
     return TeardownReport(
@@ -445,12 +451,13 @@ def _prune_after(
     clock: Clock,
     notes: list[str],
     cancel: Cancel | None,
+    retain: int = RETAIN_CHECKPOINTS,
 ) -> None:
     """A17: once this teardown's record landed, delete what no record needs (T4's previous
     bank, T5's, a bank the new one replaced); never before it, never after a cut (L5)."""
     if written.after is None or (cancel is not None and cancel.is_set()):
         return
-    prune(store, timeline, written.after, clock, notes)
+    prune(store, timeline, written.after, clock, notes, retain)
 
 
 def _cut(

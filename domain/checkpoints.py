@@ -9,6 +9,8 @@ from different branches. Pure values and functions, no I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
@@ -32,6 +34,13 @@ class Checkpoint:
 
     def __str__(self) -> str:
         return f"checkpoint {self.id} ({len(self.lineage)} in its lineage)"
+
+
+def checkpoint_of(ids: Iterable[object]) -> Checkpoint:
+    """A checkpoint from a surface's or a delivery's list of ids (InvalidCheckpoint when
+    it is not a non-empty list of non-empty strings)."""
+    lineage: Any = tuple(ids)
+    return Checkpoint(lineage)
 
 
 class Position(enum.Enum):

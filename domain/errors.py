@@ -14,6 +14,7 @@ The tree (adapters add their own leaves under these, translated at their edge)::
     │   ├── BankMismatch          code BANK_MISMATCH         (X4: not the bank the record names)
     │   ├── InvalidBankObject     code INVALID_BANK_OBJECT   (A17: a name outside the run's bank prefix)
     │   ├── BankUnrecorded        code BANK_UNRECORDED       (N3: a stored bank no record names, unproven)
+    │   ├── CheckpointBankSwept   code CHECKPOINT_BANK_SWEPT (K7: a rewind's own bank is past retention)
     │   └── HostileArchive        code HOSTILE_ARCHIVE       (X2/X4: refused on the host)
     │       └── UnreadableArchive code ARCHIVE_UNREADABLE    (X2/X4/T6: the parser itself failed)
     ├── SandboxError
@@ -225,6 +226,23 @@ class BankUnrecorded(BankError):
         "look at the named objects with `status`; delete from the store those that are not the "
         "run's latest scratch and resume again, or resume accepting the scratch's loss "
         "(--accept-scratch-loss) to go on without them"
+    )
+
+
+class CheckpointBankSwept(BankError):
+    """A rewind to a checkpoint whose own bank retention swept (ADR 0013, K7).
+
+    Raised when: a resume names a checkpoint a stamped teardown banked at, and that bank
+    is no longer among the last ``retain`` checkpoints' banks retention keeps. Not raised
+    for: a checkpoint that never had a bank of its own (the run's current bank decides,
+    K1-K5), nor once the scratch's loss is accepted (the current bank then decides).
+    """
+
+    code = "CHECKPOINT_BANK_SWEPT"
+    remedy = (
+        "the scratch of that checkpoint is no longer kept; resume accepting the scratch's loss "
+        "(--accept-scratch-loss) to go on with the bank the run holds now, or relaunch the run "
+        "fresh; keep more checkpoints' banks with a higher retention"
     )
 
 

@@ -34,6 +34,7 @@ from .records import (
     ScratchRestored,
     UnknownRecord,
 )
+from .retention import Kept, forget, remember
 
 
 @attrs.frozen
@@ -115,6 +116,8 @@ class ScratchState:
     claimed_attempt: str | None = None
     status: RunStatus | None = None
     unknown_records: int = 0
+    #: the banks stamped teardowns took, one per checkpoint, newest last (ADR 0013, K6-K8)
+    history: tuple[Kept, ...] = ()
 
     @property
     def stale(self) -> bool:
@@ -179,9 +182,14 @@ def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> Scratch
     state = attrs.evolve(state, last_teardown=ev, banking_ended=ev)
     if rec.banked:
         bank = Bank(ev, rec, ev.position, rec.checkpoint)
-        return _clear_bank(state, bank=bank, forsaken=None, host_backed=None)
-    if rec.empty or rec.finished:
-        return _clear_bank(state, host_backed=None)
+        history = state.history
+        if rec.checkpoint is not None:  # K8: this checkpoint's bank, kept while retention says
+            history = remember(history, Kept(rec.checkpoint, rec, ev.position))
+        return _clear_bank(state, bank=bank, forsaken=None, host_backed=None, history=history)
+    if rec.finished:
+        return _clear_bank(state, host_backed=None, history=())  # T5: a finished run keeps none
+    if rec.empty:  # T4: the current bank goes; older checkpoints' banks stay (K8)
+        return _clear_bank(state, host_backed=None, history=forget(state.history, rec.checkpoint))
     if rec.unknown:
         # T19 / R14: nobody knows; an earlier bank still decides. An earlier *unbanked*
         # record decides nothing more (A13): not refused, as after no record.
@@ -192,7 +200,11 @@ def _on_banked(state: ScratchState, ev: Evidence, rec: ScratchBanked) -> Scratch
 
 def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> ScratchState:
     if rec.restored and rec.host_backed:
-        return _clear_bank(state, host_backed=ev, banking_ended=ev)  # X6, A14
+        return _clear_bank(state, host_backed=ev, banking_ended=ev, history=())  # X6, A14, K8
+    own = _own_bank(state, rec)
+    if rec.restored and own is not None:  # K6: a rewind restored its checkpoint's own bank
+        bank = Bank(Evidence(own.position, ScratchBanked.WIRE), own.record, ev.position, own.checkpoint)
+        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
     if rec.restored:
         if state.bank is None:
             return state
@@ -200,8 +212,22 @@ def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> Scr
         bank = attrs.evolve(state.bank, current_since=ev.position, checkpoint=stamp)  # A2
         return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
     if rec.accepted:
-        return _clear_bank(state, forsaken=ev)  # R7, R13, A3
+        return _clear_bank(state, forsaken=ev, history=())  # R7, R13, A3 (K8: final for older banks too)
     return attrs.evolve(state, hold=ev)  # X3: a failed restore holds the bank
+
+
+def _own_bank(state: ScratchState, rec: ScratchRestored) -> Kept | None:
+    """The retained bank a restore names (K6): taken at its checkpoint, holding its object,
+    and not the current bank already."""
+    if rec.checkpoint is None or rec.bank is None:
+        return None
+    for kept in reversed(state.history):
+        if kept.checkpoint == rec.checkpoint and kept.position == rec.bank:
+            current = state.bank
+            if current is not None and current.evidence.position == kept.position:
+                return None
+            return kept
+    return None
 
 
 def _restamp(stamp: Checkpoint | None, rec: ScratchRestored) -> Checkpoint | None:

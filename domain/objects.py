@@ -18,6 +18,7 @@ import attrs
 from .errors import InvalidBankObject
 from .fold import ScratchState
 from .records import Record, ScratchBanked
+from .retention import RETAIN_CHECKPOINTS, retained
 
 BANK_PREFIX = "banks/"
 _NAME = re.compile(r"banks/([0-9a-f]{64})\.tgz")
@@ -86,9 +87,11 @@ def named_objects(records: Iterable[Record]) -> frozenset[str | None]:
     return frozenset(r.object for r in records if isinstance(r, ScratchBanked) and r.banked)
 
 
-def needed_objects(state: ScratchState) -> frozenset[str | None]:
-    """The objects the run still needs: the one its current bank names, if any."""
-    return frozenset() if state.bank is None else frozenset({state.bank.record.object})
+def needed_objects(state: ScratchState, retain: int = RETAIN_CHECKPOINTS) -> frozenset[str | None]:
+    """The objects the run still needs: the one its current bank names, if any, and those
+    of the last ``retain`` checkpoints' banks retention keeps (K8, ADR 0013)."""
+    kept = {k.object for k in retained(state.history, retain)}
+    return frozenset(kept if state.bank is None else {*kept, state.bank.record.object})
 
 
 def unreferenced(records: Sequence[Record], listing: Iterable[StoredObject]) -> tuple[StoredObject, ...]:

@@ -167,7 +167,8 @@ class ScratchRestored(Record):
 
     WIRE = "sandbox_scratch_restored"
     #: v2 (ADR 0013): ``checkpoint`` names the checkpoint the resume restored for
-    VERSION = 2
+    #: v3 (ADR 0013, K6): ``bank`` names the teardown record whose bank it restored
+    VERSION = 3
     restored: bool = wire(BOOL)
     stale: bool = wire(BOOL)
     accepted: bool = wire(BOOL)
@@ -177,6 +178,9 @@ class ScratchRestored(Record):
     raced: tuple[str, ...] = wire(STRS, required=False, default=())
     #: the checkpoint the resume ran from (ADR 0013): the restored scratch is now its
     checkpoint: Checkpoint | None = wire(CHECKPOINT, required=False)
+    #: the position (0-based) of the ``sandbox_scratch_banked`` record whose bank was
+    #: restored (K6: a rewind's own, older bank); None: the current bank, or an older record
+    bank: int | None = wire(INT, required=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -207,9 +211,12 @@ class AttemptQueued(Record):
     """A resume was published and queued the run for this attempt (C5, C6)."""
 
     WIRE = "attempt_queued"
+    #: v2 (ADR 0013): ``checkpoint``, the checkpoint the queued resume is from (republished with it)
+    VERSION = 2
     attempt: str = wire(STR)
     force: bool = wire(BOOL, required=False, default=False)
     accept_scratch_loss: bool = wire(BOOL, required=False, default=False)
+    checkpoint: Checkpoint | None = wire(CHECKPOINT, required=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -6,7 +6,7 @@ so the hint is derived from the refusal itself, never written by a surface.
 
 from __future__ import annotations
 
-from .errors import BankUnrecorded, TimelineUnreadable
+from .errors import BankUnrecorded, CheckpointBankSwept, TimelineUnreadable
 from .resume_gate import RESUME_INVALID, SCRATCH_NOT_PORTABLE, CauseKind, ResumeDecision
 
 _LOSS = (
@@ -38,6 +38,11 @@ def remedy(decision: ResumeDecision) -> str:
         hint = f"{_force_phrase(decision)}: resume with --force to accept that"
         if decision.keep_accept_scratch_loss:
             hint += "; keep --accept-scratch-loss"
+        return hint
+    if decision.code == CheckpointBankSwept.code:
+        hint = CheckpointBankSwept.remedy  # K7, ADR 0013
+        if decision.also_needs_force:
+            hint += f"; {_force_phrase(decision)} too: add --force to accept that"
         return hint
     if decision.code == BankUnrecorded.code:
         return BankUnrecorded.remedy  # N3, ADR 0006

@@ -16,10 +16,13 @@ import attrs
 from .admission import Consents
 from .checkpoints import Checkpoint, Position, compare
 from .fold import Bank, Evidence, ScratchState
-from .records import Record, ScratchForsaken, ScratchRestored
+from .records import Record, ScratchBanked, ScratchForsaken, ScratchRestored
+from .retention import RETAIN_CHECKPOINTS, Kept, check_retain, pick
 
 SCRATCH_NOT_PORTABLE = "SCRATCH_NOT_PORTABLE"
 RESUME_INVALID = "RESUME_INVALID"
+#: K7: a rewind to a checkpoint whose bank retention swept (domain/errors.CheckpointBankSwept)
+CHECKPOINT_BANK_SWEPT = "CHECKPOINT_BANK_SWEPT"
 
 
 class CauseKind(enum.Enum):
@@ -27,6 +30,7 @@ class CauseKind(enum.Enum):
 
     SCRATCH_UNBANKED = "scratch_unbanked"  # R1
     SCRATCH_STALE = "scratch_stale"  # R2
+    BANK_SWEPT = "bank_swept"  # K7
     LONE_CHILD = "lone_child"  # S2
     SOURCE_CHANGED = "source_changed"  # R8
     ARTIFACT_CONTRACT_CHANGED = "artifact_contract_changed"  # R9
@@ -37,7 +41,12 @@ class CauseKind(enum.Enum):
         return self in _SCRATCH_CAUSES
 
 
-_SCRATCH_CAUSES = {CauseKind.SCRATCH_UNBANKED, CauseKind.SCRATCH_STALE, CauseKind.LONE_CHILD}
+_SCRATCH_CAUSES = {
+    CauseKind.SCRATCH_UNBANKED,
+    CauseKind.SCRATCH_STALE,
+    CauseKind.LONE_CHILD,
+    CauseKind.BANK_SWEPT,
+}
 
 
 @attrs.frozen
@@ -72,6 +81,8 @@ class ResumeRequest:
     where: Where = Where.ENGINE
     #: the checkpoint the engine resumes from (ADR 0013); None: the events decide (K5)
     checkpoint: Checkpoint | None = None
+    #: how many recent checkpoints' banks retention keeps (K8); the teardown's prune reads the same
+    retain: int = attrs.field(default=RETAIN_CHECKPOINTS, validator=lambda _, __, v: check_retain(v))
 
 
 @attrs.frozen
@@ -125,6 +136,21 @@ def stamped_position(state: ScratchState, request: ResumeRequest) -> Position | 
     return compare(bank.checkpoint, request.checkpoint)
 
 
+def _kept_bank(kept: Kept) -> Bank:
+    """A retained checkpoint's bank as the gate restores it (K6)."""
+    ev = Evidence(kept.position, ScratchBanked.WIRE)
+    return Bank(ev, kept.record, kept.position, kept.checkpoint)
+
+
+def _swept_cause(request: ResumeRequest, swept: Kept) -> Cause:
+    """K7: the bank taken at the checkpoint the run rewinds to was swept by retention."""
+    detail = (
+        f"the run resumes from {request.checkpoint}, whose own bank (#{swept.position + 1}) retention "
+        f"swept: it keeps the banks of the last {request.retain} checkpoints with one"
+    )
+    return Cause(CauseKind.BANK_SWEPT, "K7", detail, (Evidence(swept.position, ScratchBanked.WIRE),))
+
+
 def _stamped_stale(state: ScratchState, request: ResumeRequest, position: Position) -> Cause:
     """K1, K2: the resume's checkpoint holds writes its bank lacks, whatever events say."""
     bank = state.bank
@@ -147,7 +173,11 @@ def _scratch_causes(state: ScratchState, request: ResumeRequest, position: Posit
     if state.unbanked is not None:
         detail = f"the last teardown could not bank a non-empty scratch ({state.unbanked_reason})"
         causes.append(Cause(CauseKind.SCRATCH_UNBANKED, "R1", detail, (state.unbanked,)))
-    elif position is not None:
+        return causes
+    swept = pick(state.history, request.checkpoint, request.retain).swept
+    if swept is not None and not _own(state, request):
+        causes.append(_swept_cause(request, swept))
+    if position is not None:
         if position.stale:
             causes.append(_stamped_stale(state, request, position))
     elif state.bank is not None and state.stale_writes:
@@ -156,6 +186,12 @@ def _scratch_causes(state: ScratchState, request: ResumeRequest, position: Posit
         evidence = (state.bank.evidence, *(w.evidence for w in state.stale_writes))
         causes.append(Cause(CauseKind.SCRATCH_STALE, "R2", detail, evidence))
     return causes
+
+
+def _own(state: ScratchState, request: ResumeRequest) -> bool:
+    """The current bank is already exactly the resume's checkpoint's (K3)."""
+    bank = state.bank
+    return bank is not None and request.checkpoint is not None and bank.checkpoint == request.checkpoint
 
 
 def _force_causes(state: ScratchState, request: ResumeRequest) -> list[Cause]:
@@ -217,7 +253,11 @@ _STAMPED_WHY = {
 
 
 def _proceed(
-    state: ScratchState, consents: Consents, causes: list[Cause], position: Position | None = None
+    state: ScratchState,
+    consents: Consents,
+    causes: list[Cause],
+    position: Position | None = None,
+    own: Bank | None = None,
 ) -> ResumeDecision:
     go = functools.partial(_decision, causes=causes, consents=consents)
     if state.lone_child is not None:
@@ -232,6 +272,9 @@ def _proceed(
         rec = ScratchRestored(restored=False, stale=False, accepted=True, reason=reason)
         why = "resumes as it stands, without the scratch its teardown could not bank"
         return go(Verdict.GO_ON_WITHOUT, "R13", why, also=state.unbanked, records=(rec,))
+    if own is not None:
+        why = "restores the bank taken at exactly the checkpoint the run rewinds to (retained)"
+        return go(Verdict.RESTORE, "K6", why, also=own.evidence, bank=own)
     if state.bank is not None and position is not None and not position.stale:
         why = _STAMPED_WHY[position]
         return go(Verdict.RESTORE, position.rule, why, also=state.bank.evidence, bank=state.bank)
@@ -266,14 +309,34 @@ def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision
     if request.where is Where.SURFACE and state.may_still_be_banking and not about_to_refuse:
         why = "the latest execution wrote no teardown record yet; the engine decides"
         return ResumeDecision(Verdict.DEFER_TO_ENGINE, "R10", why, consents=consents)
+    own = retained_pick(state, request)
+    if own is not None:  # K6: the rewind lands on its checkpoint's own scratch
+        state = attrs.evolve(state, bank=own, stale_writes=())
     position = stamped_position(state, request)
     scratch_causes = _scratch_causes(state, request, position)
     causes = scratch_causes + force_causes
     if scratch_causes and not consents.accept_scratch_loss:
-        return _refuse(SCRATCH_NOT_PORTABLE, causes, consents, scratch_causes[0])
+        first = scratch_causes[0]
+        code = CHECKPOINT_BANK_SWEPT if first.kind is CauseKind.BANK_SWEPT else SCRATCH_NOT_PORTABLE
+        return _refuse(code, causes, consents, first)
     if force_causes and not consents.force:
         return _refuse(RESUME_INVALID, causes, consents, force_causes[0])
-    return _proceed(state, consents, causes, position)
+    return _proceed(state, consents, causes, position, own)
+
+
+def retained_pick(state: ScratchState, request: ResumeRequest) -> Bank | None:
+    """K6: the retained bank taken at exactly the resume's checkpoint, when it is not the
+    current bank already (then K3 decides as before). A host hand-over (X6), an accepted
+    loss (A3) and a finished run (T5) leave no retained bank; R1 and S2 still decide first."""
+    if state.unbanked is not None or state.host_backed is not None or state.lone_child is not None:
+        return None
+    kept = pick(state.history, request.checkpoint, request.retain).kept
+    if kept is None:
+        return None
+    bank = state.bank
+    if bank is not None and bank.evidence.position == kept.position:
+        return None
+    return _kept_bank(kept)
 
 
 def refuse_unreadable(reason: str) -> ResumeDecision:

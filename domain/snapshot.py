@@ -10,10 +10,12 @@ from typing import Any
 from .checkpoints import Checkpoint
 from .fold import Adoption, Bank, Evidence, ScratchState, StaleWrite
 from .records import AttemptQueued, RunStatus, ScratchBanked
+from .retention import Kept
 from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
-SNAPSHOT_VERSION = 3
+#: v4 (ADR 0013, K8): the checkpoints' banks retention reads (``history``).
+SNAPSHOT_VERSION = 4
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -56,7 +58,18 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "status": None if state.status is None else state.status.value,
         "unknown_records": state.unknown_records,
         "named_objects": sorted(state.named_objects, key=lambda n: (n is not None, n or "")),
+        "history": [[list(k.checkpoint.lineage), encode(k.record), k.position] for k in state.history],
     }
+
+
+def _history(data: Any) -> tuple[Kept, ...] | None:
+    kept: list[Kept] = []
+    for lineage, record, position in data:
+        rec = decode(record)
+        if not isinstance(rec, ScratchBanked):
+            return None
+        kept.append(Kept(Checkpoint(lineage), rec, int(position)))
+    return tuple(kept)
 
 
 def state_from_data(data: Any) -> ScratchState | None:
@@ -78,6 +91,9 @@ def state_from_data(data: Any) -> ScratchState | None:
             if not isinstance(rec2, AttemptQueued):
                 return None
             queued = rec2
+        history = _history(data["history"])
+        if history is None:
+            return None
         adoption = None
         if data["adoption"] is not None:
             ev, local, copy = data["adoption"]
@@ -104,6 +120,7 @@ def state_from_data(data: Any) -> ScratchState | None:
             status=None if data["status"] is None else RunStatus(data["status"]),
             unknown_records=int(data["unknown_records"]),
             named_objects=frozenset(None if n is None else str(n) for n in data["named_objects"]),
+            history=history,
         )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None

@@ -43,6 +43,10 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     # ADR 0013: records before v3 (banked) and v2 (restored) carry no checkpoint stamp.
     ("sandbox_scratch_banked", 2): lambda data: data,
     ("sandbox_scratch_restored", 1): lambda data: data,
+    # K6: a restore before v3 names no bank record (it restored the current bank).
+    ("sandbox_scratch_restored", 2): lambda data: data,
+    # A queued resume before v2 names no checkpoint (the events decide, K5).
+    ("attempt_queued", 1): lambda data: data,
 }
 
 _BY_WIRE: dict[str, type[Record]] = {cls.WIRE: cls for cls in KNOWN_RECORDS}

@@ -8,7 +8,10 @@ rewind to an earlier checkpoint of the lineage) asks the gate, then restores wha
 The model knows the truth (which writes each scratch holds), so it can check:
 
 - no resume restores a scratch missing a write the resumed checkpoint says happened;
-- no resume is refused when the bank is exactly the checkpoint's scratch.
+- no resume is refused when the bank is exactly the checkpoint's scratch;
+- a rewind to a checkpoint whose own bank retention keeps lands on that very scratch (K6);
+- the prune after each teardown never deletes a bank retention keeps (K8), and no restore
+  fetches an object the prune deleted.
 
 The event-only reading (the same timeline, no stamps) is run beside the stamped one on
 every resume, and what it gets wrong is counted (the note in ADR 0013).
@@ -27,6 +30,7 @@ from hypothesis import strategies as st
 
 from scratchbank.domain import ResumeRequest, ScratchState, Verdict, decide_resume, fold
 from scratchbank.domain.checkpoints import Checkpoint
+from scratchbank.domain.objects import needed_objects
 from scratchbank.domain.records import (
     NodeFinished,
     Record,
@@ -40,13 +44,27 @@ from scratchbank.testing import strategies as s
 from scratchbank.testing.builders import started
 
 Gate = Callable[[ScratchState, Checkpoint], ResumeDecision]
+#: what the prune after a teardown keeps (the real one: ``needed_objects``)
+Keep = Callable[[ScratchState, int], frozenset[str | None]]
+#: the model's retention: small, so that the sweep matters in short runs
+RETAIN = 2
 #: one model step: ("node", kind, lost) | ("teardown", how) | ("resume", rewind_back)
 Op = tuple[object, ...]
 KINDS = ("agent", "loop", "each", "human", "failed")
 
 
 def stamped_gate(state: ScratchState, at: Checkpoint) -> ResumeDecision:
-    return decide_resume(state, ResumeRequest(checkpoint=at))
+    return decide_resume(state, ResumeRequest(checkpoint=at, retain=RETAIN))
+
+
+def newest_bank_gate(state: ScratchState, at: Checkpoint) -> ResumeDecision:
+    """Planted bug "a rewind picking the newest bank": retention's history ignored."""
+    return decide_resume(attrs.evolve(state, history=()), ResumeRequest(checkpoint=at, retain=RETAIN))
+
+
+def current_only(state: ScratchState, retain: int) -> frozenset[str | None]:
+    """Planted bug "retention deleting a kept bank": the prune keeps the current bank only."""
+    return frozenset() if state.bank is None else frozenset({state.bank.record.object})
 
 
 def event_only_gate(state: ScratchState, at: Checkpoint) -> ResumeDecision:
@@ -63,10 +81,13 @@ class Model:
     """One run under the model engine; ``gate`` decides its resumes."""
 
     gate: Gate
+    keep: Keep = needed_objects
     timeline: list[Record] = attrs.Factory(lambda: [started()])
     lineage: tuple[str, ...] = ("start",)
     scratch: frozenset[str] | None = frozenset()  # None: no live sandbox
     banks: dict[str, frozenset[str]] = attrs.Factory(dict)
+    store: dict[str, frozenset[str]] = attrs.Factory(dict)  # the objects the prune left
+    own: dict[tuple[str, ...], str] = attrs.Factory(dict)  # checkpoint -> its bank, newest last
     names: dict[str, tuple[str, bool]] = attrs.Factory(dict)  # write id -> (node, on a cycle)
     lost: frozenset[str] = frozenset()  # writes a go-on-without dropped (nobody's to restore)
     content_at: dict[tuple[str, ...], frozenset[str]] = attrs.Factory(dict)
@@ -124,18 +145,34 @@ class Model:
             )
             self.timeline.append(gone)
             return
+        self.own.pop(self.lineage, None)
         if not content:
             self.timeline.append(
                 ScratchBanked(banked=False, empty=True, unknown=False, bytes=0, checkpoint=stamp)
             )
+            self.prune()
             return
         sha = _sha(content)
-        self.banks[sha] = content
+        self.banks[sha] = self.store[sha] = content
+        self.own[self.lineage] = sha
         record = ScratchBanked(
             banked=True, empty=False, unknown=False, bytes=1 + len(content),
             sha256=sha, object=f"banks/{sha}.tgz", checkpoint=stamp,
         )  # fmt: skip
         self.timeline.append(record)
+        self.prune()
+
+    def kept(self) -> dict[tuple[str, ...], str]:
+        """The model's own retention: the newest RETAIN checkpoints it banked at."""
+        return dict(list(self.own.items())[-RETAIN:])
+
+    def prune(self) -> None:
+        """The prune after a teardown's record (K8); then every kept bank must be stored."""
+        needed = self.keep(fold(self.timeline), RETAIN)
+        self.store = {sha: c for sha, c in self.store.items() if f"banks/{sha}.tgz" in needed}
+        for lineage, sha in self.kept().items():
+            if sha not in self.store:
+                self.violations.append(f"deleted the kept bank of {lineage}")
 
     def resume(self, back: int) -> None:
         keep = max(1, len(self.lineage) - back)
@@ -151,13 +188,22 @@ class Model:
         decision = self.gate(state, at)
         self.counts[f"{decision.verdict.value} {decision.rule}"] += 1
         self.lineage = at.lineage
+        own = self.kept().get(at.lineage)
+        got = decision.bank.record.sha256 if decision.verdict is Verdict.RESTORE and decision.bank else None
+        if own is not None and got != own:
+            self.violations.append(f"a rewind to {at} did not land on its own scratch ({decision.rule})")
         if decision.verdict is Verdict.REFUSE:
             self.over = True
         elif decision.verdict is Verdict.RESTORE:
             assert decision.bank is not None and decision.bank.record.sha256 is not None
             content = self.banks[decision.bank.record.sha256]
+            if decision.bank.record.sha256 not in self.store:
+                self.violations.append(f"restored {at} from an object the prune deleted")
             self.check_restore(at, content)
-            restored = ScratchRestored(restored=True, stale=decision.stale, accepted=False, checkpoint=at)
+            named = decision.bank.evidence.position
+            restored = ScratchRestored(
+                restored=True, stale=decision.stale, accepted=False, checkpoint=at, bank=named
+            )
             self.timeline.append(restored)
             self.scratch = content
             self.content_at[self.lineage] = content
@@ -257,11 +303,11 @@ def generated_runs(runs: int, seed: int = 21) -> list[list[Op]]:
     return out
 
 
-def measure(gate: Gate, runs: list[list[Op]]) -> tuple[Counter[str], int]:
+def measure(gate: Gate, runs: list[list[Op]], keep: Keep = needed_objects) -> tuple[Counter[str], int]:
     total: Counter[str] = Counter()
     wrong = 0
     for steps in runs:
-        model = Model(gate).run(steps)
+        model = Model(gate, keep).run(steps)
         total.update(model.counts)
         wrong += len(model.violations)
     return total, wrong
@@ -281,4 +327,24 @@ def test_N1_N2_on_generated_runs_the_stamped_reading_is_never_wrong_where_events
 def test_planted_the_stamp_ignored_is_caught_by_the_model() -> None:
     """Planted bug: a gate that ignores the stamp reverts and refuses where the model says not."""
     _, wrong = measure(event_only_gate, generated_runs(300))
+    assert wrong > 0
+
+
+@given(ops)
+def test_K6_K8_rewinds_land_on_their_own_scratch_and_no_kept_bank_is_deleted(steps: list[Op]) -> None:
+    """A rewind to a checkpoint whose own bank is kept restores exactly it (K6); the prune
+    after each teardown deletes no kept bank, and no restore misses its object (K8)."""
+    model = Model(stamped_gate).run(steps)
+    assert not [v for v in model.violations if "own scratch" in v or "deleted" in v], model.violations
+
+
+def test_planted_a_rewind_picking_the_newest_bank_is_caught_by_the_model() -> None:
+    """Planted bug: a gate blind to retention restores the newest bank on a rewind."""
+    counts, wrong = measure(newest_bank_gate, generated_runs(150))
+    assert wrong > 0 and counts["restore K6"] == 0
+
+
+def test_planted_retention_deleting_a_kept_bank_is_caught_by_the_model() -> None:
+    """Planted bug: a prune keeping the current bank only deletes the banks rewinds need."""
+    _, wrong = measure(stamped_gate, generated_runs(150), keep=current_only)
     assert wrong > 0

@@ -14,7 +14,7 @@ from scratchbank.domain.errors import InvalidCheckpoint, TimelineUnreadable
 from scratchbank.domain.records import Record, RunRewound, ScratchBanked, ScratchRestored
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
-from scratchbank.testing.builders import banked, node, resumed, started
+from scratchbank.testing.builders import banked, empty, node, restored, resumed, started
 from scratchbank.testing.clocks import ManualClock
 
 C1 = Checkpoint(("start", "c1"))
@@ -195,4 +195,317 @@ def test_K1_the_refusal_line_names_its_rule_in_words() -> None:
 
     decision = decide_resume(fold([started(), stamped(C1), resumed()]), ResumeRequest(checkpoint=C2))
     assert any(f"K1: {RULES['K1'].title}" in line for line in decision_text(decision))
-    assert all(f"K{n}" in RULES for n in range(1, 6))
+    assert all(f"K{n}" in RULES for n in range(1, 9))
+
+
+# Retention (ADR 0013, K6-K8): the scratch follows a rewind.
+
+C4 = Checkpoint(("start", "c1", "c2", "c4"))
+C5 = Checkpoint(("start", "c1", "c2", "c4", "c5"))
+
+
+def bank_at(checkpoint: Checkpoint, digit: str) -> ScratchBanked:
+    """A stamped bank whose object is its own (distinct content per checkpoint)."""
+    sha = digit * 64
+    return attrs.evolve(banked(sha256=sha), checkpoint=checkpoint, object=f"banks/{sha}.tgz")
+
+
+def checkpoints_run() -> list[Record]:
+    """Banks taken at c1 (#2) and c2 (#5): the run stands past c2."""
+    return [started(), bank_at(C1, "1"), resumed(), node("b"), bank_at(C2, "2"), resumed()]
+
+
+def test_K6_a_rewind_restores_the_bank_taken_at_its_checkpoint_not_the_newest() -> None:
+    """Resume from c1 with banks at c1 and c2: the c1 bank is restored, named K6."""
+    decision = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C1))
+    assert decision.verdict is Verdict.RESTORE and decision.rule == "K6" and not decision.stale
+    assert decision.bank is not None and decision.bank.record == bank_at(C1, "1")
+    assert decision.bank.evidence.position == 1
+    at_c2 = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C2))
+    assert at_c2.rule == "K3" and at_c2.bank is not None and at_c2.bank.record == bank_at(C2, "2")
+
+
+def test_K6_the_fold_follows_a_restore_record_naming_the_older_bank() -> None:
+    """A restore naming c1 and bank #2 makes the c1 bank current; resuming at c1 again is K3."""
+    back = ScratchRestored(restored=True, stale=False, accepted=False, checkpoint=C1, bank=1)
+    state = fold([*checkpoints_run(), back])
+    assert state.bank is not None and state.bank.record == bank_at(C1, "1") and state.bank.checkpoint == C1
+    assert decide_resume(state, ResumeRequest(checkpoint=C1)).rule == "K3"
+    assert decide_resume(state, ResumeRequest(checkpoint=C2)).rule == "K6"  # c2's is still kept
+
+
+def test_K6_K1_a_checkpoint_without_a_bank_of_its_own_decides_on_the_current_bank() -> None:
+    """No bank at c4 (ahead of c2's): the current bank decides (K1), no older bank is picked."""
+    decision = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C4))
+    assert decision.refused and decision.rule == "K1" and decision.code == SCRATCH_NOT_PORTABLE
+
+
+def test_K7_a_rewind_to_a_swept_bank_is_refused_by_name_with_its_remedy() -> None:
+    """Retention 1 keeps c2's bank only: a rewind to c1 is CHECKPOINT_BANK_SWEPT, K7."""
+    from scratchbank.domain.errors import CheckpointBankSwept
+    from scratchbank.domain.remedy import remedy
+
+    state = fold(checkpoints_run())
+    decision = decide_resume(state, ResumeRequest(checkpoint=C1, retain=1))
+    assert decision.refused and decision.rule == "K7" and decision.code == "CHECKPOINT_BANK_SWEPT"
+    assert "swept" in decision.explanation and remedy(decision) == CheckpointBankSwept.remedy
+    accepted = decide_resume(state, ResumeRequest(consents=ACCEPT, checkpoint=C1, retain=1))
+    assert accepted.verdict is Verdict.RESTORE and accepted.rule == "K4"  # the current bank
+    assert decide_resume(state, ResumeRequest(checkpoint=C1, retain=2)).rule == "K6"
+
+
+def test_K8_a_retention_setting_outside_its_bounds_is_refused_by_name() -> None:
+    """Retention is 1..64: anything else is a named error, never a silent default."""
+    for bad in (0, -1, 65, True):
+        with pytest.raises(InvalidCheckpoint, match="retention"):
+            ResumeRequest(retain=bad)
+
+
+def test_T4_K8_an_empty_scratch_drops_the_current_bank_but_not_older_checkpoints() -> None:
+    """Empty at c2: a resume from c2 goes on without (T4), a rewind to c1 gets c1's bank."""
+    run = [started(), bank_at(C1, "1"), resumed(), node("b"), attrs.evolve(empty(), checkpoint=C2), resumed()]
+    state = fold(run)
+    assert state.bank is None
+    at_c2 = decide_resume(state, ResumeRequest(checkpoint=C2))
+    assert at_c2.verdict is Verdict.GO_ON_WITHOUT and at_c2.rule == "R14"
+    at_c1 = decide_resume(state, ResumeRequest(checkpoint=C1))
+    assert at_c1.verdict is Verdict.RESTORE and at_c1.rule == "K6"
+    assert at_c1.bank is not None and at_c1.bank.record == bank_at(C1, "1")
+    legacy = fold([started(), banked(), resumed(), empty(), resumed()])
+    assert legacy.history == () and decide_resume(legacy, ResumeRequest()).rule == "R14"
+
+
+def test_A3_K8_a_rewind_to_before_an_accepted_loss_restores_no_older_bank() -> None:
+    """An accepted loss is final: a rewind to c1 afterwards goes on without, none restored."""
+    from scratchbank.domain.objects import needed_objects
+
+    loss = ScratchRestored(restored=False, stale=False, accepted=True, reason="bank gone")
+    state = fold([*checkpoints_run(), loss, resumed()])
+    decision = decide_resume(state, ResumeRequest(checkpoint=C1))
+    assert decision.verdict is Verdict.GO_ON_WITHOUT and decision.rule == "R7"
+    assert state.history == () and needed_objects(state) == frozenset()
+
+
+def test_X6_K8_a_rewind_to_before_a_host_hand_over_restores_no_bank() -> None:
+    """The host directory holds the scratch for good: a rewind to c1 restores nothing."""
+    from scratchbank.domain.objects import needed_objects
+
+    state = fold([*checkpoints_run(), restored(host_backed=True), resumed()])
+    decision = decide_resume(state, ResumeRequest(checkpoint=C1))
+    assert decision.verdict is Verdict.GO_ON_WITHOUT and decision.rule == "X6"
+    assert state.history == () and needed_objects(state) == frozenset()
+
+
+def test_T5_K8_a_finished_run_keeps_no_checkpoint_bank() -> None:
+    """A finished teardown forgets every checkpoint's bank."""
+    from scratchbank.testing.builders import finished_teardown
+
+    assert fold([*checkpoints_run(), finished_teardown()]).history == ()
+
+
+def test_K6_wire_a_restore_naming_its_bank_survives_and_v2_reads_without() -> None:
+    """sandbox_scratch_restored v3 carries ``bank``; a v2 record reads with none."""
+    rec = ScratchRestored(restored=True, stale=False, accepted=False, checkpoint=C1, bank=1)
+    data = encode(rec)
+    assert data["v"] == 3 and data["bank"] == 1 and decode(data) == rec
+    old = {k: v for k, v in data.items() if k != "bank"} | {"v": 2}
+    assert decode(old) == attrs.evolve(rec, bank=None)
+
+
+def test_K8_a_snapshot_keeps_the_checkpoints_banks() -> None:
+    """The retained history survives a snapshot; an older (v3) snapshot is ignored (folded again)."""
+    state = fold(checkpoints_run())
+    assert len(state.history) == 2 and state_from_data(state_to_data(state)) == state
+    assert state_from_data({**state_to_data(state), "v": 3}) is None
+
+
+def _teardown(
+    timeline: InMemoryTimeline,
+    store: InMemoryBankStore,
+    files: dict[str, bytes],
+    at: Checkpoint,
+    retain: int = 5,
+) -> None:
+    report = bank_at_teardown(
+        "run-1", timeline=timeline, store=store, sandbox=FakeSandbox(dict(files)),
+        run_finished=False, clock=ManualClock(), checkpoint=at, retain=retain,
+    )  # fmt: skip
+    assert report.recorded
+    timeline.append("run-1", [resumed()])
+
+
+def test_K6_K8_use_case_a_rewind_gets_the_older_scratch_back_and_names_it() -> None:
+    """Teardowns at c1 and c2 keep both objects; a resume from c1 restores c1's files."""
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    _teardown(timeline, store, {"a.txt": b"one"}, C1)
+    _teardown(timeline, store, {"a.txt": b"two", "b.txt": b"more"}, C2)
+    assert len([o for o in store.objects("run-1") if o.name]) == 2  # retention kept c1's
+    box = FakeSandbox({})
+    out = resume(
+        "run-1",
+        ResumeRequest(checkpoint=C1),
+        timeline=timeline,
+        store=store,
+        sandbox=box,
+        clock=ManualClock(),
+    )
+    assert out.proceeds and out.decision.rule == "K6" and box.files == {"a.txt": b"one"}
+    last = timeline.read("run-1")[-1]
+    assert isinstance(last, ScratchRestored) and last.checkpoint == C1 and last.bank == 1
+    state = fold(timeline.read("run-1"))
+    assert state.bank is not None and state.bank.checkpoint == C1 and state.bank.evidence.position == 1
+
+
+def test_K8_teardown_and_prune_keep_what_retention_says_and_nothing_else() -> None:
+    """Retention 2 over four stamped teardowns: the two newest objects stay, the rest go."""
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    for n, at in enumerate((C1, C2, C4, C5)):
+        _teardown(timeline, store, {"n.txt": str(n).encode()}, at, retain=2)
+    kept = {o.name for o in store.objects("run-1")}
+    state = fold(timeline.read("run-1"))
+    assert kept == {k.object for k in state.history[-2:]} and len(kept) == 2
+    before = (list(timeline.read("run-1")), kept)
+    box = FakeSandbox({})
+    out = resume(
+        "run-1",
+        ResumeRequest(checkpoint=C1, retain=2),
+        timeline=timeline,
+        store=store,
+        sandbox=box,
+        clock=ManualClock(),
+    )
+    assert out.decision.code == "CHECKPOINT_BANK_SWEPT" and not out.proceeds
+    assert (
+        list(timeline.read("run-1")),
+        {o.name for o in store.objects("run-1")},
+    ) == before and box.files == {}
+
+
+def test_T4_K8_use_case_an_empty_teardown_keeps_the_older_checkpoint_bank() -> None:
+    """An empty scratch at c2 leaves c1's object in the store (retained), none of its own."""
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-1", [started()])
+    _teardown(timeline, store, {"a.txt": b"one"}, C1)
+    _teardown(timeline, store, {}, C2)
+    assert isinstance(timeline.read("run-1")[-2], ScratchBanked) and timeline.read("run-1")[-2].empty  # type: ignore[union-attr]
+    assert len([o for o in store.objects("run-1") if o.name]) == 1
+    box = FakeSandbox({})
+    out = resume(
+        "run-1",
+        ResumeRequest(checkpoint=C1),
+        timeline=timeline,
+        store=store,
+        sandbox=box,
+        clock=ManualClock(),
+    )
+    assert out.decision.rule == "K6" and box.files == {"a.txt": b"one"}
+
+
+def test_K8_status_lists_the_banks_a_run_holds_and_their_checkpoints() -> None:
+    """status: each checkpoint's bank, where it was recorded, and whether retention keeps it."""
+    from scratchbank.adapters.present import state_data, state_text
+
+    data = state_data(fold(checkpoints_run()))
+    held = data["checkpoint_banks"]
+    assert [(h["checkpoint"], h["at"], h["kept"]) for h in held] == [
+        ("c1", "record 2", True),
+        ("c2", "record 5", True),
+    ]
+    assert data["bank"]["checkpoint"] == "c2"
+    lines = state_text(fold(checkpoints_run()))
+    assert any(line.startswith("checkpoint bank: c1: record 2") for line in lines)
+
+
+def test_K_the_delivery_carries_the_checkpoint_and_an_old_one_still_decodes() -> None:
+    """The NATS payload carries the lineage; one without it decodes unstamped; a bad one is malformed."""
+    import json
+
+    from scratchbank.adapters.nats_queue import _delivery, _payload
+    from scratchbank.application.ports import ResumeDelivery
+
+    sent = ResumeDelivery("run-1", "a1", ACCEPT, 0, C2)
+    assert _delivery(_payload(sent)) == sent
+    old = {k: v for k, v in json.loads(_payload(sent)).items() if k != "checkpoint"}
+    assert _delivery(json.dumps(old).encode()) == attrs.evolve(sent, checkpoint=None)
+    for bad in ("start", [], [""], {"id": "c1"}):
+        with pytest.raises((TypeError, ValueError)):
+            _delivery(json.dumps({**old, "checkpoint": bad}).encode())
+
+
+def test_K_the_cli_and_the_http_body_take_the_resume_checkpoint() -> None:
+    """`resume --checkpoint start,c1` and {"checkpoint": [...]} reach the ResumeRequest."""
+    from scratchbank.adapters.cli import _parser, _request
+    from scratchbank.adapters.http_api import ResumeBody
+
+    args = _parser().parse_args(["resume", "run-1", "--checkpoint", "start,c1"])
+    assert _request(args).checkpoint == C1
+    assert _request(_parser().parse_args(["resume", "run-1"])).checkpoint is None
+    with pytest.raises(InvalidCheckpoint):
+        _request(_parser().parse_args(["resume", "run-1", "--checkpoint", "start,,c1"]))
+    assert ResumeBody(checkpoint=["start", "c1"]).checkpoint == ["start", "c1"]
+
+
+def test_K_a_queued_resume_carries_its_checkpoint_to_the_runner(tmp_path: object) -> None:
+    """Queued from c1 (banks at c1 and c2): the record and the delivery carry it; the runner picks K6."""
+    from pathlib import Path
+
+    from runner_rigs import RecordingInbound, make_rig
+
+    from scratchbank.adapters.inprocess import InProcessQueue
+    from scratchbank.application.service import ScratchService
+    from scratchbank.domain.records import AttemptQueued
+
+    timeline, queue = InMemoryTimeline(), InProcessQueue(ack_wait=5.0)
+    timeline.append("run-1", [started(), bank_at(C1, "1"), resumed(), bank_at(C2, "2")])
+    service = ScratchService(timeline, InMemoryBankStore(), clock=ManualClock(), queue=queue)
+    queued = service.queue_resume("run-1", ResumeRequest(checkpoint=C1), attempt="a1")
+    assert queued.attempt == "a1", queued.decision
+    record = [r for r in timeline.read("run-1") if isinstance(r, AttemptQueued)][-1]
+    assert record.checkpoint == C1 and decode(encode(record)) == record
+    inbound = queue.fetch(timeout=1.0)
+    assert inbound is not None and inbound.delivery.checkpoint == C1
+    rig = make_rig(Path(str(tmp_path)), timeline)
+    rig.provider = _NoSandboxes()  # type: ignore[assignment]  # the pure tier starts no process
+    rig.runner().handle(RecordingInbound(inbound.delivery))
+    heard = rig.verdicts.wait(inbound.delivery, 1.0)  # R11: told before the sandbox is asked for
+    assert heard is not None and heard.rule == "K6", heard
+
+
+class _NoSandboxes:
+    """A provider that cannot start one (the runner decides first, then asks)."""
+
+    def start(self, run_id: str, attempt: str | None = None) -> object:
+        from scratchbank.domain.errors import SandboxNotStarted
+
+        raise SandboxNotStarted("no sandbox in the pure tier")
+
+    def stop(self, sandbox: object) -> None:
+        pass
+
+    def orphans(self, run_id: str) -> list[object]:
+        return []
+
+
+def test_K_the_mcp_resume_tool_takes_the_checkpoint_and_K7_has_a_consent_name() -> None:
+    """MCP resume(checkpoint=[...]) reaches the gate (K1 here); a K7 refusal can be consented by name."""
+    import asyncio
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from scratchbank.adapters.http_api import ApiSettings
+    from scratchbank.adapters.mcp_server import build_server, consent_name
+    from scratchbank.application.service import ScratchService
+
+    timeline = InMemoryTimeline()
+    timeline.append("run-1", [*checkpoints_run()[:-1]])
+    server = build_server(
+        ScratchService(timeline, InMemoryBankStore(), clock=ManualClock()), ApiSettings("t")
+    )
+    before = timeline.read("run-1")
+    with pytest.raises(ToolError, match=r'scratch_not_portable.*"rule": "K1"'):
+        asyncio.run(server.call_tool("resume", {"run": "run-1", "checkpoint": list(C4.lineage)}))
+    assert timeline.read("run-1") == before  # the refusal wrote nothing
+    swept = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C1, retain=1))
+    assert (consent_name(swept) or "").startswith("checkpoint_bank_swept/K7/")

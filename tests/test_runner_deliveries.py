@@ -243,6 +243,7 @@ def test_story_the_demo_tells_the_runner_story_end_to_end(capsys: pytest.Capture
     assert "resume: RESTORE (R7: an accepted loss forsakes the bank)" in out
     assert "(S1): 0 records, never ran there" in out and "(1 sandbox_shared, S5)" in out
     assert "REFUSE SCRATCH_NOT_PORTABLE (S2: " in out and "scratch_forsaken records: 1" in out
+    assert "RESTORE (K6: " in out and "the resumed sandbox's scratch says 'draft 1'" in out  # a rewind
     for run in ("run-1", "run-1.fix", "run-1.ask"):  # the run ids, and how to inspect each afterwards
         assert f"status {run} " in out
 
