@@ -26,7 +26,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 from typing import Any, NoReturn
 
 from scratchbank.application.resume import Target
@@ -114,11 +113,22 @@ def _globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """``--version``: the package's metadata is read only when asked (importlib.metadata
+    costs every other command its import time)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from importlib.metadata import version
+
+        print(f"scratchbank {version('scratchbank')}")  # on stdout, as argparse's own
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="scratchbank", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"scratchbank {version('scratchbank')}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     _globals(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -8,19 +8,17 @@ failure, a ``SurfaceError`` is bad input) until it gets a row of its own. The RE
 ``domain/errors.py`` has its own row.
 
 Remedies are written in the CLI's words (flags); ``remedy_for`` renders one for another
-surface: JSON fields over HTTP and MCP, Python names in the API.
+surface (domain/remedy.py holds the words): JSON fields over HTTP, the tool's arguments over
+MCP, Python names in the API.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Literal
-
 import attrs
 
 from scratchbank.domain import errors
-
-Surface = Literal["cli", "http", "mcp", "python"]
+from scratchbank.domain.remedy import Surface as Surface
+from scratchbank.domain.remedy import error_remedy, say
 
 EXIT_OK, EXIT_USAGE, EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 2, 3, 4, 5, 70
 
@@ -161,63 +159,14 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-# -- remedies per surface ------------------------------------------------------------------------
-_WORDS: dict[Surface, tuple[tuple[str, str], ...]] = {
-    "cli": (),
-    "http": (
-        (r"--accept-scratch-loss", '"accept_scratch_loss": true'),
-        (r"--force", '"force": true'),
-        (r"--sandbox ", '"sandbox": '),
-        (r"--home DIR|--home", "the server's home"),
-    ),
-    "mcp": (
-        (r"--accept-scratch-loss", "accept_scratch_loss (naming the refusal: its consent_name)"),
-        (r"--force", "force: true"),
-        (r"--sandbox ", "sandbox: "),
-        (r"--home DIR|--home", "the server's home"),
-    ),
-    "python": (
-        (r"--accept-scratch-loss", "Consents(accept_scratch_loss=True)"),
-        (r"--force", "Consents(force=True)"),
-        (r"--sandbox ", "Target(sandbox=...) for "),
-        (r"--home DIR|--home", "open_home(DIR)"),
-    ),
-}
-
-#: Remedies that are not a word-for-word rendering on a surface.
-_OWN: dict[tuple[type[errors.ScratchbankError], Surface], str] = {
-    (
-        errors.NoRestoreTarget,
-        "http",
-    ): 'name where to restore: "sandbox": "docker:NAME" in the body (an allowed one)',
-    (errors.NoRestoreTarget, "mcp"): 'name where to restore: sandbox: "docker:NAME" (an allowed one)',
-    (errors.NoRestoreTarget, "python"): "pass Target(sandbox=...) or Target(host_directory=...)",
-    (
-        errors.HomeNotFound,
-        "python",
-    ): "call open_home(DIR) (it creates the home) or give bootstrap() explicit URLs",
-    (errors.RunNotFound, "http"): "check the run id; the server reads the timeline it was started with",
-    (
-        errors.RunNotFound,
-        "mcp",
-    ): "check the run id (list_runs_needing_operator lists runs); the server reads one timeline",
-}
+# -- remedies per surface (the words live with the one remedy function, domain/remedy.py) -------
 
 
 def render(text: str, surface: Surface) -> str:
     """A remedy written with the CLI's flags, in the words of ``surface``."""
-    for pattern, words in _WORDS[surface]:
-        text = re.sub(pattern, words, text)
-    return text
+    return say(text, surface)
 
 
 def remedy_for(error: errors.ScratchbankError, surface: Surface) -> str:
     """The error's remedy as ``surface`` says it (an explicit remedy given at raise wins)."""
-    if "remedy" not in vars(error):  # the class's own remedy: a surface may say it its own way
-        for cls in type(error).__mro__:
-            own = _OWN.get((cls, surface))
-            if own is not None:
-                return own
-            if cls is errors.ScratchbankError:
-                break
-    return render(error.remedy, surface)
+    return error_remedy(error, surface)

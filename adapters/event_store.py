@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
+import attrs
 from eventsourcing.persistence import (
     AggregateRecorder,
     ConnectionUnavailableError,
@@ -164,6 +165,49 @@ def _read_only(settings: Mapping[str, str]) -> dict[str, str]:
     if settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and name != ":memory:":
         extra["SQLITE_DBNAME"] = f"file:{quote(str(Path(name).resolve()))}?mode=ro"
     return extra
+
+
+@attrs.frozen
+class _Quiet:
+    """A SQLite file no connection holds open (no ``-wal`` beside it) read as ``immutable``: a
+    read creates no ``-wal``/``-shm`` and checkpoints nothing. Safe only while the file stays
+    as it was: a writer that opens it creates the ``-wal`` and a checkpoint moves its mtime, so
+    each call checks the file's stamp after it and, if anything moved, reads again the plain
+    ``mode=ro`` way (the side files are then a live writer's, not ours)."""
+
+    path: Path
+    stamp: tuple[int, int, int] | None
+
+    @classmethod
+    def of(cls, path: Path) -> _Quiet:
+        return cls(path, cls.stamp_of(path))
+
+    @staticmethod
+    def stamp_of(path: Path) -> tuple[int, int, int] | None:
+        if Path(f"{path}-wal").exists() or Path(f"{path}-journal").exists():
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @property
+    def holds(self) -> bool:
+        return self.stamp is not None and self.stamp_of(self.path) == self.stamp
+
+
+def _quiet(settings: Mapping[str, str]) -> tuple[dict[str, str], _Quiet | None]:
+    """Read-only settings that open a quiet SQLite file ``immutable`` (``_Quiet``); as
+    ``_read_only`` when it is not quiet (a writer holds it) or not SQLite."""
+    extra = _read_only(settings)
+    name = settings.get("SQLITE_DBNAME", ":memory:")
+    if "SQLITE_DBNAME" not in extra:
+        return extra, None
+    quiet = _Quiet.of(Path(name).resolve())
+    if quiet.stamp is None:
+        return extra, None
+    return extra | {"SQLITE_DBNAME": extra["SQLITE_DBNAME"] + "&immutable=1"}, quiet
 
 
 def _once(recorder: AggregateRecorder, name: str) -> Callable[..., Any]:
@@ -309,8 +353,13 @@ class EventStoreTimeline:
         self.wait_seconds = wait_seconds
         settings = env_for_url(url)
         settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
+        #: A quiet SQLite file read ``immutable`` (``_Quiet``); None: read the plain way.
+        self._quiet: _Quiet | None = None
+        self._plain: Mapping[str, str] = settings
         if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
-            settings = settings | _read_only(settings)
+            self._plain = settings | _read_only(settings)
+            settings, self._quiet = _quiet(settings)
+            settings = self._plain | settings
         self.call_seconds = call_seconds
         self.snapshot_every = snapshot_every
         self.sqlite = settings.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite"
@@ -320,22 +369,33 @@ class EventStoreTimeline:
         #: The folded state of the runs this object appended to last (``_after_append``).
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
-        try:
-            name = settings.get("SQLITE_DBNAME", ":memory:")
-            if name != ":memory:" and not read_only:  # an engine's first run: its folder
+        self.url = url
+        name = settings.get("SQLITE_DBNAME", ":memory:")
+        if name != ":memory:" and not read_only:  # an engine's first run: its folder
+            with contextlib.suppress(OSError):
                 Path(name).parent.mkdir(parents=True, exist_ok=True)
+        self._open(settings)
+        self._outbox_indexed = False
+
+    def _open(self, settings: Mapping[str, str]) -> None:
+        try:
             self._factory = InfrastructureFactory.construct(env=settings)
-            _server_timeouts(self._factory, call_seconds)
-            _size_pool(self._factory, self.in_flight, call_seconds)
+            _server_timeouts(self._factory, self.call_seconds)
+            _size_pool(self._factory, self.in_flight, self.call_seconds)
             self._cutter = _Cutter(self._factory)
             self._recorder: AggregateRecorder = self._factory.aggregate_recorder("events")
             self._select = _once(self._recorder, "select_events")
             self._insert_events = _once(self._recorder, "insert_events")
             self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
-            raise TimelineUnreadable(f"cannot open the timeline store {url}: {error}") from error
-        self.url = url
-        self._outbox_indexed = False
+            raise TimelineUnreadable(f"cannot open the timeline store {self.url}: {error}") from error
+
+    def _no_longer_quiet(self) -> None:
+        """A writer came to the file under an immutable read: from now on read the plain way."""
+        self._quiet = None
+        old = self._factory
+        self._open(self._plain)
+        old.close()
 
     def close(self) -> None:
         self._factory.close()
@@ -346,7 +406,14 @@ class EventStoreTimeline:
         """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
         self._take_slot(what)
         try:
-            return self._cut_at_deadline(call, fail, what)
+            if self._quiet is not None and not self._quiet.holds:  # a writer came between calls
+                self._no_longer_quiet()
+            quiet = self._quiet
+            result = self._cut_at_deadline(call, fail, what)
+            if quiet is not None and not quiet.holds:  # the file moved under the read: read again
+                self._no_longer_quiet()
+                result = self._cut_at_deadline(call, fail, what)
+            return result
         finally:
             self._slots.release()
 
@@ -460,7 +527,7 @@ class EventStoreTimeline:
         index = position
         while True:
             page = self._within(
-                functools.partial(self._select, run_id, gt=index or None, limit=PAGE),
+                functools.partial(self._select_late, run_id, gt=index or None, limit=PAGE),
                 TimelineUnreadable,
                 f"cannot read run {run_id}",
             )
@@ -470,6 +537,9 @@ class EventStoreTimeline:
             self.records_read += len(page)
             if len(page) < PAGE:
                 return
+
+    def _select_late(self, *args: Any, **kwargs: Any) -> Any:
+        return self._select(*args, **kwargs)  # the current recorder's, looked up at the call
 
     def _decode(self, run_id: str, stored: StoredEvent, index: int) -> Record:
         if stored.originator_version != index + 1:
@@ -486,12 +556,12 @@ class EventStoreTimeline:
 
     def run_ids(self) -> list[str]:
         """Every run this store holds a record of (the operator MCP's listing), within the deadline."""
-        recorder: Any = self._recorder
-        table = recorder.events_table_name
-        schema = getattr(recorder.datastore, "schema", "")
-        name = f'"{schema}"."{table}"' if schema else f'"{table}"'
 
         def select() -> list[str]:
+            recorder: Any = self._recorder  # the current one (a quiet read may reopen the store)
+            table = recorder.events_table_name
+            schema = getattr(recorder.datastore, "schema", "")
+            name = f'"{schema}"."{table}"' if schema else f'"{table}"'
             with recorder.datastore.transaction(commit=False) as cursor:
                 cursor.execute(f"SELECT DISTINCT originator_id FROM {name}")
                 return [

@@ -11,9 +11,13 @@ without condition, so over MCP ``accept_scratch_loss`` is the refusal's ``consen
 ``status`` or the refusal returned it (it is built from the refusal's code, rule and
 evidence: the records it read). A bare ``true``, or a name of another refusal (an older one,
 another run's), forsakes nothing: the resume is refused as before. ``force`` stays a separate
-boolean that covers this one call only (C1-C3). A refusal, and every named error, comes back
-as a tool error (``is_error``) whose text is ``CODE: {json}``: code, kind (the error table's
-MCP column), rule and its words, causes, hint and remedy in this surface's words.
+boolean that covers this one call only (C1-C3). When a resume meets a scratch refusal without
+the named consent and the client declared elicitation, the server asks the human (MCP
+elicitation, a form whose one choice is the refusal's name): the acceptance is the named
+consent, checked again against the refusal the resume then meets; a decline or a cancel
+forsakes nothing. A client that did not declare it is never asked. A refusal, and every
+named error, comes back as a tool error (``is_error``) whose text is ``CODE: {json}``: code,
+kind (the error table's MCP column), rule and its words, causes, hint and remedy in this surface's words.
 
 Over HTTP the endpoint (``/mcp``) sits behind the HTTP API's guards: the bearer token on
 every call, the Host and Origin checks, the body limit; a ``sandbox`` must match the server's
@@ -30,8 +34,11 @@ from typing import Any, TypeVar
 
 import anyio
 import attrs
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import ClientCapabilities, ElicitationCapability, FormElicitationCapability
+from pydantic import BaseModel, Field, create_model
 
 from scratchbank.application.resume import Target
 from scratchbank.application.service import ScratchService, StatusReport, latest_refusal
@@ -190,6 +197,55 @@ async def _off_loop(call: Callable[[], T]) -> T:
         raise named_error(error) from None
 
 
+def _can_elicit(ctx: Context[Any, Any] | None) -> bool:
+    """Did the client declare form elicitation (it can ask its human)? Never ask one that did not."""
+    if ctx is None:
+        return False
+    try:
+        session = ctx.request_context.session
+        wanted = ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability()))
+        return bool(session.check_client_capability(wanted))
+    except (AttributeError, ValueError):  # no request context (a direct call): no one to ask
+        return False
+
+
+def consent_form(name: str) -> type[BaseModel]:
+    """The form the human answers: one choice, the refusal's consent name (a named consent)."""
+    field = Field(
+        description=f"choose {name} to accept losing this run's scratch",
+        json_schema_extra={"enum": [name]},
+    )
+    model: type[BaseModel] = create_model("ScratchConsent", accept_scratch_loss=(str, field))
+    return model
+
+
+def consent_question(refusal: ResumeDecision, name: str) -> str:
+    causes = "; ".join(cut(c.detail, 200) for c in refusal.causes) or cut(refusal.explanation, 300)
+    return (
+        f"The resume is refused: {refusal.code} ({title(refusal.rule)}). {causes}. "
+        f"Going on loses the run's scratch (its files since the bank). "
+        f"Accept to resume without it (consent {name}); decline to keep the run as it stands."
+    )
+
+
+async def ask_the_human(ctx: Context[Any, Any], refusal: ResumeDecision, consent: Consent) -> str:
+    """Elicit the human's consent to this scratch refusal: their acceptance is the refusal's
+    name; a decline, a cancel, another answer or a client that cannot ask forsakes nothing."""
+    name = consent_name(refusal)
+    assert name is not None
+    try:
+        answer = await ctx.elicit(consent_question(refusal, name), consent_form(name))
+    except (MCPError, ValueError) as error:  # no back channel, or an answer not of the form
+        why = f"the human could not be asked ({cut(str(error), 200)}): nothing forsaken"
+        raise refusal_error(refusal, why) from None
+    if answer.action != "accept":
+        raise refusal_error(refusal, f"the human answered {answer.action}: nothing forsaken")
+    chosen = getattr(answer.data, "accept_scratch_loss", None)
+    if not isinstance(chosen, str) or not hmac.compare_digest(chosen, name):
+        raise refusal_error(refusal, "the human's answer names another refusal: nothing forsaken")
+    return chosen
+
+
 def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
     """The MCP server over ``service``; ``api`` gives the sandbox allow-list and scratch path."""
     server: MCPServer[Any] = MCPServer(
@@ -241,19 +297,36 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         force: bool = False,
         accept_scratch_loss: str | bool | None = None,
         checkpoint: list[str] | None = None,
+        ctx: Context[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Resume a run: restore its bank into ``sandbox`` (a spec the server allows, e.g.
         docker:NAME), or refuse by name. accept_scratch_loss must be the refusal's consent_name
         (a bare true forsakes nothing); force covers a changed source for this call only;
-        checkpoint is the lineage of ids the engine resumes from, oldest first (ADR 0013)."""
+        checkpoint is the lineage of ids the engine resumes from, oldest first (ADR 0013). A
+        client that declared elicitation is asked for the human's consent to a refusal a named
+        consent accepts."""
 
-        def call() -> dict[str, Any]:
+        def first() -> tuple[ResumeDecision, Consent]:
             check_run_id(run)
-            where = None if service.queue is not None else _sandbox(api, sandbox)  # allow-list first
+            if service.queue is None:
+                _sandbox(api, sandbox)  # the allow-list first: nothing is asked for a refused sandbox
             at = None if checkpoint is None else checkpoint_of(checkpoint)
             bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
-            consent = judge_consent(refusal, accept_scratch_loss, force=force)
+            return refusal, judge_consent(refusal, accept_scratch_loss, force=force)
+
+        refusal, consent = await _off_loop(first)
+        given = accept_scratch_loss
+        if not consent.named and consent_name(refusal) is not None and _can_elicit(ctx):
+            assert ctx is not None
+            given = await ask_the_human(ctx, refusal, consent)
+
+        def call() -> dict[str, Any]:
+            where = None if service.queue is not None else _sandbox(api, sandbox)
+            at = None if checkpoint is None else checkpoint_of(checkpoint)
+            bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
+            refusal = would_do(bare) or bare.assessment.decision
+            consent = judge_consent(refusal, given, force=force)  # the name must still be this refusal's
             request = ResumeRequest(consents=consent.consents, checkpoint=at)
             if service.queue is not None:
                 if sandbox is not None:
@@ -277,7 +350,9 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
                 raise named_error(failed)
             data = outcome_data(outcome)
             if not outcome.proceeds:
-                raise McpRefusal("PARKED", data | {"kind": "refused", "remedy": remedy(outcome.decision)})
+                raise McpRefusal(
+                    "PARKED", data | {"kind": "refused", "remedy": remedy(outcome.decision, "mcp")}
+                )
             return data | {"consent_counted": consent.named}
 
         return await _off_loop(call)

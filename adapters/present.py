@@ -17,12 +17,12 @@ from scratchbank.domain.errors import ScratchbankError
 from scratchbank.domain.fold import Evidence, ScratchState
 from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
-from scratchbank.domain.remedy import remedy
+from scratchbank.domain.remedy import Surface, remedy
 from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, Verdict
 from scratchbank.domain.retention import retained
 from scratchbank.domain.teardown import TeardownPlan
 
-from .error_table import Surface, remedy_for, render
+from .error_table import remedy_for
 from .rules import title
 
 Where = Callable[[Evidence], str]
@@ -77,7 +77,7 @@ def decision_data(decision: ResumeDecision, where: Where = _at, surface: Surface
         "keep_accept_scratch_loss": decision.keep_accept_scratch_loss,
         "stale": decision.stale,
         "evidence": [f"{where(e)} {e.type}" for e in decision.evidence],
-        "hint": render(remedy(decision), surface),
+        "hint": remedy(decision, surface),
     }
 
 

@@ -32,6 +32,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import attrs
 
@@ -107,9 +108,24 @@ class Budgets:
 
 
 @attrs.frozen
+class NothingRecorded:
+    """What a teardown that wrote no record says in its place: ``outcome`` names why
+    (``skipped``: its plan banks nothing; ``superseded``: another execution or teardown
+    recorded first; ``cut``: the run context cut it before anything reached the store, L5)."""
+
+    outcome: Literal["skipped", "superseded", "cut"]
+    why: str
+    #: nothing was banked (as a record that did not bank says)
+    banked: Literal[False] = False
+
+
+@attrs.frozen
 class TeardownReport:
+    """What one teardown did. ``record`` always names what it comes to: the record it wrote
+    (or tried to: see ``recorded``), or ``NothingRecorded`` with why; never None."""
+
     plan: TeardownPlan
-    record: ScratchBanked | None = None
+    record: ScratchBanked | NothingRecorded
     recorded: bool = False
     tries: tuple[TryOutcome, ...] = ()
     quiesce: QuiesceReport | None = None
@@ -336,9 +352,12 @@ def _bank_at_teardown(
     named = mine.label if mine is not None else execution
     plan = _plan(state, sandbox, run_finished)
     if first.why_not:
-        return TeardownReport(plan, notes=tuple(notes), superseded=first.why_not, execution=named)
+        nothing = NothingRecorded("superseded", first.why_not)
+        return TeardownReport(plan, nothing, notes=tuple(notes), superseded=first.why_not, execution=named)
     if plan.action is TeardownAction.SKIP:
-        return TeardownReport(plan, notes=tuple(notes), execution=named)
+        return TeardownReport(
+            plan, NothingRecorded("skipped", plan.reason), notes=tuple(notes), execution=named
+        )
     if cancel is not None and cancel.is_set():
         return _cut(plan, cancel.why or "the run context was cancelled", notes)
     stamp = mine.id if mine is not None else execution
@@ -347,7 +366,8 @@ def _bank_at_teardown(
         lost = checked.lost()
         if lost:
             notes.append(lost)
-            return TeardownReport(plan, notes=tuple(notes), superseded=lost, execution=named)
+            nothing = NothingRecorded("superseded", lost)
+            return TeardownReport(plan, nothing, notes=tuple(notes), superseded=lost, execution=named)
         record = attrs.evolve(finished_record(), at=clock.now(), execution=stamp, checkpoint=checkpoint)
         written = _record(
             timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
@@ -470,9 +490,10 @@ def _cut(
     """L5: cut before anything reached the store: nothing recorded, the sandbox left."""
     notes.append(f"cut ({why}): nothing reached the store, nothing recorded (L5)")
     if run is None:
-        return TeardownReport(plan, notes=tuple(notes), cut=why)
+        return TeardownReport(plan, NothingRecorded("cut", why), notes=tuple(notes), cut=why)
     return TeardownReport(
         plan,
+        NothingRecorded("cut", why),
         tries=tries,
         quiesce=run.report,
         uploads=run.uploads,

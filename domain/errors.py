@@ -54,6 +54,8 @@ from the wire decoder, because a record it cannot read must never be read as abs
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class ScratchbankError(Exception):
     """Base of every error scratchbank raises on purpose.
@@ -73,8 +75,16 @@ class ScratchbankError(Exception):
         if remedy is not None:
             self.remedy = remedy
 
+    def remedy_in(self, surface: Literal["cli", "http", "mcp", "python"] = "python") -> str:
+        """The remedy in the words of ``surface`` (cli, http, mcp, python): ``remedy`` is
+        the CLI's (its flags); an engine calling the library reads Python names."""
+        from .remedy import error_remedy
+
+        return error_remedy(self, surface)
+
     def __str__(self) -> str:
-        return f"{self.code}: {self.message} (remedy: {self.remedy})"
+        """What an engine embedding the library sees: the remedy in Python words."""
+        return f"{self.code}: {self.message} (remedy: {self.remedy_in('python')})"
 
 
 class TimelineUnreadable(ScratchbankError):

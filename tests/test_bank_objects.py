@@ -218,7 +218,7 @@ def _park_with_a_failed_record(timeline: FullDisk, store: BankStore) -> ScratchB
     timeline.full = True
     report = teardown(timeline, store, NEW, record_seconds=0.0)
     timeline.full = False
-    assert not report.recorded and report.record is not None
+    assert not report.recorded and isinstance(report.record, ScratchBanked)
     return report.record
 
 

@@ -225,7 +225,7 @@ def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the
     report = bank_at_teardown(
         "run-1", timeline=timeline, store=store, sandbox=box, run_finished=False, clock=NoSleep()
     )
-    assert report.record is not None and not report.record.banked
+    assert not report.record.banked
     assert "could not keep the archive" in report.record.reason
     assert len(report.tries) == Budgets().bank_tries
     assert hashlib.sha256(store.path("run-1", name).read_bytes()).hexdigest() == before

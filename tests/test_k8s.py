@@ -109,7 +109,7 @@ def test_v4_only_servers_still_restore_because_stdin_is_framed_by_count(double: 
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     report = bank_at_teardown("run-1", timeline=timeline, store=store, sandbox=sb, run_finished=False)
-    assert report.record is not None and report.record.banked and not report.record.unquiesced
+    assert report.record.banked and not report.record.unquiesced
     Path(pod.facts.scratch, "f").unlink()
     out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=sb)
     assert out.proceeds and Path(pod.facts.scratch, "f").read_text() == "data"

@@ -150,7 +150,7 @@ def test_provider_banks_in_one_pod_and_restores_into_a_new_one(cluster: tuple[ob
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-real", [started()])
     report = bank_at_teardown("run-real", timeline=timeline, store=store, sandbox=first, run_finished=False)
-    assert report.record is not None and report.record.banked
+    assert report.record.banked
     p.stop(first)
     second = p.start("run-real", attempt="a2")
     try:

@@ -216,7 +216,7 @@ def test_A18_a_late_teardown_of_an_older_execution_is_superseded_and_never_rever
     gone = FakeSandbox(dict(NEW))
     gone.gone = True
     lost = rig.teardown(None, e2.execution, sandbox=gone, lock=rig.lock, grant=e2.grant)
-    assert lost.record is not None
+    assert isinstance(lost.record, ScratchBanked)  # a record, not NothingRecorded
     assert lost.record.unknown
     target = FakeSandbox({})
     rig.resume(target)
@@ -229,7 +229,7 @@ def test_A18_the_teardown_record_names_its_execution_and_older_records_keep_thei
     rig = Rig()
     e1, grant = start_run(RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     report = rig.teardown(OLD, e1, lock=rig.lock, grant=grant)
-    assert report.record is not None
+    assert isinstance(report.record, ScratchBanked)
     assert report.record.execution == e1
     unnamed = Rig()
     unnamed.timeline.append(RUN, [RunResumed()])

@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -221,3 +222,50 @@ def test_A19_the_consent_name_is_the_refusals_own() -> None:
     assert not judge_consent(r2, True, force=True).consents.accept_scratch_loss
     assert judge_consent(r2, True, force=True).consents.force  # force stays separate
     assert not judge_consent(r2, consent_name(r1), force=False).consents.accept_scratch_loss
+
+
+def test_A19_over_stdio_the_human_asked_by_elicitation_gives_the_named_consent(
+    rig: tuple[Path, Path],
+) -> None:
+    """A client that declared elicitation: a resume refused for the scratch asks its human; a
+    decline (and a cancel) forsakes nothing (the home's checksum holds); an acceptance, which
+    is the refusal's own name, lets the run go on."""
+    home, target = rig
+    params = StdioServerParameters(command=str(EXE), args=["mcp"], env=_env(home, target))
+    answers = ["decline", "cancel", "accept"]
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def human(context: ClientRequestContext, request: Any) -> types.ElicitResult:
+        asked.append((request.message, request.requested_schema))
+        action = answers.pop(0)
+        if action != "accept":
+            return types.ElicitResult(action=action)
+        choice = request.requested_schema["properties"]["accept_scratch_loss"]["enum"][0]
+        return types.ElicitResult(action="accept", content={"accept_scratch_loss": choice})
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, elicitation_callback=human) as session,
+            ):
+                await session.initialize()
+                name = _data(await session.call_tool("status", {"run": RUN}))["consent_name"]
+                before = tree_digest(home)
+                resume = {"run": RUN, "sandbox": f"local:{target}"}
+                for answer in ("decline", "cancel"):
+                    code, refused = _payload(await session.call_tool("resume", resume))
+                    assert code == "SCRATCH_NOT_PORTABLE" and answer in refused["consent"], refused
+                    assert tree_digest(home) == before, f"a {answer} forsook the scratch"
+                assert not (target / "scratch").exists()
+                done = _data(await session.call_tool("resume", resume))
+                assert done["proceeds"] is True and done["consent_counted"] is True
+                assert (target / "scratch" / "a.txt").read_bytes() == b"kept"
+                assert tree_digest(home) != before
+
+        assert len(asked) == 3
+        message, schema = asked[0]
+        assert "R2" in message and name in message
+        assert schema["properties"]["accept_scratch_loss"]["enum"] == [name]
+
+    anyio.run(main)

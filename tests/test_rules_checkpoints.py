@@ -170,7 +170,7 @@ def test_K_teardown_stamps_its_record_and_the_resume_restamps_the_restore() -> N
         "run-1", timeline=timeline, store=store, sandbox=FakeSandbox(dict(files)),
         run_finished=False, clock=clock, checkpoint=C1,
     )  # fmt: skip
-    assert report.recorded and report.record is not None and report.record.checkpoint == C1
+    assert report.recorded and report.record.checkpoint == C1
     assert timeline.read("run-1")[-1] == report.record
     timeline.append("run-1", [resumed()])  # the write of c2 lost its node_finished
     before = timeline.read("run-1")

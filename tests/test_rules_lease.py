@@ -29,7 +29,7 @@ from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.lease_keeper import LeaseKeeper
 from scratchbank.application.ports import Sandbox, SystemClock
 from scratchbank.application.runner import Handled, Handling, Runner
-from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
+from scratchbank.application.teardown import Budgets, NothingRecorded, TeardownReport, bank_at_teardown
 from scratchbank.domain.lease import (
     HoldBudgets,
     HoldClock,
@@ -229,7 +229,7 @@ def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_conti
         assert not teardown.is_alive(), "the cancel did not cut the archive"
         (report,) = reports
         assert report.cut.startswith("the refresh failed") and report.sandbox_left
-        assert not report.recorded and report.record is None
+        assert not report.recorded and report.record == NothingRecorded("cut", report.cut)
         assert [r.WIRE for r in timeline.read("run-1")] == ["run_started"]  # nothing recorded
         assert store.only("run-1") is None  # nothing stored
         assert report.quiesce is not None and report.quiesce.quiesced

@@ -66,7 +66,7 @@ def _parked_and_banked(tmp_path: Path) -> tuple[InMemoryTimeline, RunnerRig]:
     queue_resume(tl, rig.queue, RUN, "a1")
     first = rig.runner().run_once(1)
     assert first is not None and first.handled is Handled.RAN, first.detail
-    assert first.teardown is not None and first.teardown.record is not None and first.teardown.record.banked
+    assert first.teardown is not None and first.teardown.record.banked
     queue_resume(tl, rig.queue, RUN, "a2")
     return tl, rig
 

@@ -92,7 +92,7 @@ def test_story_on_nats_postgres_s3_and_containers(
     queue_resume(timeline, queue, run, "a1")
     first = runner.run_once(10)
     assert first is not None and first.handled is Handled.RAN, first.detail
-    assert first.teardown is not None and first.teardown.record is not None and first.teardown.record.banked
+    assert first.teardown is not None and first.teardown.record.banked
     queue_resume(timeline, queue, run, "a2")
     second = runner.run_once(10)
     assert second is not None and second.handled is Handled.RAN, second.detail

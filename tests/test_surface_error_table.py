@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from operator_rigs import RUN, cli, parked_run
 
 from scratchbank.adapters import cli as cli_module
 from scratchbank.adapters import error_table, http_api
-from scratchbank.adapters.present import decision_text
+from scratchbank.adapters.bootstrap import open_home
+from scratchbank.adapters.memory import FakeSandbox
+from scratchbank.adapters.present import decision_data, decision_text
 from scratchbank.adapters.rules import RULES
 from scratchbank.domain import errors
 from scratchbank.domain.admission import Consents
 from scratchbank.domain.fold import fold
+from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
 from scratchbank.testing.builders import banked, node, started, unbanked
 
@@ -96,3 +100,88 @@ def test_the_refusal_on_the_cli_names_the_rule_in_words(tmp_path: Path) -> None:
     parked_run(tmp_path, stale=True)
     done = cli("status", RUN, home=tmp_path)
     assert f"(R2: {RULES['R2'].title})" in done.stdout, done.stdout
+
+
+#: Each surface's own form of the two consents, and the forms the others use (never its own).
+CONSENT_FORMS: dict[str, tuple[str, str]] = {
+    "cli": ("--accept-scratch-loss", "--force"),
+    "http": ('"accept_scratch_loss": true', '"force": true'),
+    "mcp": ("accept_scratch_loss (naming the refusal: its consent_name)", "force: true"),
+    "python": ("ResumeRequest(consents=Consents(accept_scratch_loss=True))", "Consents(force=True)"),
+}
+
+
+def _refusals() -> dict[str, tuple[Any, bool, bool]]:
+    """Refusal kind -> (decision, names the scratch consent, names force)."""
+    banked_then_ran = fold([started(), node("a", "tool"), banked(), node("b", "tool")])
+    fresh = fold([started(), node("a", "tool"), banked()])
+    return {
+        "scratch (R2)": (decide_resume(banked_then_ran, ResumeRequest()), True, False),
+        "scratch and force (R2 + source)": (
+            decide_resume(banked_then_ran, ResumeRequest(source_changed=True)),
+            True,
+            True,
+        ),
+        "force only (source changed)": (
+            decide_resume(fresh, ResumeRequest(source_changed=True)),
+            False,
+            True,
+        ),
+        "unbanked scratch (R1)": (
+            decide_resume(fold([started(), node("a", "tool"), unbanked()]), ResumeRequest()),
+            True,
+            False,
+        ),
+    }
+
+
+@pytest.mark.parametrize("surface", list(CONSENT_FORMS))
+@pytest.mark.parametrize("kind", list(_refusals()))
+def test_C10_each_refusal_kinds_remedy_names_the_consent_in_its_surfaces_form(
+    surface: str, kind: str
+) -> None:
+    """The one remedy, per refusal kind: flags on the CLI, JSON fields over HTTP, the tool's
+    arguments over MCP, Python names in the library; never another surface's form."""
+    decision, scratch, force = _refusals()[kind]
+    hint = remedy(decision, surface)  # type: ignore[arg-type]
+    accept, forced = CONSENT_FORMS[surface]
+    assert (accept in hint) == scratch, hint
+    assert (forced in hint) == force, hint
+    for other, (o_accept, _) in CONSENT_FORMS.items():
+        if other != surface and o_accept not in accept:
+            assert o_accept not in hint, (other, hint)
+    assert decision_data(decision, surface=surface)["hint"] == hint  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cls", error_table.all_error_classes(), ids=lambda c: c.code)
+def test_every_named_error_raised_to_an_engine_says_its_remedy_in_python(
+    cls: type[errors.ScratchbankError],
+) -> None:
+    """The error table, row by row: `remedy` stays the CLI's words; what the exception says
+    to an engine (str) is the Python rendering, with no CLI flag in it."""
+    error = cls("x")
+    text = str(error)
+    assert text == f"{cls.code}: x (remedy: {error.remedy_in('python')})"
+    assert error.remedy_in("cli") == error.remedy
+    assert error.remedy_in("python") == error_table.remedy_for(error, "python")
+    assert not re.search(r"--[a-z]", text), text
+    if "--" in error.remedy or "`status`" in error.remedy or "its status" in error.remedy:
+        assert error.remedy_in("python") != error.remedy, error.remedy
+
+
+def test_the_api_raises_with_python_names_the_cli_says_flags(tmp_path: Path) -> None:
+    """Raised by the library to an engine: Target(...) and open_home(DIR), not --sandbox or
+    --home; the CLI says the flags for the same error."""
+    with open_home(tmp_path) as service:
+        service.timeline.append(RUN, [started(), node("a", "tool")])
+        service.bank_at_teardown(RUN, FakeSandbox({"a.txt": b"x"}), run_finished=False)
+        with pytest.raises(errors.NoRestoreTarget) as no_target:
+            service.resume(RUN)
+        with pytest.raises(errors.RunNotFound) as not_found:
+            service.status("never-seen")
+    assert "Target(sandbox=...)" in str(no_target.value) and "--sandbox" not in str(no_target.value)
+    assert "--sandbox" in error_table.remedy_for(no_target.value, "cli")
+    assert "open_home(DIR)" in str(not_found.value) and "--home" not in str(not_found.value)
+    assert "--home" in error_table.remedy_for(not_found.value, "cli")
+    gone = errors.ResumeSuperseded("another resume holds run-9")
+    assert "service.status(run_id)" in str(gone), str(gone)

@@ -326,3 +326,53 @@ def test_status_opens_the_timeline_read_only(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert snapshots() == saved, "a read saved a snapshot"
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_status_leaves_no_sqlite_side_files_and_does_not_checkpoint(tmp_path: Path) -> None:
+    """A read-only `status` creates no -wal/-shm (or -journal) beside the timeline, and the
+    database file keeps its bytes and its mtime (no checkpoint)."""
+    import hashlib
+
+    from scratchbank.testing.builders import node
+
+    parked_run(tmp_path, stale=False)
+    service = open_home(tmp_path)  # a last append, left in the WAL as a writer leaves it
+    try:
+        service.timeline.append(RUN, [node("late", "tool")])
+    finally:
+        close(service)
+    db = tmp_path / "timeline.db"
+
+    def seen() -> tuple[list[str], str, int]:
+        names = sorted(p.name for p in tmp_path.iterdir())
+        return names, hashlib.sha256(db.read_bytes()).hexdigest(), db.stat().st_mtime_ns
+
+    before = seen()
+    assert not [n for n in before[0] if n.endswith(("-wal", "-shm", "-journal"))], before[0]
+    done = cli("status", RUN, home=tmp_path)
+    assert done.returncode == 3 and done.stdout.startswith(f"run {RUN}"), done.stderr  # R2: refused
+    assert seen() == before
+
+
+def test_R15_a_quiet_read_sees_a_writer_that_came_after_it_opened(tmp_path: Path) -> None:
+    """The read-only timeline opened on a quiet file (immutable, no side files) reads the plain
+    way once a writer holds the file: it sees the writer's records, still in the WAL."""
+    from scratchbank.adapters.event_store import EventStoreTimeline
+    from scratchbank.testing.builders import node, started
+
+    url = f"sqlite:///{tmp_path}/timeline.db"
+    first = EventStoreTimeline(url)
+    first.append(RUN, [started()])
+    first.close()
+    reader = EventStoreTimeline(url, read_only=True)
+    try:
+        assert len(reader.read(RUN)) == 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["timeline.db"]
+        writer = EventStoreTimeline(url)
+        try:
+            writer.append(RUN, [node("late", "tool")])  # in the WAL: the writer holds the file
+            assert len(reader.read(RUN)) == 2
+        finally:
+            writer.close()
+    finally:
+        reader.close()

@@ -17,7 +17,12 @@ import pytest
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport, StoredBank
-from scratchbank.application.teardown import Budgets, bank_at_teardown, bank_at_teardown_async
+from scratchbank.application.teardown import (
+    Budgets,
+    NothingRecorded,
+    bank_at_teardown,
+    bank_at_teardown_async,
+)
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.errors import (
     ArchiveFailed,
@@ -118,7 +123,8 @@ def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest(
 
 def test_T1_host_backed_scratch_is_never_banked() -> None:
     report, timeline, store = teardown(FakeSandbox(dict(FILES), host_backed=True))
-    assert report.plan.action is TeardownAction.SKIP and report.record is None
+    assert report.plan.action is TeardownAction.SKIP and not report.record.banked
+    assert report.record == NothingRecorded("skipped", report.plan.reason)  # named, never None
     assert store.stored == {} and len(timeline.read("run-1")) == 1
 
 

@@ -7,9 +7,10 @@ service over ports (``scratchbank.application``), and the adapters and the boots
 
     >>> import tempfile
     >>> from scratchbank import Consents, FakeSandbox, ResumeRequest, Target, open_home
-    >>> from scratchbank.testing.builders import node, started
+    >>> from scratchbank.records import node_finished, run_started   # what an engine records
     >>> service = open_home(tempfile.mkdtemp())          # SQLite + banks on disk, created
-    >>> _ = service.timeline.append("run-7", [started(), node("clone", "tool")])
+    >>> ran = node_finished("clone", "tool", in_sandbox=True, on_cycle=False)
+    >>> _ = service.timeline.append("run-7", [run_started(), ran])
     >>> report = service.bank_at_teardown("run-7", FakeSandbox({"a.txt": b"kept"}), run_finished=False)
     >>> report.record.banked
     True
@@ -18,7 +19,7 @@ service over ports (``scratchbank.application``), and the adapters and the boots
     >>> service.resume("run-7")                                      # and nowhere to restore it
     Traceback (most recent call last):
     ...
-    scratchbank.domain.errors.NoRestoreTarget: NO_RESTORE_TARGET: run run-7: ...
+    scratchbank.domain.errors.NoRestoreTarget: NO_RESTORE_TARGET: run run-7: ... (remedy: pass a Target: ...)
     >>> out = service.resume("run-7", ResumeRequest(), Target(FakeSandbox()))
     >>> out.proceeds, out.restore.record.restored
     (True, True)
@@ -47,7 +48,7 @@ from scratchbank.application.ports import (
 )
 from scratchbank.application.resume import ResumeOutcome, Target, check_resume, resume
 from scratchbank.application.service import Assessment, ScratchService, StatusReport, StoreCheck
-from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
+from scratchbank.application.teardown import Budgets, NothingRecorded, TeardownReport, bank_at_teardown
 from scratchbank.domain import *  # noqa: F403 - the domain's __all__ is the public vocabulary
 from scratchbank.domain import __all__ as _domain_all
 from scratchbank.domain.errors import (
@@ -95,6 +96,7 @@ __all__ = [
     "InvalidRunId",
     "KubernetesSandbox",
     "LocalSandbox",
+    "NothingRecorded",
     "NoRestoreTarget",
     "ResumeOutcome",
     "ResumeSuperseded",

@@ -488,7 +488,6 @@ class SandboxContract:
             report = bank_at_teardown(
                 "run-c", timeline=timeline, store=store, sandbox=box, run_finished=False
             )
-            assert report.record is not None, report
             assert report.record.banked, report
             self.write(box, {"after-the-bank": b"x"})
             out = resume("run-c", ResumeRequest(), timeline=timeline, store=store, sandbox=box)
