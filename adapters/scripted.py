@@ -794,6 +794,9 @@ def _tree_sizes(line: bytes) -> tuple[int, int]:
     return int(words[0]), int(words[1])
 
 
+_LINES_PER_WRITE = 2048
+
+
 def write_listing(raw: BinaryIO, out: ByteSink) -> None:
     """restore.sh's listing (the byte counts of stats and names, "MODEHEX SIZE" lines,
     NUL-separated names in the same order), read from ``raw``'s current position,
@@ -801,13 +804,19 @@ def write_listing(raw: BinaryIO, out: ByteSink) -> None:
     stats_bytes, names_bytes = _tree_sizes(raw.readline(40))
     fd, at = raw.fileno(), raw.tell()
     stats = _records(fd, at, at + stats_bytes, b"\n")
+    lines: list[str] = []
     for name in _records(fd, at + stats_bytes, at + stats_bytes + names_bytes, b"\x00"):
         stat_line = next(stats, None)
         if stat_line is None:
             raise StreamBroken("the sandbox's listing has more names than entries")
-        out.write(_manifest_line(stat_line, name).encode("ascii") + b"\n")
+        lines.append(_manifest_line(stat_line, name))
+        if len(lines) >= _LINES_PER_WRITE:  # in bulk: one write per batch of lines
+            out.write("".join(lines).encode("ascii"))
+            lines.clear()
     if next(stats, None) is not None:
         raise StreamBroken("the sandbox's listing has more entries than names")
+    if lines:
+        out.write("".join(lines).encode("ascii"))
 
 
 def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[bytes]:
@@ -833,4 +842,4 @@ def _manifest_line(stat_line: bytes, name: bytes) -> str:
     except ValueError:
         raise StreamBroken(f"unreadable mode in the listing: {stat_line[:60]!r}") from None
     path = name[2:].decode("utf-8", "surrogateescape")
-    return line_of(path, kind, 0 if kind == "dir" else int(words[1]))
+    return line_of(path, kind, 0 if kind == "dir" else int(words[1])) + "\n"

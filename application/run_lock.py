@@ -81,12 +81,16 @@ class HeldLock:
     on the next tick while the lease still runs.
     """
 
-    def __init__(self, lock: RunLock, grant: LockGrant, *, ttl: float = LOCK_TTL) -> None:
+    def __init__(
+        self, lock: RunLock, grant: LockGrant, *, ttl: float = LOCK_TTL, keep_alive: bool = True
+    ) -> None:
         self.lock, self.grant, self.ttl = lock, grant, ttl
         self.lost = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"run-lock-{grant.run_id}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if keep_alive:  # False: nobody refreshes it (a test whose clocks stand still)
+            self._thread = threading.Thread(target=self._loop, name=f"run-lock-{grant.run_id}", daemon=True)
+            self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.ttl / 3):
@@ -98,11 +102,16 @@ class HeldLock:
             except LockUnavailable:
                 continue
 
+    def stop(self) -> None:
+        """Stop refreshing WITHOUT letting the lock go (as a process that dies: the lease
+        lapses on its own)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.ttl)
+
     def release(self) -> None:
         """Stop refreshing and let the lock go (idempotent; a lost grant is not another's)."""
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.ttl)
+        self.stop()
         with contextlib.suppress(LockUnavailable):  # the lease lapses on its own
             self.lock.release(self.grant)
 

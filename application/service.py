@@ -376,6 +376,28 @@ class ScratchService:
         finally:
             lock.release(grant)
 
+    def hand_over(self, grant: LockGrant, *, keep_alive: bool = True) -> None:
+        """Hold ``grant`` (an execution's: its holder is the execution id) as though this
+        service had started that execution, as an engine hands its execution's grant to
+        that execution's teardown: the teardown lets it go once recorded (A16).
+        ``keep_alive`` False: nothing refreshes it (a caller whose clocks stand still)."""
+        if self.lock is None:
+            raise TypeError("hand_over needs the service's run lock (lock=...)")
+        self._held[grant.run_id] = (
+            grant.holder,
+            HeldLock(self.lock, grant, ttl=self.lock_ttl, keep_alive=keep_alive),
+        )
+
+    def drop_holds(self) -> dict[str, LockGrant]:
+        """Stop keeping this service's grants alive WITHOUT letting them go, as a process
+        that dies: each lease lapses on its own. The grants, by run."""
+        dropped: dict[str, LockGrant] = {}
+        while self._held:
+            run_id, (_execution, held) = self._held.popitem()
+            held.stop()
+            dropped[run_id] = held.grant
+        return dropped
+
     def let_go(self) -> None:
         """Release the run locks this service holds for the executions it started (A16):
         a CLI's service closing ends its hold, so the next resume is not RUN_LOCKED until

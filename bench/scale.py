@@ -357,11 +357,7 @@ def child_runner(backend: str, runners: int, n: int, work: Path) -> dict[str, An
 def runner_section(plan: argparse.Namespace, results: dict[str, Any], save: Callable[[], None]) -> None:
     for backend in plan.backends:
         for runners in (1, 2):
-            work = Path(tempfile.mkdtemp(prefix=f"scale-runner-{backend}-{runners}-"))
-            try:
-                got = in_child("runner", backend, str(runners), str(plan.runner_runs), str(work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+            got = in_work_dir("runner", backend, str(runners), str(plan.runner_runs))
             got |= {"backend": backend, "runners": runners, "load": os.getloadavg()}
             results["runner"].append(got)
             print(runner_line(got), flush=True)
@@ -393,14 +389,19 @@ def in_child(*args: str) -> dict[str, Any]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def in_work_dir(section: str, *args: str) -> dict[str, Any]:
+    """One child of ``section`` with a work folder of its own (its last argument), removed after."""
+    work = Path(tempfile.mkdtemp(prefix=f"scale-{section}-{'-'.join(args)}-"))
+    try:
+        return in_child(section, *args, str(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def runs_section(plan: argparse.Namespace, results: dict[str, Any], save: Callable[[], None]) -> None:
     for backend in plan.backends:
         for n in plan.ns:
-            work = Path(tempfile.mkdtemp(prefix=f"scale-{backend}-{n}-"))
-            try:
-                got = in_child("runs", backend, str(n), str(plan.files), str(plan.file_kib), str(work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+            got = in_work_dir("runs", backend, str(n), str(plan.files), str(plan.file_kib))
             got |= {"backend": backend, "n": n, "load": os.getloadavg()}
             results["runs"].append(got)
             print(runs_line(got), flush=True)

@@ -62,3 +62,21 @@ def test_canonical_archive_drops_owners_setid_and_fifos_and_keeps_the_manifest()
     members = list(tarfile.open(fileobj=io.BytesIO(out.getvalue())))
     assert [(m.name, m.mode, m.uid, m.uname) for m in members] == [("s", 0o755, 0, "")]
     assert Manifest.of(reader.members).entries == 1
+
+
+def test_X2_the_host_inflates_a_bank_with_isal_and_refuses_as_zlib_did() -> None:
+    """Issue 24 item 2: the bank's gunzip is ISA-L's; a corrupt, truncated or trailing stream is still refused by name."""
+    from isal import isal_zlib
+
+    reader = GzipReader(lambda chunk: None, 1 << 20)
+    assert type(reader._d) is type(isal_zlib.decompressobj(wbits=31))
+    good = gzip.compress(b"x" * 5000)
+    bad = bytearray(good)
+    bad[-6] ^= 1  # the CRC
+    for data, says in ((bytes(bad), "corrupt gzip stream"), (good + b"tail", "trailing data")):
+        with pytest.raises(HostileArchive, match=says):
+            GzipReader(lambda chunk: None, 1 << 20).feed(data)
+    truncated = GzipReader(lambda chunk: None, 1 << 20)
+    truncated.feed(good[:-3])
+    with pytest.raises(HostileArchive, match="truncated"):
+        truncated.close()

@@ -11,6 +11,7 @@ import pytest
 from hostile import end, member, pax_header, pax_payload, ustar
 
 from scratchbank.application.bank_format.listing import load_listing
+from scratchbank.application.bank_format.members import Member
 from scratchbank.application.bank_format.reader import Limits, TarReader
 from scratchbank.application.bank_format.spill_log import DEFAULT_BUDGET, MemberLog
 from scratchbank.domain.errors import HostileArchive, StreamBroken
@@ -97,4 +98,42 @@ def test_X2_a_restored_trees_listing_past_the_budget_breaks_the_stream_by_name()
     listing = io.BytesIO(b"".join(b'["d/f%09d", "file", 0]\n' % i for i in range(100_000)))
     with pytest.raises(StreamBroken, match=r"temp-disk budget \(1048576 bytes"):
         load_listing(log, listing)
+    log.close()
+
+
+def test_X2_a_listing_line_that_is_json_but_not_a_triple_breaks_the_stream_by_name() -> None:
+    """A listing line such as ``5`` or ``null`` is StreamBroken by name, never a raw TypeError (issue 24)."""
+    for line in (
+        b"5\n",
+        b"null\n",
+        b'["a", "file"]\n',
+        b'["a", "file", -1]\n',
+        b'["\\u00e9", "file", 1, 2]\n',
+    ):
+        log = MemberLog()
+        with pytest.raises(StreamBroken, match="unreadable listing line"):
+            load_listing(log, io.BytesIO(b'["a", "file", 0]\n' + line))
+        log.close()
+
+
+def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
+    """Issue 24 item 1: the listing is read in batches; a tree equal to the manifest is the same, one entry off is not."""
+    log = MemberLog()
+    log.add_implicit("d")
+    for i in range(5000):
+        log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+    lines = b"".join(b'["d/f%05d", "file", %d]\n' % (i, i) for i in range(5000))
+    assert load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + lines)).same
+    log.close()
+    log = MemberLog()
+    log.add_implicit("d")
+    for i in range(5000):
+        log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+    off = load_listing(
+        log,
+        io.BytesIO(
+            b'["d", "dir", 0]\n' + lines.replace(b'"d/f04999", "file", 4999', b'"d/f04999", "file", 1')
+        ),
+    )
+    assert (off.missing, off.unexpected) == (1, 1)
     log.close()

@@ -21,11 +21,22 @@ def line_of(path: str, kind: str, size: int) -> str:
     return f'[{_quote(path)}, "{kind}", {size:d}]'
 
 
+_loads = json.JSONDecoder().decode
+
+
 def parse_line(raw: bytes) -> tuple[str, str, int]:
-    """One listing line: ``[path, kind, size]``; anything else means the listing broke."""
+    """One listing line: ``[path, kind, size]``; anything else means the listing broke.
+
+    An ASCII line without NUL (every line ``line_of`` writes) is decoded as the str it
+    is, skipping ``json.loads``'s per-call encoding sniffing (it reads such bytes as
+    UTF-8 too: the same value, the same refusals); any other line goes through
+    ``json.loads`` as before."""
     try:
-        path, kind, size = json.loads(raw)
-    except ValueError:
+        if raw.isascii() and b"\x00" not in raw:
+            path, kind, size = _loads(raw.decode("ascii"))
+        else:
+            path, kind, size = json.loads(raw)
+    except (ValueError, TypeError):  # TypeError: a line that is JSON but not a list (``5``)
         raise StreamBroken(f"unreadable listing line {raw[:80]!r}") from None
     if not (isinstance(path, str) and kind in KINDS and isinstance(size, int) and size >= 0):
         raise StreamBroken(f"unreadable listing line {raw[:80]!r}")

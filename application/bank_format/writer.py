@@ -1,16 +1,17 @@
 """The canonical writer: accepted members written back out as a plain PAX archive.
 
 The only bytes a sandbox ever extracts are these: headers built from the validated
-members (header_encoder.py), no owners, no setid bits, gzip optional.
+members (header_encoder.py), no owners, no setid bits, gzip optional (ISA-L's at
+levels 0-3, as a bank is written: gzip_codec.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from .gzip_codec import choose_codec
 from .header_encoder import header_of
 from .members import DIR, FILE, Member
 from .spill_log import MemberLog
@@ -28,7 +29,7 @@ class CanonicalWriter:
     def __init__(self, out: BinaryIO, *, gzip_level: int | None = None, writable_dirs: bool = False) -> None:
         self._out = out
         self._writable_dirs = writable_dirs
-        self._z = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
+        self._z = choose_codec(gzip_level).open() if gzip_level is not None else None
         self._pending = 0
         self.bytes = 0
         self.tar_bytes = 0

@@ -115,6 +115,10 @@ class Port:
     error: Callable[[str, str], Exception]
     private: bool = False
     passthrough: frozenset[str] = frozenset()
+    #: a call from a thread that is not its actor's own (a grant's refresh thread) fails
+    #: with the port's error, untouched and unscheduled (else: it pauses as the actor, as
+    #: a restore's producer thread does while the actor waits on its pipe)
+    own_thread_only: bool = False
 
 
 _READ_NAMES = re.compile(r"^(read|load|fetch|stat|get|list|head|exists|holder|status|peek|who|objects)")
@@ -158,7 +162,7 @@ def lock_port(resource: str = "lock") -> Port:
     def error(method: str, why: str) -> Exception:
         return lock_error_class()(f"explorer: lock.{method}: {why}")
 
-    return Port("lock", resource, reads_by_name, error)
+    return Port("lock", resource, reads_by_name, error, own_thread_only=True)
 
 
 @attrs.frozen
@@ -213,6 +217,7 @@ class _Actor:
         self.name = name
         self.body = body
         self.thread: threading.Thread | None = None
+        self.ident: int | None = None
         self.pending: Call | None = None
         self.grant: Fault | None = None
         self.running = False
@@ -287,6 +292,9 @@ class Schedule:
             me.pending = None
             return fault
 
+    def on_own_thread(self, actor: str) -> bool:
+        return self._actors[actor].ident == threading.get_ident()
+
     def check_alive(self, actor: str) -> None:
         if self._actors[actor].dead:
             raise ActorDied(actor)
@@ -297,6 +305,7 @@ class Schedule:
             clock.advance(STALL_SECONDS)
 
     def _main(self, me: _Actor) -> None:
+        me.ident = threading.get_ident()
         try:
             me.result = me.body()
         except ActorDied:
@@ -397,6 +406,8 @@ class PortProxy:
 
         def paused(*args: Any, **kwargs: Any) -> Any:
             schedule = self._schedule
+            if port.own_thread_only and not schedule.on_own_thread(self._actor):
+                raise port.error(name, "called outside its actor's thread (refused, untouched)")
             schedule.check_alive(self._actor)
             if name in port.passthrough:
                 return attr(*args, **kwargs)
@@ -581,6 +592,8 @@ class Exploration:
     actors: int
     schedules: int = 0
     pruned: int = 0
+    #: schedules run (a random search's draws: the distinct ones are ``schedules``)
+    draws: int = 0
     violations: int = 0
     seconds: float = 0.0
     found: dict[str, tuple[Trace, Violation]] = attrs.Factory(dict)
@@ -651,6 +664,7 @@ def explore_random(
         found.traces.add(trace)
         found.add(trace, violations)
     found.seconds = time.monotonic() - started
+    found.draws = tries
     return found
 
 

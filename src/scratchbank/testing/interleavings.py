@@ -12,6 +12,11 @@ on a run of its own (a fresh run id in the same timeline and store), from a pres
   sandbox is still there (a slow shutdown, a second teardown call for it).
 - ``parked``: ``resumed``, then the newer sandbox's teardown banked ``{a, b}`` (the run
   is parked; resumes restore it).
+- ``queued`` / ``queued!``: ``parked``, then queued for the runner's attempt ``deliver``
+  through the service's one queueing path (``!``: with ``accept_scratch_loss``); its
+  delivery is already with the runner actor (the actors' queue starts empty). Run in a
+  runner's world (``filesystem_world(runner=True)``: the run's lock is the runner's
+  lease, handed to every service, ADR 0007).
 
 The actors (names are what traces show):
 
@@ -22,6 +27,11 @@ The actors (names are what traces show):
   with ``accept_scratch_loss``);
 - ``delete``: the run's deletion (its bank swept from the store);
 - ``sweep``: the orphan sweeper over the run.
+- ``deliver``: a runner handling the queued delivery (``Runner.handle``: the lease, the
+  claim, the resume through the fenced timeline, an engine that finishes node
+  ``deliver-node`` in its own sandbox, the teardown's bank), redelivered once at once
+  when it asks to be (issue 19);
+- ``outbox``: one sweep of the outbox under the sweeper's lease (issue 19).
 
 The model (``check``), from RULES.md, never from the code under test. Once every actor
 has ended (the dead ones stay dead: their sandboxes are lost), a live execution's
@@ -37,9 +47,12 @@ sandbox is torn down alone, then:
   neither banked, nor recorded lost (``unknown``/unbanked teardown, accepted loss), nor
   held only by sandboxes that died;
 - A16/C7: an execution runs only with its claim (its ``run_resumed``, once), and two
-  executions never run at once;
-- C3-C5: a ``run_resumed`` carries the consents of its own call only, and an accepted
-  loss is written only under a claim whose call gave it;
+  executions never run at once (none starts while another runs);
+- C3-C5: a ``run_resumed`` carries the consents of its own call only (a delivery's first
+  claim its delivery's, even when its claim's reply was lost; a redelivery of a claimed
+  attempt none: C4), and an accepted loss is written only under a claim whose call gave it;
+- L4: once the outbox sweeper ran (a sweep cut short is followed by one alone), the run
+  is not left queued with nothing published: claimed, on the queue, or parked;
 - T3: a deleted run holds nothing in the store once every actor ended;
 - every actor ends by a named error or its result (no raw exception), and reaches its
   next pause point in time (no hang).
@@ -53,7 +66,6 @@ import inspect
 import itertools
 import json
 import shutil
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,16 +73,17 @@ from typing import Any
 import attrs
 
 from scratchbank.adapters.memory import FakeSandbox
-from scratchbank.application.ports import BankStore, LockGrant, Timeline
+from scratchbank.application.ports import BankStore, LockGrant, ResumeDelivery, Timeline
 from scratchbank.application.resume import ResumeOutcome, Target
-from scratchbank.application.run_lock import LOCK_TTL, HeldLock
+from scratchbank.application.run_lock import LOCK_TTL
 from scratchbank.application.service import ScratchService
 from scratchbank.domain.admission import Consents
-from scratchbank.domain.errors import LockUnavailable, ScratchbankError
-from scratchbank.domain.fold import counts_as_write
+from scratchbank.domain.errors import QueueUnavailable, ScratchbankError
+from scratchbank.domain.fold import counts_as_write, fold
 from scratchbank.domain.kinds import NO_WORKFLOW
 from scratchbank.domain.records import (
     NodeFinished,
+    OrphanSwept,
     Record,
     RunResumed,
     RunStarted,
@@ -87,6 +100,7 @@ from .explorer import (
     Chooser,
     Exploration,
     Fault,
+    Port,
     Ran,
     Schedule,
     Trace,
@@ -94,12 +108,15 @@ from .explorer import (
     explore_all,
     explore_random,
     lock_port,
+    reads_by_name,
     sandbox_port,
     store_port,
     timeline_port,
 )
 
 RESUMES = ("exec", "resume", "resume!")
+#: The runner's delivery actor, and the attempt it carries (queued by the ``queued`` presets).
+DELIVER = "deliver"
 #: The SQLite file of the run's lock (A16), beside the world's timeline and store.
 LOCKS = "locks.db"
 #: A file in every scratch naming the execution whose scratch it is (the model's lineage).
@@ -126,6 +143,8 @@ class World:
     wrap_lock: Callable[[Any], Any] = lambda lock: lock
     #: the lock's clock (its leases' expiry): advanced past a lease to let a dead holder's lapse
     clock: ManualClock = attrs.Factory(ManualClock)
+    #: the runner's lease (a runner's world: the run's lock is this lease, handed: ADR 0007)
+    lease: Any = None
 
     @property
     def template_run(self) -> str:
@@ -161,26 +180,21 @@ class Story:
     services: dict[str, ScratchService] = attrs.Factory(dict)  # each actor's own service
     #: the grants the actors' services still held when the schedule ended, by actor
     held: dict[str, tuple[str, LockGrant]] = attrs.Factory(dict)
+    #: the executions running now (a resume that went on, a delivery's engine), and any
+    #: execution that started while another ran (A16)
+    running: set[str] = attrs.Factory(set)
+    overlaps: list[str] = attrs.Factory(list)
+    #: the queue the runner's actors publish to (a ``queued`` preset's delivery was
+    #: fetched already: it starts empty), the consents the run was queued with
+    queue: Any = None
+    queued: Consents = Consents()
 
 
-class Handed(HeldLock):
-    """A grant handed to a service as an engine hands its execution's grant to that
-    execution's teardown; no refresh thread (the explorer's clocks stand still)."""
-
-    def __init__(self, lock: Any, grant: LockGrant, *, ttl: float = LOCK_TTL) -> None:
-        self.lock, self.grant, self.ttl = lock, grant, ttl
-        self.lost = ""
-        self._stop = threading.Event()
-
-    def release(self) -> None:
-        with contextlib.suppress(LockUnavailable):  # the lease lapses on its own
-            self.lock.release(self.grant)
-
-
-def hand(mine: ScratchService, lock: Any, grant: LockGrant) -> None:
+def hand(mine: ScratchService, grant: LockGrant) -> None:
     """Hand ``grant`` (an execution's, its holder the execution id) to ``mine``: its
-    teardown of that execution lets the lock go once recorded (A16)."""
-    mine._held[grant.run_id] = (grant.holder, Handed(lock, grant))
+    teardown of that execution lets the lock go once recorded (A16). Nothing refreshes
+    it (the explorer's clocks stand still)."""
+    mine.hand_over(grant, keep_alive=False)
 
 
 def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:
@@ -194,13 +208,12 @@ def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:
 
 
 def collect_held(story: Story) -> None:
-    """Stop the refresh threads of the grants the actors' services still hold (a dead
-    actor's lease stays in the lock store until it lapses) and keep them by actor."""
+    """Stop keeping alive the grants the actors' services still hold, without letting
+    them go (a dead actor's lease stays in the lock store until it lapses), and keep
+    them by actor."""
     for actor, mine in story.services.items():
-        for _run, (execution, held) in list(mine._held.items()):
-            held._stop.set()
-            story.held[actor] = (execution, held.grant)
-        mine._held.clear()
+        for grant in mine.drop_holds().values():
+            story.held[actor] = (grant.holder, grant)
 
 
 def preset(world: World, name: str) -> Story:
@@ -209,6 +222,8 @@ def preset(world: World, name: str) -> Story:
     The ``resumed`` preset is made once per world by the real use cases (a teardown, a
     resume), then copied for each schedule: its records appended as they are, its
     store folder copied (so it reads as the real one, whatever the store's layout)."""
+    if name.startswith("queued"):
+        return _queued(world, accept=name.endswith("!"))
     story = Story(world.run_id())
     story.sandboxes["old"] = FakeSandbox({"a": b"a", MARK: b"e1"})
     story.executions["old"] = "e1"
@@ -233,6 +248,24 @@ def preset(world: World, name: str) -> Story:
         grant = take_lock(world, story.run_id, live)
         if grant is not None:
             story.handed["new"] = grant
+    return story
+
+
+def _queued(world: World, *, accept: bool) -> Story:
+    """``parked``, then queued for the runner's attempt ``DELIVER`` through the service's
+    one queueing path (``accept``: with ``accept_scratch_loss``); its delivery was
+    fetched by the runner actor already (the actors' queue starts empty)."""
+    from scratchbank.adapters.inprocess import InProcessQueue
+
+    story = preset(world, "parked")
+    story.queued = Consents(accept_scratch_loss=accept)
+    story.queue = InProcessQueue(clock=ManualClock())
+    queuing = ScratchService(
+        timeline=world.timeline, store=world.store, clock=ManualClock(), queue=InProcessQueue()
+    )
+    queued = queuing.queue_resume(story.run_id, ResumeRequest(story.queued), attempt=DELIVER)
+    if queued.attempt != DELIVER:
+        raise RuntimeError(f"the queued preset could not be made: {queued}")
     return story
 
 
@@ -273,9 +306,7 @@ def _resumed(world: World, *, parked: bool) -> tuple[Record, ...]:
         report = tear_down(real, run_id, newer, lambda: execution_of(world.timeline.read(run_id), "setup"))
         if not report.recorded:
             raise RuntimeError(f"the parked preset could not be made: {report}")
-    for _execution, held in list(real._held.values()):  # the template's own lock: let it go
-        held.release()
-    real._held.clear()
+    real.let_go()  # the template's own lock
     return tuple(world.timeline.read(run_id))
 
 
@@ -288,7 +319,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
     mine = service(timeline, store, clock, lock)
     story.services[name] = mine
     if name in story.handed and lock is not None:
-        hand(mine, lock, story.handed[name])
+        hand(mine, story.handed[name])
     schedule_actor = schedule.actor
     run = story.run_id
     if name in ("old", "new"):
@@ -315,6 +346,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
             if outcome.proceeds:  # its execution starts: the scratch is now its own
                 story.restored[name] = dict(own.files or {})
                 own.files = {**(own.files or {}), MARK: name.encode()}
+                _starts(story, name)
             return outcome
 
         def execution() -> ResumeOutcome:
@@ -325,6 +357,7 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
             timeline.append(run, [node(f"{name}-node")], expected=outcome.claim.position)
             tear_down(mine, run, target.sandbox, lambda: execution_of(world.timeline.read(run), name))
             story.torn_down.add(label)
+            story.running.discard(name)
             return outcome
 
         schedule_actor(name, execution if name == "exec" else resume, clock=clock)
@@ -338,9 +371,135 @@ def _actor(world: World, story: Story, schedule: Schedule, name: str) -> Callabl
         schedule_actor(
             name, lambda: sweep_orphans([run], timeline=timeline, queue=queue, cutoff=0.0, clock=clock)
         )
+    elif name == DELIVER:
+        schedule_actor(name, _delivery(world, story, schedule, name, timeline, store, clock), clock=clock)
+    elif name == "outbox":
+        schedule_actor(name, _outbox(world, story, schedule, name, timeline, clock), clock=clock)
     else:
         raise ValueError(f"no actor {name!r}")
     return lambda: None
+
+
+def _starts(story: Story, name: str) -> None:
+    """Execution ``name`` starts: none other may be running (A16)."""
+    if story.running - {name}:
+        story.overlaps.append(f"{name} started while {', '.join(sorted(story.running))} ran")
+    story.running.add(name)
+
+
+def lease_port(resource: str = "lock") -> Port:
+    """The runner's lease (the run's lock in a runner's world: ADR 0007): QueueUnavailable."""
+
+    def error(method: str, why: str) -> Exception:
+        return QueueUnavailable(f"explorer: lease.{method}: {why}")
+
+    return Port("lease", resource, reads_by_name, error, own_thread_only=True)
+
+
+def queue_port(resource: str = "queue") -> Port:
+    def error(method: str, why: str) -> Exception:
+        return QueueUnavailable(f"explorer: queue.{method}: {why}")
+
+    return Port("queue", resource, reads_by_name, error)
+
+
+class _Inbound:
+    """A delivery as the runner sees it (acks and naks kept for the model)."""
+
+    def __init__(self, delivery: ResumeDelivery, deliveries: int) -> None:
+        self.delivery, self.deliveries = delivery, deliveries
+        self.acked = False
+        self.naks: list[float] = []
+
+    def ack(self) -> None:
+        self.acked = True
+
+    def nak(self, delay: float) -> None:
+        self.naks.append(delay)
+
+    def in_progress(self) -> None:
+        return None
+
+
+def _delivery(
+    world: World, story: Story, schedule: Schedule, name: str, timeline: Any, store: Any, clock: ManualClock
+) -> Callable[[], Any]:
+    """A runner handling the run's delivery (issue 19), redelivered once at once when it
+    asks to be: a sandbox of its own, the resume (restore) through the fenced timeline,
+    an engine that finishes node ``deliver-node`` in it, the teardown's bank."""
+    from scratchbank.application.runner import Handled, Runner, RunnerSettings
+
+    if world.lease is None:
+        raise ValueError("the delivery actor needs a runner's world (filesystem_world(runner=True))")
+    label = f"{name}-sb"
+    own = FakeSandbox()
+    story.sandboxes[label] = own
+    story.owner[label] = name
+    story.requests[name] = ResumeRequest(story.queued)
+    sandbox = schedule.proxy(name, sandbox_port(label), own)
+    run = story.run_id
+
+    class Provider:
+        def start(self, run_id: str, attempt: str | None = None) -> Any:
+            return sandbox
+
+        def stop(self, _sandbox: Any) -> None:
+            story.torn_down.add(label)
+
+        def orphans(self, run_id: str) -> list[Any]:
+            return []
+
+    class Engine:
+        def continue_run(self, run_id: str, *, sandbox: Any, timeline: Any, cancel: Any) -> Any:
+            from scratchbank.application.ports import EngineEnd
+
+            story.restored[name] = dict(own.files or {})
+            _starts(story, name)
+            own.files = {**(own.files or {}), MARK: name.encode(), f"{name}-node": b"x"}
+            timeline.append(run_id, [node(f"{name}-node")], expected=len(timeline.read(run_id)))
+            return EngineEnd.PARKED
+
+    lease = schedule.proxy(name, lease_port(), world.lease)
+    runner = Runner(
+        story.queue,
+        lease,
+        timeline,
+        store,
+        Provider(),
+        Engine(),
+        RunnerSettings(f"runner-{name}"),
+        None,
+        clock,
+    )
+
+    def deliver() -> Any:
+        delivery = ResumeDelivery(run, DELIVER, story.queued)
+        handling = runner.handle(_Inbound(delivery, 1))
+        if handling.handled is Handled.REDELIVER:  # the queue's redelivery, at once
+            handling = runner.handle(_Inbound(delivery, 2))
+        story.running.discard(name)
+        return handling
+
+    return deliver
+
+
+def _outbox(
+    world: World, story: Story, schedule: Schedule, name: str, timeline: Any, clock: ManualClock
+) -> Callable[[], Any]:
+    """One sweep of the outbox (issue 19) under the sweeper's lease, over this run."""
+    from scratchbank.application.orphans import Sweeper
+
+    if world.lease is None or story.queue is None:
+        raise ValueError("the outbox actor needs a runner's world and a queued preset")
+    run = story.run_id
+
+    class Listing:
+        def queued_unclaimed(self, before: Any) -> list[str]:
+            return [run]
+
+    lease = schedule.proxy(name, lease_port(), world.lease)
+    queue = schedule.proxy(name, queue_port(), story.queue)
+    return Sweeper(lease, Listing(), timeline, queue, "sweeper", cutoff=0.0, clock=clock).sweep_once
 
 
 # -- the model ---------------------------------------------------------------------------
@@ -371,10 +530,20 @@ class Seen:
     """One resume's claim and what its sandbox ended with."""
 
     actor: str
-    outcome: ResumeOutcome
+    outcome: ResumeOutcome | None  # None: a runner's delivery (what it did read from its records)
     files: dict[str, bytes]
     claim: int  # the position of its run_resumed
     consented: bool
+    #: a delivery's restore, from the ``scratch_restored`` after its claim
+    delivered_restored: bool = False
+
+    def went(self) -> tuple[bool, bool, str]:
+        """(restored a bank, went on without one, the rule it named)."""
+        if self.outcome is None:
+            return self.delivered_restored, not self.delivered_restored, "the runner's resume"
+        decision, restore = self.outcome.decision, self.outcome.restore
+        restored = decision.verdict is Verdict.RESTORE and restore is not None and restore.record.restored
+        return restored, decision.verdict is Verdict.GO_ON_WITHOUT, decision.rule
 
 
 def _started_at(records: Sequence[Record], execution: str) -> int:
@@ -396,9 +565,8 @@ def check_resume(seen: Seen, records: Sequence[Record], lost: Callable[[str], bo
     missing = [(i, n) for i, n in counted_nodes(records[: seen.claim]) if n not in have]
     if not missing or seen.consented:
         return []
-    decision = seen.outcome.decision
-    restore = seen.outcome.restore
-    if decision.verdict is Verdict.RESTORE and restore is not None and restore.record.restored:
+    restored, without, rule = seen.went()
+    if restored:
         # Nodes recorded before the restored scratch's own execution started were judged
         # at that execution's resume; a node recorded after it is what R2 forbids reverting.
         began = _started_at(records, seen.files.get(MARK, b"").decode())
@@ -415,26 +583,32 @@ def check_resume(seen: Seen, records: Sequence[Record], lost: Callable[[str], bo
                 )
             ]
         )
-    if decision.verdict is Verdict.GO_ON_WITHOUT:
+    if without:
         unexcused = [(i, n) for i, n in missing if not (_loss_named_after(records, i) or lost(n))]
         if unexcused:
             return [
                 Violation(
                     "A16/R10",
                     "a resume went on without a scratch nobody recorded as lost (silent loss)",
-                    f"{seen.actor} went on without {', '.join(n for _, n in unexcused)} ({decision.rule})",
+                    f"{seen.actor} went on without {', '.join(n for _, n in unexcused)} ({rule})",
                 )
             ]
     return []
 
 
 def check_consents(records: Sequence[Record], requests: dict[str, ResumeRequest]) -> list[Violation]:
-    """C3-C5: each claim carries its own call's consents; an accepted loss only under one."""
+    """C3-C5: each claim carries its own call's consents (a delivery's first, its
+    redeliveries none: C4); an accepted loss only under one."""
     found: list[Violation] = []
     consenting = False
+    claimed: set[str] = set()
     for i, r in enumerate(records):
         if isinstance(r, RunResumed | RunStarted):
             request = requests.get(r.attempt or "") if isinstance(r, RunResumed) else None
+            if isinstance(r, RunResumed) and r.attempt in claimed and r.attempt == DELIVER:
+                request = ResumeRequest()  # C4: a redelivery of a claimed attempt lends no consent
+            if isinstance(r, RunResumed) and r.attempt:
+                claimed.add(r.attempt)
             consenting = isinstance(r, RunResumed) and r.accept_scratch_loss
             if isinstance(r, RunResumed) and request is not None:
                 asked = request.consents
@@ -478,9 +652,14 @@ def check(world: World, story: Story, ran: Ran) -> list[Violation]:
     dead = {name for name, end in ran.ends.items() if end.dead}
     records = tuple(world.timeline.read(story.run_id))
     seen = _resumes_seen(story, ran, records, found)
-    if len([s for s in seen if s.outcome.proceeds]) > 1:
-        who = ", ".join(s.actor for s in seen if s.outcome.proceeds)
+    if len([s for s in seen if s.outcome is not None and s.outcome.proceeds]) > 1:
+        who = ", ".join(s.actor for s in seen if s.outcome is not None and s.outcome.proceeds)
         found.append(Violation("A16", "two executions ran the run at once", who))
+    for overlap in story.overlaps:
+        found.append(Violation("A16", "an execution started while another ran", overlap))
+    seen += _deliveries_seen(story, ran, records, found)
+    found += _check_outbox(world, story, ran)
+    records = tuple(world.timeline.read(story.run_id))
     if _ran_sweep(ran.trace):
         left = _leftovers(world, story.run_id)
         if left:
@@ -548,11 +727,12 @@ def _fingerprint(
     resumes = tuple(
         (
             s.actor,
-            s.outcome.decision.verdict,
-            s.outcome.restore,
+            None if s.outcome is None else s.outcome.decision.verdict,
+            None if s.outcome is None else s.outcome.restore,
             tuple(sorted(s.files.items())),
             s.claim,
             s.consented,
+            s.delivered_restored,
         )
         for s in seen
     )
@@ -583,6 +763,62 @@ def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list
     return seen
 
 
+def _deliveries_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
+    """A delivery whose engine ran: it ran under its claim (its ``run_resumed``), from
+    the scratch its resume restored (or without one)."""
+    if DELIVER not in ran.ends or DELIVER not in story.restored:
+        return []
+    claims = _claim_of(records, DELIVER)
+    if not claims:
+        found.append(Violation("C7", "an execution runs without its claim", DELIVER))
+        return []
+    restored = any(isinstance(r, ScratchRestored) and r.restored for r in records[claims[0] :])
+    consented = story.queued.accept_scratch_loss
+    return [Seen(DELIVER, None, story.restored[DELIVER], claims[0], consented, restored)]
+
+
+def _left_queued(story: Story, records: Sequence[Record]) -> str | None:
+    """The queued attempt nobody claimed, published or parked (None: none is left)."""
+    state = fold(records)
+    queued = state.queued_attempt
+    if queued is None or state.claimed_attempt == queued.attempt:
+        return None
+    if any(isinstance(r, RunResumed) and r.attempt == queued.attempt for r in records):
+        return None
+    if any(isinstance(r, OrphanSwept) and r.attempt == queued.attempt and r.parked for r in records):
+        return None
+    if story.queue is not None and story.queue.pending() > 0:
+        return None
+    return queued.attempt
+
+
+def _check_outbox(world: World, story: Story, ran: Ran) -> list[Violation]:
+    """L4 (issue 19): no run left queued for ever once the sweeper runs. A sweep the
+    schedule cut short (a fault, its lease lost, its death) leaves the run to the next
+    sweep: that one runs alone here, once the dead holders' leases lapsed, and the run
+    is then claimed, its delivery on the queue, or parked."""
+    if "outbox" not in ran.ends or world.lease is None:
+        return []
+    if _left_queued(story, world.timeline.read(story.run_id)) is None:
+        return []
+    from scratchbank.application.orphans import Sweeper
+
+    run = story.run_id
+
+    class Listing:
+        def queued_unclaimed(self, before: Any) -> list[str]:
+            return [run]
+
+    world.clock.advance(LOCK_TTL + 1)
+    report = Sweeper(
+        world.lease, Listing(), world.timeline, story.queue, "final-sweep", cutoff=0.0, clock=ManualClock()
+    ).sweep_once()
+    left = _left_queued(story, world.timeline.read(run))
+    if left is None:
+        return []
+    return [Violation("L4", "a run left queued for ever after the sweeper ran", f"attempt {left}: {report}")]
+
+
 def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[str]) -> None:
     """An execution still live at the end is torn down alone (its sandbox stops)."""
     records = tuple(world.timeline.read(story.run_id))
@@ -593,7 +829,7 @@ def _tear_down_live(world: World, story: Story, seen: Sequence[Seen], dead: set[
         mine = service(world.timeline, world.store, lock=world.lock)
         kept = story.held.get(s.actor)
         if kept is not None and world.lock is not None:
-            hand(mine, world.lock, kept[1])
+            hand(mine, kept[1])
         tear_down(mine, story.run_id, story.sandboxes[label], lambda s=s: execution_of(records, s.actor))  # type: ignore[misc]
         story.torn_down.add(label)
 
@@ -626,12 +862,13 @@ def _final_resume(world: World, story: Story, lost: Callable[[str], bool]) -> li
     A dead actor's lease lapses first (the lock's clock moves past it)."""
     world.clock.advance(LOCK_TTL + 1)
     sandbox = FakeSandbox()
+    final = service(world.timeline, world.store, lock=world.lock)
     try:
-        outcome = service(world.timeline, world.store, lock=world.lock).resume(
-            story.run_id, target=Target(sandbox=sandbox), attempt="final"
-        )
+        outcome = final.resume(story.run_id, target=Target(sandbox=sandbox), attempt="final")
     except ScratchbankError:
         return []  # refused by name
+    finally:
+        final.let_go()  # its execution ends here: no grant (nor its refresh thread) outlives the check
     if not outcome.proceeds:
         return []
     records = tuple(world.timeline.read(story.run_id))
@@ -694,6 +931,7 @@ def sample_scenarios(
             seed=seed + i,
         )
         total.schedules += part.schedules
+        total.draws += part.draws
         total.violations += part.violations
         total.seconds += part.seconds
         for kind, found in part.found.items():
@@ -702,10 +940,10 @@ def sample_scenarios(
 
 
 def _sample_worker(
-    root: str, url: str | None, scenarios: Sequence[Scenario], share: int, seed: int
+    root: str, url: str | None, scenarios: Sequence[Scenario], share: int, seed: int, memory: bool = False
 ) -> Exploration:
     """One process's share of a parallel sample (its own world under ``root``)."""
-    with filesystem_world(Path(root), url) as world:
+    with filesystem_world(Path(root), url, memory=memory) as world:
         found = sample_scenarios(world, scenarios, schedules=share * len(scenarios), seed=seed)
     found.traces = set()
     return found
@@ -719,6 +957,7 @@ def sample_in_parallel(
     seed: int,
     workers: int = 2,
     timeline_url: Callable[[int], str | None] = lambda _worker: None,
+    memory: bool = False,
 ) -> Exploration:
     """``sample_scenarios`` shared out over ``workers`` processes, each with whole
     scenarios of its own (so traces stay distinct), each in a world of its own."""
@@ -730,7 +969,9 @@ def sample_in_parallel(
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [
-            pool.submit(_sample_worker, str(root / f"w{w}"), timeline_url(w), part, share, seed + 100 * w)
+            pool.submit(
+                _sample_worker, str(root / f"w{w}"), timeline_url(w), part, share, seed + 100 * w, memory
+            )
             for w, part in enumerate(parts)
             if part
         ]
@@ -746,20 +987,43 @@ def sample_in_parallel(
 
 
 @contextlib.contextmanager
-def filesystem_world(root: Path, timeline_url: str | None = None) -> Iterator[World]:
-    """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store."""
+def filesystem_world(
+    root: Path, timeline_url: str | None = None, *, memory: bool = False, runner: bool = False
+) -> Iterator[World]:
+    """A world over an SQLite timeline file (or ``timeline_url``) and a filesystem store.
+
+    ``runner``: the run's lock is a runner's lease (``InProcessLease`` on the world's
+    clock, handed to every service as ``HandedLock``: ADR 0007), for the runner's actors.
+    ``memory``: the timeline and the run's lock in this process's memory (the same
+    fences: an append at a stale position and a held lock are refused), the store still
+    real files: about half the cost of a schedule (no SQLite connection, no watchdog
+    thread per call), for the large random samples; the exhaustive searches, the
+    PostgreSQL one and the killed processes keep the SQL adapters."""
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.fs_bank import FilesystemBankStore
+    from scratchbank.adapters.memory import InMemoryTimeline
     from scratchbank.adapters.run_lock import SqliteRunLock
+    from scratchbank.application.run_lock import MemoryRunLock
 
     root.mkdir(parents=True, exist_ok=True)
-    timeline = EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    timeline: Any = (
+        InMemoryTimeline() if memory else EventStoreTimeline(timeline_url or f"sqlite:///{root}/timeline.db")
+    )
     clock = ManualClock()
     try:
-        lock = SqliteRunLock(root / LOCKS, clock=clock)
-        yield World(timeline, FilesystemBankStore(root / "banks"), root / "banks", lock=lock, clock=clock)
+        lock: Any = MemoryRunLock(clock=clock) if memory else SqliteRunLock(root / LOCKS, clock=clock)
+        lease: Any = None
+        if runner:  # the runner's lease is the run's lock (ADR 0007): every actor's service takes it
+            from scratchbank.adapters.inprocess import InProcessLease
+            from scratchbank.application.run_lock import HandedLock
+
+            lease = InProcessLease(lapse=LOCK_TTL, clock=clock)
+            lock = HandedLock(lease, lapse=LOCK_TTL, clock=clock)
+        banks = root / "banks"
+        yield World(timeline, FilesystemBankStore(banks), banks, lock=lock, clock=clock, lease=lease)
     finally:
-        timeline.close()
+        if not memory:
+            timeline.close()
         shutil.rmtree(root / "banks", ignore_errors=True)
 
 
