@@ -152,6 +152,11 @@ def judge(pod: Any, container: str | None) -> str:
     return "waiting"
 
 
+#: A start watches in windows this long, reading the pod between them (a pod deleted before
+#: its watch began sends no event).
+WATCH_WINDOW_SECONDS = 5.0
+
+
 class KubernetesSandboxProvider:
     """Pods in ``namespace`` from ``template`` (a Pod manifest as a mapping)."""
 
@@ -204,8 +209,8 @@ class KubernetesSandboxProvider:
                     self.core.list_namespaced_pod,
                     self.namespace,
                     field_selector=f"metadata.name={name}",
-                    timeout_seconds=max(1, int(left)),
-                    _request_timeout=left + 5,
+                    timeout_seconds=max(1, int(min(left, WATCH_WINDOW_SECONDS))),
+                    _request_timeout=min(left, WATCH_WINDOW_SECONDS) + 5,
                 ):
                     if event["type"] == "DELETED":
                         raise PodDeleted(f"pod {self.namespace}/{name} was deleted while it started")
@@ -225,9 +230,21 @@ class KubernetesSandboxProvider:
                     break
             finally:
                 stream.stop()  # type: ignore[no-untyped-call]
+            self._still_there(name)
         if seen == "unschedulable":
             raise PodUnschedulable(f"pod {self.namespace}/{name} found no node in {self.start_seconds:g} s")
         raise PodStartTimeout(f"pod {self.namespace}/{name} did not run within {self.start_seconds:g} s")
+
+    def _still_there(self, name: str) -> None:
+        """Between watch windows: a watch started after the pod was deleted shows nothing (its
+        list is empty, so no DELETED comes), so the pod is read; gone is PodDeleted."""
+        try:
+            self.core.read_namespaced_pod(name, self.namespace, _request_timeout=self.request_seconds)
+        except ApiException as error:
+            if error.status == 404:
+                raise PodDeleted(f"pod {self.namespace}/{name} was deleted while it started") from None
+        except Exception:  # a read that fails says nothing; the next window watches again
+            pass
 
     def _sandbox(self, name: str) -> KubernetesSandbox:
         return KubernetesSandbox(

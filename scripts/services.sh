@@ -121,7 +121,7 @@ sb_postgres() {
     rm -rf "$dir" && mkdir -p "$dir" && chown postgres "$dir"
     su postgres -c "$bin/initdb -D $dir/data -U postgres --auth=trust" >"$SB_STATE/pg-init.log" 2>&1 \
         || { sb_fail "initdb failed (see $SB_STATE/pg-init.log)"; return 1; }
-    su postgres -c "$bin/pg_ctl -D $dir/data -o '-k $dir -p $port -c listen_addresses=127.0.0.1' -l $dir/log -w start" \
+    su postgres -c "$bin/pg_ctl -D $dir/data -o '-k $dir -p $port -c listen_addresses=127.0.0.1 -c max_connections=600' -l $dir/log -w start" \
         >"$SB_STATE/pg-start.log" 2>&1 || { sb_fail "postgres did not start (see $dir/log)"; return 1; }
     SB_PG_DIR="$dir"
     export SCRATCHBANK_POSTGRES_URL="postgresql://postgres@127.0.0.1:$port/postgres"

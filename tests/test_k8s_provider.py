@@ -185,6 +185,24 @@ def test_P2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
         deleter.join(30)
 
 
+def test_P2_a_pod_deleted_before_its_watch_began_is_named(double: ApiDouble) -> None:
+    """The pod is gone between its create and the first watch (whose list is then empty, so no
+    DELETED ever comes): the start reads the pod between watch windows and names it."""
+    double.faults.pod_start = "pending"
+    p = provider(double)
+    create = p.core.create_namespaced_pod
+
+    def create_then_lose(ns: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        made = create(ns, body, **kwargs)
+        double.delete_under(ns, body["metadata"]["name"])
+        return made
+
+    p.core.create_namespaced_pod = create_then_lose  # type: ignore[method-assign]
+    with pytest.raises(PodDeleted):
+        p.start("run-1")
+    assert not double.pods
+
+
 def test_P3_orphans_are_the_runs_pods_another_runner_started(double: ApiDouble) -> None:
     """By label and annotation: another provider's running pod for the run is an orphan (once);
     one's own pod is not; another run's pod is not; a pod that no longer runs is deleted."""
@@ -504,7 +522,7 @@ def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
     p = KubernetesSandboxProvider(
         api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0, start_seconds=2.0
     )
-    box = p.start("run-1")
+    box = provider(double).start("run-1")  # a start that may take its time on a loaded machine
     double.faults.stall_api = 10.0
     with pytest.raises(PodStartTimeout):
         p.start("run-2")  # created, then the watch answers nothing
