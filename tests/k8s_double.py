@@ -254,16 +254,20 @@ class ApiDouble:
 
         feeder = asyncio.ensure_future(feed())
         assert proc.stdout is not None and proc.stderr is not None
-        await asyncio.gather(pump(proc.stdout, 1), pump(proc.stderr, 2))
-        if dropped:
-            proc.kill()
-        code = await proc.wait()
-        feeder.cancel()
-        with contextlib.suppress(ConnectionResetError):
-            if not (dropped or self.faults.close_without_status):
-                await ws.send_bytes(b"\x03" + json.dumps(_status(code)).encode())
-            await ws.close()
-        return ws
+        try:
+            await asyncio.gather(pump(proc.stdout, 1), pump(proc.stderr, 2))
+            if dropped:
+                proc.kill()
+            code = await proc.wait()
+            feeder.cancel()
+            with contextlib.suppress(ConnectionResetError):
+                if not (dropped or self.faults.close_without_status):
+                    await ws.send_bytes(b"\x03" + json.dumps(_status(code)).encode())
+                await ws.close()
+            return ws
+        finally:
+            feeder.cancel()
+            _end(proc)
 
     # -- the pod lifecycle: create, list, watch, delete (issue 23) -------------------------
     def _rbac(self, resource: str, verb: str, ns: str) -> web.Response | None:
@@ -573,6 +577,17 @@ def _selected(body: dict[str, Any], selector: dict[str, str]) -> bool:
 def _remove_containers(ids: list[str]) -> None:
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=60, check=False)
+
+
+def _end(proc: asyncio.subprocess.Process) -> None:
+    """Whatever way an exec's handler leaves (its output dropped, its client gone, cancelled),
+    the process is killed if it still runs and its pipes are closed: none is left to the GC."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    transport = getattr(proc, "_transport", None)  # asyncio offers no public close
+    if transport is not None:
+        transport.close()
 
 
 def _status(code: int) -> dict[str, Any]:
