@@ -442,6 +442,17 @@ def _bank_then_record(
     )
 
 
+def _put(run: _Run, facts: ArchiveFacts) -> None:
+    """The bank's object, create-only, stamped, within the call's deadline (ADR 0006)."""
+    run.store.put(
+        run.run_id,
+        facts.path,
+        sha256=facts.sha256,
+        stamp=run.stamp(facts),
+        deadline=run.call_deadline(),
+    )
+
+
 def _still_there(run: _Run, record: Record) -> None:
     """A17, the prune race's other side: a record naming an object this teardown's put
     found present may land after another teardown's prune deleted it. Once recorded,
@@ -454,13 +465,7 @@ def _still_there(run: _Run, record: Record) -> None:
         return
     try:
         if run.store.stat(run.run_id, name) is None:
-            run.store.put(
-                run.run_id,
-                facts.path,
-                sha256=facts.sha256,
-                stamp=run.stamp(facts),
-                deadline=run.call_deadline(),
-            )
+            _put(run, facts)
             run.notes.append(f"bank object {name} put back: a prune deleted it as this record landed")
     except (BankReadFailed, BankWriteFailed) as error:
         run.notes.append(f"could not check the recorded bank object {name}: {error.message}")
@@ -718,13 +723,7 @@ def _upload(run: _Run, facts: ArchiveFacts) -> tuple[bool, str]:
         if lost:
             return False, lost
         run.uploads += 1
-        run.store.put(
-            run.run_id,
-            facts.path,
-            sha256=facts.sha256,
-            stamp=run.stamp(facts),
-            deadline=run.call_deadline(),
-        )
+        _put(run, facts)
         run.stored = True
         return True, ""
 
