@@ -670,10 +670,10 @@ def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path:
 
 def test_K8_K7_the_runner_decides_with_its_own_retention_setting(tmp_path: Path) -> None:
     """The runner prunes with SCRATCHBANK_RETAIN, so its gate reads the same: retain 1 refuses K7."""
+    from runner_rigs import RecordingInbound, make_rig
+
     from scratchbank.application.ports import ResumeDelivery
     from scratchbank.application.runner import Handled, RunnerSettings
-
-    from runner_rigs import RecordingInbound, make_rig
 
     timeline = InMemoryTimeline()
     timeline.append("run-1", checkpoints_run()[:-1])
