@@ -71,6 +71,8 @@ class Assessment:
     run_id: str
     state: ScratchState
     decision: ResumeDecision
+    #: K8: the retention the decision read (status lists the checkpoints' banks it keeps)
+    retain: int = RETAIN_CHECKPOINTS
 
     @property
     def needs_target(self) -> bool:
@@ -215,9 +217,10 @@ class ScratchService:
         state = resume_use_case.current_state(self.timeline, run_id, snapshots=self.snapshots)
         if state.records == 0:
             raise RunNotFound(f"the timeline has no run {run_id!r}")
-        decision = decide_resume(state, self._request(request, self.where))
+        request = self._request(request, self.where)
+        decision = decide_resume(state, request)
         log.info("run %s: %s (%s)", run_id, decision.verdict.value, decision.rule)
-        return Assessment(run_id, state, decision)
+        return Assessment(run_id, state, decision, request.retain)
 
     def status(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> StatusReport:
         """What a resume with ``request`` would do, and is the bank there as recorded."""

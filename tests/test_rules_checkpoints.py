@@ -649,6 +649,15 @@ def test_K8_the_retention_setting_is_read_from_the_environment_surfaces_and_runn
     assert "SCRATCHBANK_RETAIN" in VARIABLES
 
 
+def kept_flags(service: ScratchService) -> list[bool]:
+    from scratchbank.adapters.present import status_data, status_text
+
+    banks = status_data(service.status("run-1"))["state"]["checkpoint_banks"]
+    swept = [line for line in status_text(service.status("run-1")) if "past retention" in line]
+    assert len(swept) == [b["kept"] for b in banks].count(False)
+    return [b["kept"] for b in banks]
+
+
 def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path: Path) -> None:
     """bootstrap hands the setting to the service: retain 1 sweeps c1's bank (K7) where 5 keeps it (K6)."""
     from scratchbank.adapters.bootstrap import bootstrap
@@ -661,9 +670,11 @@ def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path:
         swept = service.assess("run-1", ResumeRequest(checkpoint=C1)).decision
         assert swept.refused and swept.rule == "K7" and swept.code == "CHECKPOINT_BANK_SWEPT"
         assert service.timeline.read("run-1") == before
+        assert kept_flags(service) == [False, True]  # status lists c1's bank as past retention
     with bootstrap(home_settings(tmp_path)) as service:
         assert service.retain == 5
         assert service.assess("run-1", ResumeRequest(checkpoint=C1)).decision.rule == "K6"
+        assert kept_flags(service) == [True, True]
     with pytest.raises(InvalidCheckpoint):
         ScratchService(InMemoryTimeline(), InMemoryBankStore(), retain=0)
 
