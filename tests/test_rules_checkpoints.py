@@ -697,3 +697,17 @@ def test_K8_K7_the_runner_decides_with_its_own_retention_setting(tmp_path: Path)
     handling = runner.handle(RecordingInbound(ResumeDelivery("run-1", "a1", Consents(), checkpoint=C1)))
     assert handling.handled is Handled.REFUSED
     assert handling.decision is not None and handling.decision.rule == "K7"
+
+
+def test_P10_K8_the_cli_names_a_bad_retention_setting_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scratchbank status` with SCRATCHBANK_RETAIN=65: exit 2, CONFIG_INVALID naming it; nothing opened."""
+    from scratchbank.adapters.cli import main
+
+    monkeypatch.setenv("SCRATCHBANK_HOME", str(tmp_path))
+    monkeypatch.setenv("SCRATCHBANK_RETAIN", "65")
+    assert main(["status", "run-1"]) == 2
+    err = capsys.readouterr().err
+    assert "CONFIG_INVALID" in err and "SCRATCHBANK_RETAIN" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no timeline was created
