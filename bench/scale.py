@@ -163,8 +163,12 @@ def fill_scratch(scratch: Path, files: int, kib: int, seed: int) -> None:
         (folder / f"f{i}.txt").write_bytes((line * (kib * 1024 // len(line) + 1))[: kib * 1024])
 
 
-def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
-    """``work(i)`` in n threads released at once: what each ended as, and how long it took."""
+def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str, Any]:
+    """``work(i)`` in n threads released at once: what each ended as, and how long it took
+    (``sample``: and where the threads were, ``bench/scale_profile.py``)."""
+    from scale_profile import Sampler
+
+    sampler = Sampler()
     barrier = threading.Barrier(n)
     took: list[float] = [0.0] * n
     ended: list[str] = [""] * n
@@ -185,10 +189,15 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
+        sampler.watched.add(t.ident or 0)
     meter, t0 = CpuMeter(), time.perf_counter()
+    if sample:
+        sampler.__enter__()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if sample:
+        sampler.__exit__()
     ok = [took[i] for i in range(n) if ended[i] == "ok"]
     return {
         "n": n,
@@ -198,6 +207,7 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
         "p95_s": percentile(ok, 95),
         **meter.figures(),
         "errors": dict(Counter(e for e in ended if e != "ok")),
+        **({"samples": sampler.figures()} if sample else {}),
     }
 
 
@@ -253,7 +263,8 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         return "ok" if out.recorded else "restored, record not written"
 
     try:
-        result = {"teardown": phase(n, teardown), "resume": phase(n, resume)}
+        sample = os.environ.get("SCRATCHBANK_SCALE_SAMPLE") == "1"
+        result = {"teardown": phase(n, teardown, sample), "resume": phase(n, resume, sample)}
         false = 0
         for kind, record in (("banked", ScratchBanked), ("restored", ScratchRestored)):
             false += sum(not any(isinstance(r, record) for r in timeline.read(run)) for run in said[kind])
