@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -222,15 +223,42 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
 
     store_errors: Counter[str] = Counter()
 
+    calls: Counter[str] = Counter()
+    seconds: Counter[str] = Counter()
+
     class Counted(EventStoreTimeline):
-        """Counts every store call's named error (the use cases may retry or absorb it)."""
+        """Counts every store call's named error (the use cases may retry or absorb it), and
+        every call by kind with the seconds it waited for a slot and held one."""
+
+        def _take_slot(self, what: str) -> None:
+            t0 = time.perf_counter()
+            try:
+                super()._take_slot(what)
+            finally:
+                seconds["waited for a slot"] += time.perf_counter() - t0
 
         def _within(self, call: Any, fail: Any, what: str) -> Any:
+            kind = re.sub(r" run [^ ']+", " run", what.split(":")[0])
+            calls[kind] += 1
+            t0 = time.perf_counter()
             try:
                 return super()._within(call, fail, what)
             except ScratchbankError as error:
-                store_errors[f"{error.code} ({what.split(':')[0].split(' run ')[0]})"] += 1
+                store_errors[f"{error.code} ({kind})"] += 1
                 raise
+            finally:
+                seconds["in store calls"] += time.perf_counter() - t0
+
+    def store_calls() -> dict[str, Any]:
+        """The calls since the last look, by kind; seconds waiting for a slot and holding one."""
+        got = {
+            "calls": dict(calls),
+            "waited_s": round(seconds["waited for a slot"], 2),
+            "held_s": round(seconds["in store calls"] - seconds["waited for a slot"], 2),
+        }
+        calls.clear()
+        seconds.clear()
+        return got
 
     timeline = Counted(timeline_url(backend, work, "runs"))
     service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
@@ -264,7 +292,11 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
 
     try:
         sample = os.environ.get("SCRATCHBANK_SCALE_SAMPLE") == "1"
-        result = {"teardown": phase(n, teardown, sample), "resume": phase(n, resume, sample)}
+        store_calls()
+        result: dict[str, Any] = {"teardown": phase(n, teardown, sample)}
+        result["teardown"]["store"] = store_calls()
+        result["resume"] = phase(n, resume, sample)
+        result["resume"]["store"] = store_calls()
         false = 0
         for kind, record in (("banked", ScratchBanked), ("restored", ScratchRestored)):
             false += sum(not any(isinstance(r, record) for r in timeline.read(run)) for run in said[kind])
