@@ -522,10 +522,16 @@ class EventStoreTimeline:
 
     def load_snapshot(self, run_id: str) -> tuple[int, dict[str, Any]] | None:
         """The latest folded state saved for the run; None when there is none or it is bad.
+        A run this object appended to last answers from its own fold (``_after_append``),
+        exact at its length: a decision then reads only what others appended since (issue 26).
 
         Raises TimelineBusy (a busy store is not a missing snapshot: a full read under
         load is the last thing to start)."""
         check_run_id(run_id)
+        with self._folded_lock:
+            followed = self._folded.get(run_id)
+        if followed is not None:  # this object appended the run last: its fold, no store call
+            return followed.records, state_to_data(followed)
         try:
             last = self._within(
                 lambda: self._snapshots.select_events(run_id, desc=True, limit=1),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from scratchbank.adapters.event_store import PAGE, EventStoreTimeline
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
@@ -287,3 +288,22 @@ def test_T1_a_whole_teardown_on_a_long_run_never_reads_it_whole(tmp_path: Path) 
     )
     assert report.recorded, report.notes
     assert timeline.handed <= 4 * (TAIL + 4)
+
+
+def test_R2_a_run_this_process_appends_is_decided_from_its_own_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The appender's fold stands for the snapshot: no snapshot query, only the tail others appended."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    mine, other = EventStoreTimeline(url), EventStoreTimeline(url)
+    mine.append("run-1", [started(), banked(), *(node(f"h{i}", "human") for i in range(10))])
+    other.append("run-1", [node("late", "tool")], expected=12)  # another process appended since
+    asked: list[str] = []
+    select = mine._snapshots.select_events
+    monkeypatch.setattr(
+        mine._snapshots, "select_events", lambda *a, **k: asked.append("snap") or select(*a, **k)
+    )
+    before = mine.records_read
+    state = current_state(mine, "run-1", snapshots=mine)
+    assert asked == [] and mine.records_read - before == 1
+    assert state == fold(other.read("run-1")) == current_state(other, "run-1", snapshots=other)
