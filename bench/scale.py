@@ -287,7 +287,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         if out.restore is None:
             return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
         if not out.proceeds:
-            return f"restore {out.restore.rule}: {out.restore.record.reason[:60]}"
+            return f"restore {out.restore.rule}: {out.restore.record.reason[:160]}"
         return "ok" if out.recorded else "restored, record not written"
 
     try:
