@@ -10,8 +10,9 @@ failed write.
 Every call has a deadline (``call_seconds``, T8): SQLite's busy timeout; on
 PostgreSQL the server's ``statement_timeout`` and ``lock_timeout`` (a held row or
 table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
-that stops forwarding (the server's own timeouts cannot reach us then), a watchdog
-that shuts the call's socket down a grace after the deadline. A call past it raises
+that stops forwarding (the server's own timeouts cannot reach us then), an alarm (one
+thread per process for every call: ``_Alarms``) that shuts the call's socket down a grace
+after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
