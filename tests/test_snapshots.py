@@ -50,7 +50,8 @@ def test_a_corrupt_snapshot_is_ignored_not_trusted(tmp_path: Path) -> None:
         tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
         (snaps,) = [t for t in tables if "snapshot" in t]
         db.execute(f"update {snaps} set state = ?", (b'{"v": 1, "records": "x"}',))
-    assert current_state(timeline, "run-1", snapshots=timeline) == fold(timeline.read("run-1"))
+    fresh = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")  # the appender decides from its own fold
+    assert current_state(fresh, "run-1", snapshots=fresh) == fold(timeline.read("run-1"))
 
 
 def appended_in_batches(url: str, n: int, batch: int = 100) -> EventStoreTimeline:
@@ -81,6 +82,7 @@ def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) 
     timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)
     timeline.append("run-1", [started(), banked()])
     timeline.append("run-1", [node(f"h{i}", "human") for i in range(3 * PAGE)])
+    timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)  # not the appender: no fold of its own
     assert timeline.load_snapshot("run-1") is None
     pages: list[int] = []
     select = timeline._select
@@ -102,10 +104,10 @@ def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp
     first = EventStoreTimeline(url)
     first.append("run-1", [started(), banked()])
     first.append("run-1", [node(f"h{i}", "human") for i in range(SNAPSHOT_EVERY - 10)])
-    assert first.load_snapshot("run-1") is None
+    assert EventStoreTimeline(url).load_snapshot("run-1") is None  # none saved in the store
     second = EventStoreTimeline(url)  # another process: it never saw the run's records
     second.append("run-1", [node("measure", "agent")] * 20)
-    snap = second.load_snapshot("run-1")
+    snap = EventStoreTimeline(url).load_snapshot("run-1")  # the one saved in the store
     assert snap is not None and snap[0] == SNAPSHOT_EVERY + 12
     assert current_state(EventStoreTimeline(url), "run-1", snapshots=second) == fold(second.read("run-1"))
 
