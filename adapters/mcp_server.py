@@ -19,7 +19,8 @@ forsakes nothing. A client that did not declare it is never asked. A refusal, an
 named error, comes back as a tool error (``is_error``) whose text is ``CODE: {json}``: code,
 kind (the error table's MCP column), rule and its words, causes, hint and remedy in this surface's words.
 
-Over HTTP the endpoint (``/mcp``) sits behind the HTTP API's guards: the bearer token on
+Over HTTP (streamable HTTP answering in SSE, so that the server can ask the human during a
+call, as over stdio) the endpoint (``/mcp``) sits behind the HTTP API's guards: the bearer token on
 every call, the Host and Origin checks, the body limit; a ``sandbox`` must match the server's
 allow-list (``--allow-sandbox`` / ``SCRATCHBANK_API_SANDBOXES``) on either transport.
 """
@@ -57,7 +58,10 @@ from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import encode
 
 from . import error_table
-from .http_api import ApiSettings, ASGIApp, Guard, Receive, Scope, Send, _sandbox, _send_error, listen
+from .http_api import allowed_sandbox
+from .http_api_guard import ASGIApp, Guard, Receive, Scope, Send, send_error
+from .http_api_server import listen
+from .http_api_settings import ApiSettings
 from .present import (
     cut,
     decision_data,
@@ -309,7 +313,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         def first() -> tuple[ResumeDecision, Consent]:
             check_run_id(run)
             if service.queue is None:
-                _sandbox(api, sandbox)  # the allow-list first: nothing is asked for a refused sandbox
+                allowed_sandbox(api, sandbox)  # the allow-list first: nothing is asked for a refused sandbox
             at = None if checkpoint is None else checkpoint_of(checkpoint)
             bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
@@ -322,7 +326,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
             given = await ask_the_human(ctx, refusal, consent)
 
         def call() -> dict[str, Any]:
-            where = None if service.queue is not None else _sandbox(api, sandbox)
+            where = None if service.queue is not None else allowed_sandbox(api, sandbox)
             at = None if checkpoint is None else checkpoint_of(checkpoint)
             bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
@@ -394,7 +398,7 @@ class BearerGuard:
         given = headers.get("authorization", "")
         expected = f"Bearer {self.token}"
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            return await _send_error(
+            return await send_error(
                 send, errors.NotAuthorized("the MCP endpoint needs the server's bearer token")
             )
         return await self.app(scope, receive, send)
@@ -411,8 +415,11 @@ def http_app(service: ScratchService, api: ApiSettings) -> Any:
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
+    # SSE responses, not json_response: a JSON body carries only the answer, so the server
+    # would have no channel to ask the human during a resume (elicitation), and a refusal a
+    # named consent accepts would only come back refused
     app = build_server(service, api).streamable_http_app(
-        streamable_http_path="/mcp", transport_security=security, host=api.bind, json_response=True
+        streamable_http_path="/mcp", transport_security=security, host=api.bind, json_response=False
     )
     return Guard(BearerGuard(app, api.token), api)
 
