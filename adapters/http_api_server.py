@@ -1,5 +1,6 @@
 """The HTTP API's server: its socket, bound first so that a bad address or a port in use is
-named, and uvicorn serving the API's routes on it (``scratchbank api``).
+named, and uvicorn serving the API's routes on it (``scratchbank serve``); the MCP server
+binds its socket here too.
 """
 
 from __future__ import annotations
