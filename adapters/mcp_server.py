@@ -30,7 +30,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -232,13 +233,41 @@ def consent_question(refusal: ResumeDecision, name: str) -> str:
     )
 
 
-async def ask_the_human(ctx: Context[Any, Any], refusal: ResumeDecision, consent: Consent) -> str:
+#: How long a resume waits for the human's answer (SCRATCHBANK_MCP_ASK_SECONDS): past it, the
+#: resume is refused as for a decline, and nothing is forsaken.
+ASK_SECONDS = 300.0
+
+
+def ask_seconds(env: Mapping[str, str]) -> float:
+    """The deadline of the question to the human, from the environment (a named error if bad)."""
+    given = env.get("SCRATCHBANK_MCP_ASK_SECONDS")
+    if not given:
+        return ASK_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86_400:
+        raise errors.ConfigInvalid(
+            f"SCRATCHBANK_MCP_ASK_SECONDS is {cut(given, 40)!r}: give seconds, more than 0, at most 86400"
+        )
+    return seconds
+
+
+async def ask_the_human(
+    ctx: Context[Any, Any], refusal: ResumeDecision, consent: Consent, seconds: float = ASK_SECONDS
+) -> str:
     """Elicit the human's consent to this scratch refusal: their acceptance is the refusal's
-    name; a decline, a cancel, another answer or a client that cannot ask forsakes nothing."""
+    name; a decline, a cancel, another answer, no answer within ``seconds`` or a client that
+    cannot ask forsakes nothing."""
     name = consent_name(refusal)
     assert name is not None
     try:
-        answer = await ctx.elicit(consent_question(refusal, name), consent_form(name))
+        with anyio.fail_after(seconds):
+            answer = await ctx.elicit(consent_question(refusal, name), consent_form(name))
+    except TimeoutError:
+        why = f"the human did not answer within {seconds:g} s: nothing forsaken"
+        raise refusal_error(refusal, why) from None
     except (MCPError, ValueError) as error:  # no back channel, or an answer not of the form
         why = f"the human could not be asked ({cut(str(error), 200)}): nothing forsaken"
         raise refusal_error(refusal, why) from None
@@ -252,6 +281,7 @@ async def ask_the_human(ctx: Context[Any, Any], refusal: ResumeDecision, consent
 
 def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
     """The MCP server over ``service``; ``api`` gives the sandbox allow-list and scratch path."""
+    asking = ask_seconds(os.environ)
     server: MCPServer[Any] = MCPServer(
         name="scratchbank",
         instructions=(
@@ -323,7 +353,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         given = accept_scratch_loss
         if not consent.named and consent_name(refusal) is not None and _can_elicit(ctx):
             assert ctx is not None
-            given = await ask_the_human(ctx, refusal, consent)
+            given = await ask_the_human(ctx, refusal, consent, asking)
 
         def call() -> dict[str, Any]:
             where = None if service.queue is not None else allowed_sandbox(api, sandbox)

@@ -307,3 +307,33 @@ def test_A19_over_streamable_http_the_human_asked_by_elicitation_gives_the_named
         proc.wait(30)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_A19_a_human_who_never_answers_forsakes_nothing_past_the_deadline(rig: tuple[Path, Path]) -> None:
+    """Elicitation is a call to another process with a deadline (SCRATCHBANK_MCP_ASK_SECONDS):
+    a human who never answers gets the resume refused, and the home's checksum holds."""
+    home, target = rig
+    env = _env(home, target) | {"SCRATCHBANK_MCP_ASK_SECONDS": "1"}
+    params = StdioServerParameters(command=str(EXE), args=["mcp"], env=env)
+    asked: list[str] = []
+
+    async def silent(context: ClientRequestContext, request: Any) -> types.ElicitResult:
+        asked.append(request.message)
+        await anyio.sleep_forever()
+        raise AssertionError("never answered")
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, elicitation_callback=silent) as session,
+            ):
+                await session.initialize()
+                before = tree_digest(home)
+                resume = {"run": RUN, "sandbox": f"local:{target}"}
+                code, refused = _payload(await session.call_tool("resume", resume))
+                assert code == "SCRATCH_NOT_PORTABLE" and "did not answer" in refused["consent"], refused
+                assert tree_digest(home) == before and not (target / "scratch").exists()
+
+    anyio.run(main)
+    assert len(asked) == 1
