@@ -26,7 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from operator_rigs import EXE, RUN, TOKEN, parked_run, tree_digest
 
-from scratchbank.adapters.mcp_server import consent_name, judge_consent
+from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_consent
+from scratchbank.domain import errors
 from scratchbank.domain.fold import fold
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
 from scratchbank.testing.builders import banked, node, started, unbanked
@@ -337,3 +338,11 @@ def test_A19_a_human_who_never_answers_forsakes_nothing_past_the_deadline(rig: t
 
     anyio.run(main)
     assert len(asked) == 1
+
+
+def test_A19_a_bad_ask_deadline_is_a_named_config_error() -> None:
+    """SCRATCHBANK_MCP_ASK_SECONDS that is not a number of seconds in (0, 86400] is CONFIG_INVALID."""
+    assert ask_seconds({}) == 300 and ask_seconds({"SCRATCHBANK_MCP_ASK_SECONDS": "2.5"}) == 2.5
+    for bad in ("soon", "0", "-1", "nan", "1e9"):
+        with pytest.raises(errors.ConfigInvalid, match="SCRATCHBANK_MCP_ASK_SECONDS"):
+            ask_seconds({"SCRATCHBANK_MCP_ASK_SECONDS": bad})
