@@ -19,7 +19,7 @@ from scratchbank.domain.fold import ScratchState, step
 from scratchbank.domain.records import Record, RunRewound
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
-from scratchbank.testing.builders import banked, node, resumed, started
+from scratchbank.testing.builders import banked, node, restored, resumed, started, went_on_without
 
 
 def loop(pass_: int, name: str = "loop") -> Record:
@@ -174,6 +174,8 @@ EVENTS = st.one_of(
         st.dictionaries(st.sampled_from(NODES), st.frozensets(st.integers(1, 5), min_size=1), max_size=3),
     ),
     st.tuples(st.just("bank")),
+    st.tuples(st.just("restored"), st.booleans()),
+    st.tuples(st.just("went_on_without")),
 )
 
 
@@ -184,6 +186,12 @@ def _records(events: list[tuple[Any, ...]]) -> tuple[list[Record], Model | None]
         if event[0] == "bank":
             records.append(banked())
             model = Model()
+        elif event[0] == "restored":  # X1/R7: the bank is the scratch again; later writes count
+            records.append(restored(stale=event[1], accepted=event[1]))
+            model = model and Model()
+        elif event[0] == "went_on_without":  # R7/A3: the loss accepted, the bank forsaken
+            records.append(went_on_without())
+            model = None
         elif event[0] == "finish":
             _, name, pass_, on_cycle = event
             records.append(attrs.evolve(node(name, on_cycle=on_cycle), pass_=pass_))
@@ -201,7 +209,7 @@ def _records(events: list[tuple[Any, ...]]) -> tuple[list[Record], Model | None]
 def test_N2_K9_the_fold_restores_exactly_when_the_model_says_every_write_was_taken_back(
     events: list[tuple[Any, ...]], cut: int
 ) -> None:
-    """Generated loops, fan-outs, nested rewinds, unnamed and never-run passes: restore iff no write survives."""
+    """Generated loops, fan-outs, nested rewinds, never-run passes, restores, consents: restore iff no write survives."""
     records, model = _records(events)
     records.append(resumed())
     state = fold(records)
