@@ -48,6 +48,8 @@ def script(name: str) -> str:
 
 
 QUIESCE, ARCHIVE, RESTORE = script("quiesce.sh"), script("archive.sh"), script("restore.sh")
+if os.environ.get("SCRATCHBANK_RESTORE_TRACE"):  # each stage's end time on stderr (bench/profiling only)
+    RESTORE = "SCRATCHBANK_TRACE=1\n" + RESTORE
 LIST = RESTORE  # ``restore.sh list SCRATCH``: the tree in the stage's NUL-safe format
 #: quiesce, archive and continue in one exec (T11-T16): bank.sh over the other two's functions
 BANK = "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + "\n" + ARCHIVE + "\n" + script("bank.sh")
