@@ -52,7 +52,7 @@ def _traced(box: engines.Box, stages: list[list[tuple[str, float]]]) -> None:
     sandbox.call = call  # type: ignore[method-assign]
 
 
-def measure(engine: str, tree_name: str, runs: int, work: Path) -> dict[str, Any]:
+def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -> dict[str, Any]:
     box = engines.make(engine, trees.tree(tree_name))
     stages: list[list[tuple[str, float]]] = []
     try:
@@ -61,11 +61,13 @@ def measure(engine: str, tree_name: str, runs: int, work: Path) -> dict[str, Any
         assert not why, why
         rig.fetch_bank()
         _traced(box, stages)
-        ratios, restore_s, bare_s = [], [], []
+        ratios, restore_s, bare_s, old_ratios = [], [], [], []
+        order = [("restore", rig.settle, rig.restore), ("bare", rig.bare_prepare, rig.bare_extract)]
+        if old:  # the same restore with another restore.sh (before/after in the same minute)
+            order.append(("old", rig.settle, lambda: _with_script(old, rig.restore)))
         for i in range(runs):
-            order = [("restore", rig.settle, rig.restore), ("bare", rig.bare_prepare, rig.bare_extract)]
             took = {}
-            for name, prepare, side in order if i % 2 == 0 else order[::-1]:
+            for name, prepare, side in order[i % len(order) :] + order[: i % len(order)]:
                 prepare()
                 t0 = time.monotonic()
                 side()
@@ -73,6 +75,8 @@ def measure(engine: str, tree_name: str, runs: int, work: Path) -> dict[str, Any
             ratios.append(took["restore"] / took["bare"])
             restore_s.append(took["restore"])
             bare_s.append(took["bare"])
+            if old:
+                old_ratios.append(took["old"] / took["bare"])
         per: dict[str, list[float]] = defaultdict(list)
         for marks in stages:
             for (_, before), (name, at) in itertools.pairwise(marks):
@@ -83,6 +87,7 @@ def measure(engine: str, tree_name: str, runs: int, work: Path) -> dict[str, Any
             "engine": engine,
             "tree": tree_name,
             "restore/bare": sorted(ratios),
+            "old/bare": sorted(old_ratios),
             "restore_s": restore_s,
             "bare_s": bare_s,
             "stages_median_s": {k: statistics.median(v) for k, v in per.items()},
@@ -91,20 +96,37 @@ def measure(engine: str, tree_name: str, runs: int, work: Path) -> dict[str, Any
         box.close()
 
 
+def _with_script(source: str, call: Any) -> None:
+    from scratchbank.adapters import scripted
+
+    new, scripted.RESTORE = scripted.RESTORE, "SCRATCHBANK_TRACE=1\n" + source  # type: ignore[misc]
+    try:
+        call()
+    finally:
+        scripted.RESTORE = new  # type: ignore[misc]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engines", default="local,docker")
     parser.add_argument("--tree", default="source")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--old", default="", help="another restore.sh, interleaved as a third side")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="scratchbank-stages-"))
     for engine in args.engines.split(","):
-        got = measure(engine, args.tree, args.runs, work / engine)
+        old = Path(args.old).read_text() if args.old else ""
+        got = measure(engine, args.tree, args.runs, work / engine, old)
         r = got["restore/bare"]
         print(
             f"{engine:10} {args.tree}: restore/bare median {statistics.median(r):.2f} "
             f"(min {r[0]:.2f}, max {r[-1]:.2f}); load1 {os.getloadavg()[0]:.1f}"
         )
+        if old:
+            o = got["old/bare"]
+            print(
+                f"{'':10} old restore.sh: restore/bare median {statistics.median(o):.2f} (min {o[0]:.2f}, max {o[-1]:.2f})"
+            )
         for stage, s in got["stages_median_s"].items():
             print(f"    {stage:28} {s:7.3f} s")
     return 0
