@@ -17,7 +17,8 @@ from hostile import end, gz
 from rigs import Rig, rig
 from test_escape_sandbox import SEED, files, fingerprint, reason, restore
 
-from scratchbank.adapters.scripted import Exec, ExecResult, ScriptedSandbox
+from scratchbank.adapters.exec_output import ExecResult
+from scratchbank.adapters.scripted import Exec, ScriptedSandbox
 from scratchbank.application.ports import Decide, RestoresInOneExec, StagedRestore
 from scratchbank.domain.errors import StreamBroken
 
@@ -139,7 +140,7 @@ def test_X2_the_stage_reads_the_stream_once_without_a_digest_pass(engine: str) -
     """A sha256sum that fails (a stub first on PATH): the stage still stages the bank."""
     import hashlib
 
-    from scratchbank.adapters.scripted import FramedStream
+    from scratchbank.adapters.restore_wire import FramedStream
 
     with rig(engine) as box:
         stubs = f"$(dirname {box.scratch})/.stubs"
@@ -157,7 +158,7 @@ def test_X2_the_stage_reads_the_stream_once_without_a_digest_pass(engine: str) -
 @pytest.mark.parametrize("engine", ["local", "docker-busybox"])
 def test_X2_a_frame_repeated_on_the_way_is_a_broken_stream(engine: str) -> None:
     """A whole frame sent twice (the end frame right): received is not the count sent, exit 20."""
-    from scratchbank.adapters.scripted import STREAM_BROKE, FramedStream
+    from scratchbank.adapters.restore_wire import STREAM_BROKE, FramedStream
 
     with rig(engine) as box:
         framed = FramedStream(io.BytesIO(files("x") + end())).read()
