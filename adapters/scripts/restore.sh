@@ -5,8 +5,8 @@
 #       Read framed stdin ("data N\n" + N bytes ... "end COUNT SHA256\n"; framed, so
 #       it never waits for an EOF some transports cannot send), extract it into the
 #       fresh directory PARENT/.scratchbank-staged.TOKEN (never into the scratch),
-#       count what was read in whole frames, and print "scratchbank-staged COUNT SHA256"
-#       (SHA256 the end frame's: the host digests the bytes as it frames them), then the
+#       count and digest what was read (both checked against the end frame: the bank's
+#       size and digest end to end, SECURITY.md), print "scratchbank-staged COUNT SHA256", then the
 #       staged tree: a line with the byte counts of the stats and of the names, one
 #       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
 #       order (a name may hold any byte but NUL and '/', a newline too). With
@@ -29,7 +29,7 @@
 #   The sandbox is hostile (issue 25): work files live in a directory made by mktemp -d,
 #   the staged tree in a fresh mkdir'd one; every rename is mv -T (a link planted at its
 #   destination is refused, never followed); leftovers are removed only when this user
-#   owns them. The work files the verdict needs (the end frame, tar's messages) are written
+#   owns them. The work files the verdict needs (the digest, the end frame, tar's messages) are written
 #   in place over room taken before the extract (1<>), so a disk the bank fills still
 #   tells a refusal (21) from a broken stream (20).
 #
@@ -117,8 +117,8 @@ unframe() { # stdin: frames; stdout: the payload; "COUNT SHA256 RECEIVED" to $1 
     # RECEIVED adds up the frames read whole: dd reads each to its full size unless the
     # stream ends first, and a stream that ends inside a frame has no end frame after it
     # (a frame lost, cut or repeated on the way shows as a missing end frame or a count
-    # that is not the end frame's). The digest is the host's, taken as it framed the bytes
-    # (issue 24: the sandbox no longer re-reads the stream through tee and sha256sum).
+    # that is not the end frame's). A byte changed on the way keeps the count: the digest
+    # of what was read (sha256sum on a tee of the payload) catches it.
     got=0
     while IFS= read -r frame; do
         case $frame in
@@ -157,26 +157,37 @@ stage() {
     }
     trap 'rm -rf "$work"' EXIT
     trace setup
-    { reserve "$work/end" && reserve "$work/err"; } 2>/dev/null || {
+    { reserve "$work/sum" && reserve "$work/end" && reserve "$work/err" && mkfifo "$work/sum.fifo"; } 2>/dev/null || {
         remove_tree "$staged"
         echo "scratchbank: cannot make the work files (a full disk?)" >&2
         exit 21
     }
+    sha256sum <"$work/sum.fifo" 1<>"$work/sum" &
+    sumpid=$!
     if [ "$compress" = z ]; then flags=xzf; else flags=xf; fi
     # After tar stops (refused, or done), drain the rest so that the end frame is read
-    # either way: a refusal is then told apart from a stream that broke. tar's messages
-    # go over a reserved file in place (their head at least: the disk may be full by then).
-    unframe "$work/end" | {
+    # and the digest covers the whole stream either way: a refusal is then told apart from
+    # a stream that broke. tar's messages go over a reserved file in place (their head at
+    # least: the disk may be full by then).
+    unframe "$work/end" | tee "$work/sum.fifo" | {
         tar "$flags" - -C "$staged" -o 2<>"$work/err"
         status=$?
         cat >/dev/null
         exit "$status"
     }
     rc=$?
+    wait "$sumpid"
     trace extract
+    read -r digest _ <"$work/sum" 2>/dev/null || digest=""
     read -r count sum got _ <"$work/end" 2>/dev/null || count=""
-    if [ -z "$count" ] || [ "$count" != "${got:-}" ]; then
-        if [ -z "$count" ]; then why="no end frame"; else why="received $got bytes of the $count sent"; fi
+    if [ -z "$count" ] || [ "$count" != "${got:-}" ] || [ "$digest" != "$sum" ]; then
+        if [ -z "$count" ]; then
+            why="no end frame"
+        elif [ "$count" != "${got:-}" ]; then
+            why="received $got bytes of the $count sent"
+        else
+            why="got sha256 $digest, want $sum"
+        fi
         echo "scratchbank: stream broke: $why" >&2
         remove_tree "$staged"
         exit 20
@@ -194,7 +205,7 @@ stage() {
         exit 21
     fi
     trace walk
-    echo "scratchbank-staged $got $sum"
+    echo "scratchbank-staged $got $digest"
     print_tree "$work"
     trace print
     [ "$converse" = converse ] || exit 0
