@@ -45,9 +45,10 @@ class NatsServer:
     def start(self) -> None:
         argv = [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        eventually(self._answers, timeout=10, what="nats-server starts")
+        eventually(self.answers, timeout=10, what="nats-server starts")
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
+        """Whether the server takes a connection now."""
         try:
             socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
         except OSError:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -299,7 +298,7 @@ def test_fault_NATS_restarted_mid_flow_no_delivery_lost_none_applied_twice(clust
         queue_resume(c.timeline, c.queue, run, "a1")
     wait_for(lambda: any(paused(c, r)() for r in runs), "a first park", c, runs[0])
     c.nats.stop()
-    time.sleep(1.0)
+    wait_for(lambda: not c.nats.answers(), "the server is down", c, None)  # the runner's connection drops
     c.nats.start()
     for run in runs:
         wait_for(paused(c, run), "every run parks", c, run)
