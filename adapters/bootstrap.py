@@ -67,7 +67,13 @@ def bootstrap(
         raise
     lock = open_run_lock(settings.timeline_url)
     return OpenService(
-        timeline, store, snapshots_of(timeline), clock or SystemClock(), queue=queue, lock=lock
+        timeline,
+        store,
+        snapshots_of(timeline),
+        clock or SystemClock(),
+        queue=queue,
+        lock=lock,
+        retain=settings.retain,
     )
 
 

@@ -15,6 +15,9 @@
   socket), ``podman:CONTAINER`` (SCRATCHBANK_PODMAN_URL or CONTAINER_HOST: required, never
   Docker's socket), ``k8s:NAMESPACE/POD`` (kubeconfig or in-cluster), ``local:DIR`` (a
   directory on this machine; its scratch is ``DIR/scratch``)
+- retention: ``$SCRATCHBANK_RETAIN`` (K8): how many recent checkpoints' banks a run keeps,
+  a whole number from 1 to 64 (default 5); the surfaces and the runner read the same
+  variable, so the gate decides with the retention the prune keeps
 
 Each adapter past the core (SQLite, files, local sandboxes) needs its extra installed:
 ``pip install 'scratchbank[docker]'`` (Docker and Podman), ``[kubernetes]``, ``[s3]``,
@@ -40,6 +43,7 @@ import attrs
 
 from scratchbank.application.ports import BankStore, RunLock, Sandbox, SnapshotStore, Timeline
 from scratchbank.domain.errors import ConfigInvalid, ExecFailed, HomeNotFound, SandboxGone, ScratchbankError
+from scratchbank.domain.retention import HISTORY, RETAIN_CHECKPOINTS
 
 DEFAULT_SCRATCH = "/tmp/scratchbank-scratch"
 HOME_MARKER = Path("var") / "scratchbank"
@@ -102,6 +106,8 @@ class Settings:
     home: Home | None = None
     scratch: str = DEFAULT_SCRATCH
     queue_url: str | None = None
+    #: K8: how many recent checkpoints' banks retention keeps (SCRATCHBANK_RETAIN)
+    retain: int = RETAIN_CHECKPOINTS
 
     def describe(self) -> str:
         where = f"home {self.home.path} ({self.home.how})" if self.home else "no home (explicit URLs)"
@@ -165,7 +171,27 @@ def settings_from(
     bank = bank or f"file://{found.path if found else ''}/banks"
     scratch = env.get("SCRATCHBANK_SCRATCH") or DEFAULT_SCRATCH
     queue = check_queue_url(queue or env.get("SCRATCHBANK_QUEUE") or None)
-    return Settings(timeline, bank, found, scratch, queue)
+    retain = parse_retain(env.get(RETAIN_VARIABLE))
+    return Settings(timeline, bank, found, scratch, queue, retain)
+
+
+#: K8: the variable the surfaces and the runner read their checkpoint retention from
+RETAIN_VARIABLE = "SCRATCHBANK_RETAIN"
+
+
+def parse_retain(value: str | None) -> int:
+    """The retention setting: unset or empty is the default (5); else a whole number from 1
+    to 64, or ConfigInvalid naming the variable and the range."""
+    if value is None or not value.strip():
+        return RETAIN_CHECKPOINTS
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= HISTORY:
+        what = f"a whole number from 1 to {HISTORY}"
+        raise ConfigInvalid(
+            f"{RETAIN_VARIABLE}={value[:20]!r} is not a checkpoint retention ({what})",
+            remedy=f"set {RETAIN_VARIABLE} to how many checkpoints' banks to keep ({what}; default 5)",
+        )
+    return int(text)
 
 
 def check_queue_url(url: str | None) -> str | None:

@@ -12,20 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import docker
 import docker.errors
 from docker.utils.socket import frames_iter
 
-from scratchbank.application.cancellation import Deadline, deadline_of
-from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .exec_pump import STDERR, STDOUT, InputClosed, pump
-from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
+from .scripted import Exec, ExecResult, ScriptedSandbox
 
 
 def podman_default_pidns(env: dict[str, str] | None = None) -> str:
@@ -103,23 +101,12 @@ class DockerSandbox(ScriptedSandbox):
             engine="podman" if podman else "docker",
         )
 
-    def run(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-        token: str | None = None,
-    ) -> ExecResult:
-        deadline = deadline_of(deadline, EXEC_SECONDS)
-        exec_id, sock = self._start(command(source, args, token), stdin is not None, user)
+    def execute(self, exec_: Exec) -> ExecResult:
+        exec_id, sock = self._start(exec_.argv, exec_.stdin is not None, exec_.user)
         raw = getattr(sock, "_sock", sock)
         raw.settimeout(None)
-        running = _DockerExec(self, exec_id, sock, raw, wants_input=stdin is not None)
-        return pump(running, stdin, stdout, deadline, name="docker-exec")
+        running = _DockerExec(self, exec_id, sock, raw, wants_input=exec_.stdin is not None)
+        return pump(running, exec_, name="docker-exec")
 
     def _start(self, cmd: list[str], stdin: bool, user: str | None) -> tuple[str, Any]:
         """Create and start the exec; translate the engine's answers (gone vs failed)."""

@@ -1,6 +1,8 @@
 """One exec pump for every transport (local, Docker/Podman, Kubernetes): ADR 0008.
 
-A transport supplies only the primitives of one started exec (``Exec``): ``send`` a
+The caller's ``Exec`` (what to run: source, args, streams, user, deadline, token) is one
+value from ScriptedSandbox.call through the transport's ``execute`` into ``pump``.
+A transport supplies only the primitives of one started exec (``Started``): ``send`` a
 chunk of stdin, ``close_input``, ``receive`` the next chunk of output, ``cut`` it, and
 read its ``exit_code``. The pump owns everything else, once: feeding stdin from the
 caller's source on a thread of the call's ``CancelScope``, draining stdout and stderr
@@ -16,11 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import IO, Protocol
 
-from scratchbank.application.cancellation import CancelScope, Deadline
-from scratchbank.application.ports import ByteSink
+from scratchbank.application.cancellation import CancelScope, deadline_of
 from scratchbank.domain.errors import ExecFailed, ScratchbankError, StreamBroken
 
-from .scripted import ExecResult, Output
+from .scripted import EXEC_SECONDS, Exec, ExecResult, Output
 
 #: What the pump feeds in one ``send`` (a transport may frame it smaller).
 CHUNK = 1 << 20
@@ -35,7 +36,7 @@ class InputClosed(Exception):
     Not an error of the call's: the exec's exit status says why."""
 
 
-class Exec(Protocol):
+class Started(Protocol):
     """One started exec, as a transport drives it. ``cut`` may be called from any thread
     at any time, more than once; it must make a blocked ``receive`` or ``send`` return
     (``receive``: None, or raise; ``send``: raise InputClosed) and end the exec's work."""
@@ -69,7 +70,7 @@ class Exec(Protocol):
 class _Feeder:
     """Feeds one exec's stdin from a source; a failing source keeps its error and cuts."""
 
-    def __init__(self, src: IO[bytes], exec_: Exec) -> None:
+    def __init__(self, src: IO[bytes], exec_: Started) -> None:
         self.src, self.exec = src, exec_
         self.error: BaseException | None = None
         self.sent_all = False
@@ -104,25 +105,20 @@ class _Feeder:
             return
 
 
-def pump(
-    exec_: Exec,
-    stdin: IO[bytes] | None,
-    stdout: ByteSink | None,
-    deadline: Deadline,
-    *,
-    streaming: bool | None = None,
-    name: str = "exec",
-) -> ExecResult:
-    """Drive one started exec to its end (or its cut) and return what it said.
+def pump(exec_: Started, what: Exec, *, stdout: bool = True, name: str = "exec") -> ExecResult:
+    """Drive one started exec of ``what`` to its end (or its cut) and return what it said:
+    stdin fed from ``what.stdin`` (when the transport wants it), stdout into ``what.stdout``
+    (``stdout=False``: the transport wired it itself), by ``what.deadline`` (None:
+    EXEC_SECONDS).
 
     Raises: the sink's OutputOverBound (or any ScratchbankError of a sink) after cutting
     the exec; StreamBroken when the source failed, the transport broke, or the deadline
     cut a streaming call (ExecFailed for a call without streams); the transport's named
     errors from ``exit_code``. ``exec_`` is closed on every path.
     """
-    output = Output(stdout)
-    if streaming is None:  # a transport that wired a stream itself says so
-        streaming = stdin is not None or stdout is not None
+    stdin, deadline = what.stdin, deadline_of(what.deadline, EXEC_SECONDS)
+    streaming = what.streaming  # a stream wired by the transport itself counts too
+    output = Output(what.stdout if stdout else None)
     feeder = _Feeder(stdin, exec_) if stdin is not None and exec_.wants_input else None
     live = [True]  # a cut ends the exec only while it is ours to end (not once it exited)
     try:
@@ -181,7 +177,7 @@ def _source_error(error: BaseException) -> StreamBroken:
     return StreamBroken(f"stdin stream broke: {error!r}")
 
 
-def _drain(exec_: Exec, output: Output) -> None:
+def _drain(exec_: Started, output: Output) -> None:
     while (got := exec_.receive()) is not None:
         channel, data = got
         if channel == STDOUT:

@@ -18,7 +18,7 @@ import json
 import socket
 import threading
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import urlencode
 
 import attrs
@@ -27,12 +27,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
 from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 
-from scratchbank.application.cancellation import Deadline, deadline_of
-from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .exec_pump import STDERR, STDOUT, InputClosed, pump
-from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
+from .scripted import Exec, ExecResult, ScriptedSandbox
 
 FRAME = 1 << 20
 
@@ -130,25 +129,15 @@ class KubernetesSandbox(ScriptedSandbox):
                 headers[str(setting["key"]).lower()] = str(setting["value"])
         return headers
 
-    def run(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-        token: str | None = None,
-    ) -> ExecResult:
-        deadline = deadline_of(deadline, EXEC_SECONDS)
-        ws = self._open(command(source, args, token), stdin is not None)
+    def execute(self, exec_: Exec) -> ExecResult:
+        ws = self._open(exec_.argv, exec_.stdin is not None)
         # create_websocket offers the protocols as a raw header, so websocket-client does
         # not record the one chosen: read it from the handshake's answer.
         answered = {k.lower(): v for k, v in (ws.getheaders() or {}).items()}
         self.protocol = str(answered.get("sec-websocket-protocol", "")).strip()
-        running = _PodExec(ws, wants_input=stdin is not None, v5=self.protocol == V5_CHANNEL_PROTOCOL)
-        return pump(running, stdin, stdout, deadline, name="k8s-exec")
+        v5 = self.protocol == V5_CHANNEL_PROTOCOL
+        running = _PodExec(ws, wants_input=exec_.stdin is not None, v5=v5)
+        return pump(running, exec_, name="k8s-exec")
 
     def _open(self, argv: list[str], stdin: bool) -> Any:
         """The exec websocket; gone vs failed by the handshake's status."""

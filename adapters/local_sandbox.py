@@ -18,16 +18,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from scratchbank.application.cancellation import Deadline, deadline_of
-from scratchbank.application.ports import ByteSink, SandboxFacts
+from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
 from .exec_pump import CHUNK, STDERR, STDOUT, InputClosed, pump
-from .scripted import EXEC_SECONDS, ExecResult, ScriptedSandbox, command
+from .scripted import Exec, ExecResult, ScriptedSandbox
 
 
 def _real_file(f: object) -> bool:
@@ -190,8 +187,8 @@ class LocalSandbox(ScriptedSandbox):
         errors.close()
         return "unshare did not start in time"
 
-    def _argv(self, source: str, args: Sequence[str], token: str | None = None) -> list[str]:
-        cmd = command(source, args, token)
+    def _argv(self, cmd: list[str]) -> list[str]:
+        """``cmd`` as started in the sandbox's namespaces (entered when it has its own)."""
         if self.ns_pid is None:
             return cmd
         if self._init is None or self._init.poll() is not None:
@@ -201,7 +198,7 @@ class LocalSandbox(ScriptedSandbox):
     def spawn(self, command: str) -> subprocess.Popen[bytes]:
         """Start a long-running command inside the sandbox (the workload, in tests)."""
         proc = subprocess.Popen(
-            self._argv(command, []),
+            self._argv(Exec(command).argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -210,19 +207,9 @@ class LocalSandbox(ScriptedSandbox):
         self._spawned.append(proc)
         return proc
 
-    def run(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-        token: str | None = None,
-    ) -> ExecResult:
-        deadline = deadline_of(deadline, EXEC_SECONDS)
-        argv = self._argv(source, args, token)
+    def execute(self, exec_: Exec) -> ExecResult:
+        argv = self._argv(exec_.argv)
+        stdin, stdout = exec_.stdin, exec_.stdout
         direct_in = stdin is not None and _real_file(stdin)
         direct_out = stdout is not None and _real_file(stdout)
         try:
@@ -236,9 +223,7 @@ class LocalSandbox(ScriptedSandbox):
         except OSError as error:
             raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
         running = _LocalExec(proc, wants_input=stdin is not None and not direct_in)
-        out = None if direct_out else stdout
-        streaming = stdin is not None or stdout is not None
-        return pump(running, stdin, out, deadline, streaming=streaming, name="local-exec")
+        return pump(running, exec_, stdout=not direct_out, name="local-exec")
 
     def destroy(self) -> None:
         """End every process of the sandbox and remove its directory."""

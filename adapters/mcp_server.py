@@ -281,7 +281,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
             deciding = would_do(report) or report.assessment.decision
             return {
                 "run": run,
-                "state": state_data(report.assessment.state),
+                "state": state_data(report.assessment.state, retain=report.assessment.retain),
                 "resume": decision_data(deciding, surface="mcp"),
                 "consent_counted": consent.named,
                 "consent": consent.why,

@@ -19,7 +19,7 @@ from scratchbank.domain.objects import Reconciliation, StoredObject
 from scratchbank.domain.records import ResumeRefused
 from scratchbank.domain.remedy import Surface, remedy
 from scratchbank.domain.resume_gate import SCRATCH_NOT_PORTABLE, ResumeDecision, Verdict
-from scratchbank.domain.retention import retained
+from scratchbank.domain.retention import RETAIN_CHECKPOINTS, retained
 from scratchbank.domain.teardown import TeardownPlan
 
 from .error_table import remedy_for
@@ -81,7 +81,7 @@ def decision_data(decision: ResumeDecision, where: Where = _at, surface: Surface
     }
 
 
-def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
+def state_data(state: ScratchState, where: Where = _at, retain: int = RETAIN_CHECKPOINTS) -> dict[str, Any]:
     """What the fold says of the scratch, for `status` and `explain`."""
     bank = state.bank
     return {
@@ -98,7 +98,7 @@ def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
             "unquiesced": bank.record.unquiesced,
             "checkpoint": None if bank.checkpoint is None else bank.checkpoint.id,
         },
-        "checkpoint_banks": _checkpoint_banks(state, where),
+        "checkpoint_banks": _checkpoint_banks(state, where, retain),
         "stale": state.stale,
         "stale_because": [{"node": w.node, "at": where(w.evidence)} for w in state.stale_writes],
         "unbanked": None
@@ -111,10 +111,10 @@ def state_data(state: ScratchState, where: Where = _at) -> dict[str, Any]:
     }
 
 
-def _checkpoint_banks(state: ScratchState, where: Where) -> list[dict[str, Any]]:
+def _checkpoint_banks(state: ScratchState, where: Where, retain: int) -> list[dict[str, Any]]:
     """K8: the banks the run holds for its checkpoints (newest last), and which are kept
-    under the default retention (the others are swept by the next prune)."""
-    kept = {k.position for k in retained(state.history)}
+    under the retention setting (the others are swept by the next prune)."""
+    kept = {k.position for k in retained(state.history, retain)}
     return [
         {
             "checkpoint": k.checkpoint.id,
@@ -149,7 +149,7 @@ def decision_text(decision: ResumeDecision, where: Where = _at) -> list[str]:
     return out
 
 
-def state_text(state: ScratchState, where: Where = _at) -> list[str]:
+def state_text(state: ScratchState, where: Where = _at, retain: int = RETAIN_CHECKPOINTS) -> list[str]:
     out = [
         f"timeline: {state.records} records"
         + (f" ({state.unknown_records} of types not read here, passed over)" if state.unknown_records else "")
@@ -165,7 +165,7 @@ def state_text(state: ScratchState, where: Where = _at) -> list[str]:
             out.append(f"  stale because of: {nodes}")
         else:
             out.append("  not stale")
-    for held in _checkpoint_banks(state, where):
+    for held in _checkpoint_banks(state, where, retain):
         swept = "" if held["kept"] else " (past retention: swept by the next prune)"
         size = human_bytes(held["bytes"])
         out.append(f"checkpoint bank: {held['checkpoint']}: {held['at']}, {size}{swept}")
@@ -294,7 +294,7 @@ def status_data(report: StatusReport, *, queued: bool = False, surface: Surface 
     would = would_do(report)
     return {
         "run": a.run_id,
-        "state": state_data(a.state),
+        "state": state_data(a.state, retain=a.retain),
         "store": store_data(report.store),
         "age_seconds": report.age_seconds,
         "resume": decision_data(a.decision, surface=surface),
@@ -370,7 +370,7 @@ def queued_text(out: Queued) -> list[str]:
 
 def status_text(report: StatusReport, *, queued: bool = False) -> list[str]:
     a = report.assessment
-    lines = [f"run {a.run_id}", *state_text(a.state)]
+    lines = [f"run {a.run_id}", *state_text(a.state, retain=a.retain)]
     if a.state.bank is not None:
         check = report.store
         detail = f": {check.detail}" if check.detail else ""

@@ -115,7 +115,7 @@ def build(cfg: RunnerConfig) -> tuple[Runner, NatsConnection, EventStoreTimeline
     store: BankStore = open_bank_store(cfg.settings.bank_url)
     timing = LeaseTiming(interval=cfg.interval, lapse=cfg.lapse, ack_wait=cfg.ack_wait)
     teardown = Budgets(banking_seconds=60.0, record_seconds=10.0, continue_seconds=10.0)
-    settings = RunnerSettings(cfg.holder, timing=timing, teardown=teardown)
+    settings = RunnerSettings(cfg.holder, timing=timing, teardown=teardown, retain=cfg.settings.retain)
     engine = ReferenceEngine(load_workflow(cfg.workflow), timeline)
     provider = open_provider(cfg)
     return Runner(queue, lease, timeline, store, provider, engine, settings), conn, timeline

@@ -3,7 +3,8 @@ the runner they wire.
 
 The timeline, bank store and queue come from the very settings ``scratchbank serve`` and
 ``scratchbank mcp`` read (``config.settings_from``: SCRATCHBANK_TIMELINE, SCRATCHBANK_BANK,
-SCRATCHBANK_QUEUE, SCRATCHBANK_HOME); the runner adds only what a runner has:
+SCRATCHBANK_QUEUE, SCRATCHBANK_HOME, SCRATCHBANK_RETAIN: the checkpoints' banks a run keeps,
+K8); the runner adds only what a runner has:
 
 =============================== =========================================================
 SCRATCHBANK_WORKFLOW            the reference engine's workflow (a JSON file)
@@ -58,6 +59,7 @@ VARIABLES = (
     "SCRATCHBANK_BANK",
     "SCRATCHBANK_QUEUE",
     "SCRATCHBANK_SCRATCH",
+    "SCRATCHBANK_RETAIN",
     "SCRATCHBANK_WORKFLOW",
     "SCRATCHBANK_SANDBOX_PROVIDER",
     "SCRATCHBANK_SANDBOXES",

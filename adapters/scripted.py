@@ -76,6 +76,36 @@ def command(source: str, args: Sequence[str], token: str | None = None) -> list[
     return [*head, "sh", "-c", source, "scratchbank", *args]
 
 
+def _words(args: Iterable[str]) -> tuple[str, ...]:
+    return tuple(args)
+
+
+@attrs.frozen
+class Exec:
+    """What to run in a sandbox, as one value from the caller through the exec pump to
+    the transport: ``sh -c source scratchbank args...`` as ``user`` (None: the sandbox's
+    default), ``stdin`` streamed in and stdout into ``stdout`` when given (else captured),
+    ended by ``deadline`` (None: EXEC_SECONDS), under ``token`` (ScriptedSandbox.call)."""
+
+    source: str
+    args: tuple[str, ...] = attrs.field(default=(), converter=_words)
+    stdin: BinaryIO | None = None
+    stdout: ByteSink | None = None
+    user: str | None = None
+    deadline: Deadline | None = None
+    token: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        """The command a transport starts (``command``)."""
+        return command(self.source, self.args, self.token)
+
+    @property
+    def streaming(self) -> bool:
+        """Does a stream cross the transport (a cut is StreamBroken, not ExecFailed)?"""
+        return self.stdin is not None or self.stdout is not None
+
+
 EMPTY, CANNOT_LIST = 10, 12
 #: A call given no deadline ends by this many seconds (a stalled transport is cut).
 EXEC_SECONDS = 600.0
@@ -309,47 +339,10 @@ class ScriptedSandbox(abc.ABC):
     def _quiet(self, what: str) -> Bounded:
         return Bounded(self.quiet_bytes, what)
 
-    def call(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-    ) -> ExecResult:
-        """``run`` a script as one cancellable unit: it starts with a token in its
-        environment (inherited by every process it starts, a child that detached with
-        setsid too), and when the call is cut or fails, a fresh exec ends every process
-        that carries the token (REAP): nothing a cut call started keeps writing the
-        scratch. A sandbox that is gone needs no reaping."""
-        token = secrets.token_hex(8)
-        try:
-            return self.run(
-                source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
-            )
-        except SandboxGone:
-            raise
-        except Exception:
-            self._reap(token, user)
-            raise
-
-    def _reap(self, token: str, user: str | None) -> None:
-        with contextlib.suppress(Exception):
-            self.run(
-                REAP,
-                [token],
-                stdout=self._quiet("the reaper's output"),
-                user=user,
-                deadline=Deadline.after(REAP_SECONDS),
-            )
-
-    @abc.abstractmethod
     def run(
         self,
         source: str,
-        args: Sequence[str],
+        args: Sequence[str] = (),
         *,
         stdin: BinaryIO | None = None,
         stdout: ByteSink | None = None,
@@ -357,8 +350,40 @@ class ScriptedSandbox(abc.ABC):
         deadline: Deadline | None = None,
         token: str | None = None,
     ) -> ExecResult:
-        """Run ``command(source, args, token)`` in the sandbox (``sh -c source scratchbank
-        args...``, under ``env TOKEN_VAR=token`` when a token is given).
+        """``execute`` one command, unreaped (tests, the reference engine's nodes)."""
+        how = Exec(source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token)
+        return self.execute(how)
+
+    def call(self, exec_: Exec) -> ExecResult:
+        """``execute`` a script as one cancellable unit: it starts with a token in its
+        environment (inherited by every process it starts, a child that detached with
+        setsid too), and when the call is cut or fails, a fresh exec ends every process
+        that carries the token (REAP): nothing a cut call started keeps writing the
+        scratch. A sandbox that is gone needs no reaping."""
+        token = secrets.token_hex(8)
+        try:
+            return self.execute(attrs.evolve(exec_, token=token))
+        except SandboxGone:
+            raise
+        except Exception:
+            self._reap(token, exec_.user)
+            raise
+
+    def _reap(self, token: str, user: str | None) -> None:
+        reaper = Exec(
+            REAP,
+            (token,),
+            stdout=self._quiet("the reaper's output"),
+            user=user,
+            deadline=Deadline.after(REAP_SECONDS),
+        )
+        with contextlib.suppress(Exception):
+            self.execute(reaper)
+
+    @abc.abstractmethod
+    def execute(self, exec_: Exec) -> ExecResult:
+        """Run ``exec_.argv`` in the sandbox (``sh -c source scratchbank args...``, under
+        ``env TOKEN_VAR=token`` when a token is given).
 
         Streams ``stdin`` in and ``stdout`` out when given (else stdout is captured);
         raises SandboxGone when the sandbox no longer exists, ExecFailed when the command
@@ -375,7 +400,7 @@ class ScriptedSandbox(abc.ABC):
         args = ["stop", str(budget_seconds), str(wait_seconds)]
         report = Bounded(self.report_bytes, "the quiesce report")
         try:
-            done = self.call(QUIESCE, args, stdout=report, user=self.admin_user, deadline=deadline)
+            done = self.call(Exec(QUIESCE, args, stdout=report, user=self.admin_user, deadline=deadline))
         except OutputOverBound as error:  # what it stopped is unknown: the watchdog continues
             return QuiesceReport(False, False, (error.message,))
         lines = report.getvalue().decode("utf-8", "replace").splitlines()
@@ -383,13 +408,13 @@ class ScriptedSandbox(abc.ABC):
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         out = self._quiet("the continue step's output")
-        self.call(QUIESCE, ["cont"], stdout=out, user=self.admin_user, deadline=deadline)
+        self.call(Exec(QUIESCE, ["cont"], stdout=out, user=self.admin_user, deadline=deadline))
 
     def archive(
         self, dest: ByteSink, *, compress: bool, verify: bool, deadline: Deadline | None = None
     ) -> ArchiveReport:
         args = [self.facts.scratch, "z" if compress else "raw", "1" if verify else "0"]
-        done = self.call(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline)
+        done = self.call(Exec(ARCHIVE, args, stdout=dest, user=self.admin_user, deadline=deadline))
         return archive_report(done.exit_code, done.stderr)
 
     def quiesce_and_archive(
@@ -408,7 +433,7 @@ class ScriptedSandbox(abc.ABC):
         head = QuiesceHead(dest)
         args = [self.facts.scratch, "z" if compress else "raw", str(budget_seconds), str(wait_seconds)]
         try:
-            done = self.call(BANK, args, stdout=head, user=self.admin_user, deadline=deadline)
+            done = self.call(Exec(BANK, args, stdout=head, user=self.admin_user, deadline=deadline))
         except ScratchbankError as error:
             if head.report is None:
                 raise
@@ -440,7 +465,7 @@ class ScriptedSandbox(abc.ABC):
             bound = listing_bound(entries) if entries is not None else self.list_bytes
             out = Bounded(bound, "the restore's listing", keep=raw)
             try:
-                done = self.call(RESTORE, args, stdin=framed, stdout=out)  # type: ignore[arg-type]
+                done = self.call(Exec(RESTORE, args, stdin=framed, stdout=out))  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -465,10 +490,12 @@ class ScriptedSandbox(abc.ABC):
         with tempfile.TemporaryFile() as modes:
             write_modes(dir_modes, modes)
             done = self.call(
-                RESTORE,
-                ["commit", self.facts.scratch, staged.token],
-                stdin=FramedStream(modes),  # type: ignore[arg-type]
-                stdout=self._quiet("the commit's output"),
+                Exec(
+                    RESTORE,
+                    ["commit", self.facts.scratch, staged.token],
+                    stdin=FramedStream(modes),  # type: ignore[arg-type]
+                    stdout=self._quiet("the commit's output"),
+                )
             )
         if done.exit_code != 0:
             raise RestoreRefused(f"moving the restored tree into place failed: {done.err[-2000:]}")
@@ -504,7 +531,7 @@ class ScriptedSandbox(abc.ABC):
                 committed=lambda: stdin.committed,
             )
             try:
-                done = self.call(RESTORE, args, stdin=stdin, stdout=talk)  # type: ignore[arg-type]
+                done = self.call(Exec(RESTORE, args, stdin=stdin, stdout=talk))  # type: ignore[arg-type]
             except BaseException:
                 self._discard(token)
                 raise
@@ -548,22 +575,34 @@ class ScriptedSandbox(abc.ABC):
 
     def _discard(self, token: str) -> None:
         with contextlib.suppress(ScratchbankError):
-            self.call(
-                RESTORE, ["discard", self.facts.scratch, token], stdout=self._quiet("the discard's output")
-            )
+            out = self._quiet("the discard's output")
+            self.call(Exec(RESTORE, ["discard", self.facts.scratch, token], stdout=out))
 
     def list_scratch(self) -> list[str]:
         """The scratch's tree as sorted manifest lines (see bank_format/manifest_line.py); [] when absent.
         Its listing is bounded by ``list_bytes`` (no manifest to go by): OutputOverBound."""
         with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
             out = Bounded(self.list_bytes, "the scratch's listing", keep=raw)
-            done = self.call(LIST, ["list", self.facts.scratch], stdout=out, user=self.admin_user)
+            done = self.call(Exec(LIST, ["list", self.facts.scratch], stdout=out, user=self.admin_user))
             if done.exit_code != 0:
                 return []
             raw.seek(0)
             write_listing(raw, lines)
             lines.seek(0)
             return sorted(line.decode("ascii").rstrip("\n") for line in lines)
+
+
+class ForwardingSandbox(ScriptedSandbox):
+    """A proxy of ``inner``: its facts, its bounds, and every exec over its transport. A
+    proxy (the hostile-sandbox kit, a test's) overrides only what it changes."""
+
+    def __init__(self, inner: ScriptedSandbox) -> None:
+        self.inner, self.facts, self.admin_user = inner, inner.facts, inner.admin_user
+        self.list_bytes, self.quiet_bytes = inner.list_bytes, inner.quiet_bytes
+        self.report_bytes = inner.report_bytes
+
+    def execute(self, exec_: Exec) -> ExecResult:
+        return self.inner.execute(exec_)
 
 
 # -- the restore script's framing and listing ------------------------------------------------

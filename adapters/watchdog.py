@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from types import TracebackType
 
 from scratchbank.application.cancellation import Deadline
 
@@ -52,12 +51,8 @@ class Watchdog:
         self._unhook = self.deadline.on_cancel(self._fire)  # L5: a cancel cuts at once
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
+        """However the block ended: the timer stops, a cut after this is no one's."""
         with self._lock:
             self._done = True
         self._timer.cancel()

@@ -31,17 +31,13 @@ without is theirs to read (their own ``ResumeSuperseded`` or lost teardown).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import BinaryIO
 
 import attrs
 
 from scratchbank.domain.errors import Fenced, TimelineConflict, TimelineUnreadable, TimelineWriteFailed
-from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import LeaseTaken, Record
 
-from .cancellation import Deadline
-from .ports import BankStore, StoredBank, Timeline
+from .ports import BankStore, ForwardingBankStore, Timeline
 
 APPEND_TRIES = 20
 
@@ -161,53 +157,18 @@ class FencedTimeline:
         return length
 
 
-class FencedBankStore:
+class FencedBankStore(ForwardingBankStore):
     """The bank store as one lease holder writes it: each put, delete and sweep reads the
     fence first and is refused ``Fenced`` past a newer token (reads pass through)."""
 
     def __init__(self, inner: BankStore, fenced: FencedTimeline) -> None:
-        self.inner, self.fenced = inner, fenced
-        self.keeps_banks = inner.keeps_banks
+        super().__init__(inner)
+        self.fenced = fenced
 
-    def _check(self, run_id: str) -> None:
+    def before(self, call: str, run_id: str) -> None:
+        if call not in self.WRITES:
+            return
         self.fenced._own(run_id)
         newer = newer_token(self.fenced.inner.read(run_id), self.fenced.token)
         if newer is not None:
             raise _refuse(run_id, newer, self.fenced.token)
-
-    def put(
-        self,
-        run_id: str,
-        archive: Path,
-        *,
-        sha256: str,
-        stamp: BankStamp | None = None,
-        deadline: Deadline | None = None,
-    ) -> str:
-        self._check(run_id)
-        return self.inner.put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
-
-    def fetch(
-        self,
-        run_id: str,
-        dest: BinaryIO,
-        *,
-        max_bytes: int,
-        name: str | None = None,
-        deadline: Deadline | None = None,
-    ) -> StoredBank:
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
-
-    def delete(self, run_id: str, name: str | None = None) -> None:
-        self._check(run_id)
-        self.inner.delete(run_id, name)
-
-    def sweep(self, run_id: str) -> None:
-        self._check(run_id)
-        self.inner.sweep(run_id)
-
-    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
-        return self.inner.stat(run_id, name)
-
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
-        return self.inner.objects(run_id)

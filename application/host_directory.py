@@ -121,6 +121,15 @@ def opened_destination(target: Path) -> Iterator[Destination]:
         os.close(fd)
 
 
+def _settle(fd: int, m: Member) -> None:
+    """Give an entry created here its banked mode and time, then close its fd."""
+    try:
+        os.fchmod(fd, m.mode & 0o777)
+        os.utime(fd, (m.mtime, m.mtime))
+    finally:
+        os.close(fd)
+
+
 class TreeWriter:
     """Creates one bank's entries under a fresh directory, as the reader accepts them.
 
@@ -228,19 +237,10 @@ class TreeWriter:
             return
         m, fd = self._file_member, self._file
         self._file, self._file_member = None, None
-        try:
-            os.fchmod(fd, m.mode & 0o777)
-            os.utime(fd, (m.mtime, m.mtime))
-        finally:
-            os.close(fd)
+        _settle(fd, m)
 
     def _set_dir(self, m: Member) -> None:
-        fd = os.open(self._name(m.path), _DIR_FLAGS, dir_fd=self._dir_of(m.path))
-        try:
-            os.fchmod(fd, m.mode & 0o777)
-            os.utime(fd, (m.mtime, m.mtime))
-        finally:
-            os.close(fd)
+        _settle(os.open(self._name(m.path), _DIR_FLAGS, dir_fd=self._dir_of(m.path)), m)
 
     def set_root(self, fd: int) -> None:
         """The restored directory's own mode and time, as banked (0755 when it has none)."""

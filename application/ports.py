@@ -129,6 +129,61 @@ class BankStore(Protocol):
     def objects(self, run_id: str) -> Sequence[StoredObject]: ...
 
 
+class ForwardingBankStore:
+    """A bank store passing every call to ``inner`` after ``before(call, run_id)``: a
+    proxy (the fenced store, a test's held store) overrides only ``before``."""
+
+    #: the calls that write the store (``before`` sees these names, and the reads')
+    WRITES = frozenset({"put", "delete", "sweep"})
+
+    def __init__(self, inner: BankStore) -> None:
+        self.inner, self.keeps_banks = inner, inner.keeps_banks
+
+    def before(self, call: str, run_id: str) -> None:
+        """Ahead of every call (``put``, ``fetch``, ``delete``, ``sweep``, ``stat``,
+        ``objects``); raising refuses it, the inner store untouched."""
+
+    def put(
+        self,
+        run_id: str,
+        archive: Path,
+        *,
+        sha256: str,
+        stamp: BankStamp | None = None,
+        deadline: Deadline | None = None,
+    ) -> str:
+        self.before("put", run_id)
+        return self.inner.put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
+
+    def fetch(
+        self,
+        run_id: str,
+        dest: BinaryIO,
+        *,
+        max_bytes: int,
+        name: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> StoredBank:
+        self.before("fetch", run_id)
+        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
+
+    def delete(self, run_id: str, name: str | None = None) -> None:
+        self.before("delete", run_id)
+        self.inner.delete(run_id, name)
+
+    def sweep(self, run_id: str) -> None:
+        self.before("sweep", run_id)
+        self.inner.sweep(run_id)
+
+    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
+        self.before("stat", run_id)
+        return self.inner.stat(run_id, name)
+
+    def objects(self, run_id: str) -> Sequence[StoredObject]:
+        self.before("objects", run_id)
+        return self.inner.objects(run_id)
+
+
 @attrs.frozen
 class SandboxFacts:
     """What the domain needs to know of a sandbox, read when it started (T1, T11)."""

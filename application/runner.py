@@ -56,6 +56,7 @@ from scratchbank.domain.records import (
 )
 from scratchbank.domain.remedy import remedy
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Where, decide_resume
+from scratchbank.domain.retention import RETAIN_CHECKPOINTS, check_retain
 
 from .fencing import FencedBankStore, FencedTimeline, Token
 from .lease_keeper import LeaseKeeper
@@ -140,6 +141,9 @@ class RunnerSettings:
     hold: HoldBudgets = HoldBudgets()
     timing: LeaseTiming = LeaseTiming()
     teardown: Budgets = Budgets()
+    #: K8: how many recent checkpoints' banks the gate and the prune keep (SCRATCHBANK_RETAIN):
+    #: the runner prunes, so it decides with its own setting, never a delivery's
+    retain: int = attrs.field(default=RETAIN_CHECKPOINTS, validator=lambda _, __, v: check_retain(v))
 
 
 @attrs.define
@@ -213,7 +217,10 @@ class Runner:
             if keeper.cancel.is_set():  # L5: cut while taking over: the next holder's again
                 return Handling(Handled.LET_GO, d, f"{keeper.note}; cut while taking over (L5)")
             records = fenced.read(d.run_id)
-        request = ResumeRequest(consents=verdict.consents, where=Where.ENGINE, checkpoint=d.checkpoint)
+        retain = self.settings.retain  # K8: the retention this runner prunes by
+        request = ResumeRequest(
+            consents=verdict.consents, where=Where.ENGINE, checkpoint=d.checkpoint, retain=retain
+        )
         decision = decide_resume(fold(records), request)
         if decision.refused:
             return self._refuse(inbound, fenced, decision, len(records))
@@ -246,6 +253,7 @@ class Runner:
                         budgets=self.settings.teardown,
                         clock=self.clock,
                         cancel=keeper.cancel,
+                        retain=self.settings.retain,
                     )
             finally:
                 if report is None or not report.sandbox_left:
@@ -362,6 +370,7 @@ class Runner:
             run_finished=end is EngineEnd.FINISHED,
             budgets=self.settings.teardown,
             clock=self.clock,
+            retain=self.settings.retain,
             cancel=keeper.cancel,  # L5: past a ceiling or the lease lost, the bank stops
             execution=execution,  # A18: the execution this resume started, and no other's
         )

@@ -35,6 +35,7 @@ from scratchbank.domain.fold import ScratchState, fold
 from scratchbank.domain.objects import Reconciliation
 from scratchbank.domain.records import AttemptQueued, Record, ResumeRefused
 from scratchbank.domain.resume_gate import ResumeDecision, ResumeRequest, Verdict, Where, decide_resume
+from scratchbank.domain.retention import RETAIN_CHECKPOINTS, check_retain
 from scratchbank.domain.teardown import TeardownPlan, plan_teardown
 
 from . import fencing
@@ -70,6 +71,8 @@ class Assessment:
     run_id: str
     state: ScratchState
     decision: ResumeDecision
+    #: K8: the retention the decision read (status lists the checkpoints' banks it keeps)
+    retain: int = RETAIN_CHECKPOINTS
 
     @property
     def needs_target(self) -> bool:
@@ -175,6 +178,12 @@ def explain(
     return Explanation(state, plan, decide_resume(state, request))
 
 
+def _check_setting(retain: object) -> None:
+    """K8: a service's retention setting is None (each request's own) or 1..64."""
+    if retain is not None:
+        check_retain(retain)  # type: ignore[arg-type]  # check_retain names any other value
+
+
 @attrs.frozen
 class ScratchService:
     """The use cases over one timeline and one bank store."""
@@ -191,17 +200,27 @@ class ScratchService:
     lock: RunLock | None = None
     lock_wait: float = 0.0
     lock_ttl: float = LOCK_TTL
+    #: K8: the retention setting (SCRATCHBANK_RETAIN) every request of this service decides
+    #: with and its teardowns prune by; None: each request's own (default 5)
+    retain: int | None = attrs.field(default=None, validator=lambda _, __, v: _check_setting(v))
     #: the executions this service started and holds the lock for, by run (A16)
     _held: dict[str, tuple[str, HeldLock]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+
+    def _request(self, request: ResumeRequest, where: Where) -> ResumeRequest:
+        """The request as this service decides it: from ``where``, with its retention (K8)."""
+        if self.retain is None:
+            return attrs.evolve(request, where=where)
+        return attrs.evolve(request, where=where, retain=self.retain)
 
     def assess(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> Assessment:
         """The one decision (raises RunNotFound, TimelineUnreadable; writes nothing)."""
         state = resume_use_case.current_state(self.timeline, run_id, snapshots=self.snapshots)
         if state.records == 0:
             raise RunNotFound(f"the timeline has no run {run_id!r}")
-        decision = decide_resume(state, attrs.evolve(request, where=self.where))
+        request = self._request(request, self.where)
+        decision = decide_resume(state, request)
         log.info("run %s: %s (%s)", run_id, decision.verdict.value, decision.rule)
-        return Assessment(run_id, state, decision)
+        return Assessment(run_id, state, decision, request.retain)
 
     def status(self, run_id: str, request: ResumeRequest = ResumeRequest()) -> StatusReport:
         """What a resume with ``request`` would do, and is the bank there as recorded."""
@@ -278,7 +297,7 @@ class ScratchService:
         try:
             outcome = resume_use_case.resume(
                 run_id,
-                attrs.evolve(request, where=self.where),
+                self._request(request, self.where),
                 timeline=self.timeline,
                 store=self.store,
                 sandbox=target.sandbox,
@@ -325,7 +344,7 @@ class ScratchService:
         state = resume_use_case.current_state(self.timeline, run_id, snapshots=self.snapshots)
         if state.records == 0:
             raise RunNotFound(f"the timeline has no run {run_id!r}")
-        decision = decide_resume(state, attrs.evolve(request, where=Where.SURFACE))
+        decision = decide_resume(state, self._request(request, Where.SURFACE))
         log.info("run %s: the surface judges %s (%s)", run_id, decision.verdict.value, decision.rule)
         if decision.refused:
             return Queued(run_id, decision)
@@ -435,6 +454,7 @@ class ScratchService:
                 execution=held[0] if held is not None else execution,
                 checkpoint=checkpoint,
                 snapshots=self.snapshots,
+                retain=RETAIN_CHECKPOINTS if self.retain is None else self.retain,
             )
         finally:
             if held is not None:

@@ -80,6 +80,11 @@ class StaleWrite:
     evidence: Evidence
     node: str
     on_cycle: bool | None
+    #: K9: the pass its finish named (None: it named none)
+    pass_: int | None = None
+    #: K9: the rewind that named this node's replayed passes and kept this one (a pass
+    #: before the one it returns to, or an in-flight branch the run lets finish)
+    kept_by: Evidence | None = None
 
 
 @attrs.frozen
@@ -118,6 +123,8 @@ class ScratchState:
     unknown_records: int = 0
     #: the banks stamped teardowns took, one per checkpoint, newest last (ADR 0013, K6-K8)
     history: tuple[Kept, ...] = ()
+    #: K9: the latest rewind that took back, by pass, a write after the current bank
+    replayed: Evidence | None = None
 
     @property
     def stale(self) -> bool:
@@ -165,16 +172,21 @@ def _on_cycle(record: NodeFinished, workflow: Workflow) -> bool | None:
 
 
 def _taken_back(write: StaleWrite, rewind: RunRewound) -> bool:
-    """A rewind takes back a dropped node's write unless the node lies on a cycle (R6)."""
+    """A rewind takes back a dropped node's write unless the node lies on a cycle (R6),
+    or, when it names the node's replayed passes and the finish its pass, exactly the
+    passes it replays (K9)."""
     if write.node not in rewind.dropped_nodes:
         return False
+    replays = rewind.replays(write.node, write.pass_)
+    if replays is not None:
+        return replays
     if rewind.on_cycle is not None:
         return write.node not in rewind.on_cycle
     return write.on_cycle is False
 
 
 def _clear_bank(state: ScratchState, **changes: Any) -> ScratchState:
-    cleared: dict[str, Any] = {"bank": None, "stale_writes": (), "unbanked": None}
+    cleared: dict[str, Any] = {"bank": None, "stale_writes": (), "unbanked": None, "replayed": None}
     return attrs.evolve(state, **{**cleared, **changes})
 
 
@@ -204,13 +216,13 @@ def _on_restored(state: ScratchState, ev: Evidence, rec: ScratchRestored) -> Scr
     own = _own_bank(state, rec)
     if rec.restored and own is not None:  # K6: a rewind restored its checkpoint's own bank
         bank = Bank(Evidence(own.position, ScratchBanked.WIRE), own.record, ev.position, own.checkpoint)
-        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
+        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None, replayed=None)
     if rec.restored:
         if state.bank is None:
             return state
         stamp = _restamp(state.bank.checkpoint, rec)
         bank = attrs.evolve(state.bank, current_since=ev.position, checkpoint=stamp)  # A2
-        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None)
+        return attrs.evolve(state, bank=bank, stale_writes=(), unbanked=None, replayed=None)
     if rec.accepted:
         return _clear_bank(state, forsaken=ev, history=())  # R7, R13, A3 (K8: final for older banks too)
     return attrs.evolve(state, hold=ev)  # X3: a failed restore holds the bank
@@ -241,13 +253,24 @@ def _restamp(stamp: Checkpoint | None, rec: ScratchRestored) -> Checkpoint | Non
 def _on_finished(state: ScratchState, ev: Evidence, rec: NodeFinished, wf: Workflow) -> ScratchState:
     if state.bank is None or not counts_as_write(rec, wf):
         return state
-    write = StaleWrite(ev, rec.node, _on_cycle(rec, wf))
+    write = StaleWrite(ev, rec.node, _on_cycle(rec, wf), rec.pass_)
     return attrs.evolve(state, stale_writes=(*state.stale_writes, write))
 
 
-def _on_rewound(state: ScratchState, rec: RunRewound) -> ScratchState:
-    kept = tuple(w for w in state.stale_writes if not _taken_back(w, rec))
-    return attrs.evolve(state, stale_writes=kept)
+def _on_rewound(state: ScratchState, ev: Evidence, rec: RunRewound) -> ScratchState:
+    """R6, and K9 when the rewind names its replayed passes: a write after the bank by a
+    pass it replays is taken back; one by a pass it keeps still counts, and says so."""
+    kept: list[StaleWrite] = []
+    replayed = state.replayed
+    for write in state.stale_writes:
+        by_pass = rec.replays(write.node, write.pass_)
+        if by_pass is True:
+            replayed = ev
+        elif by_pass is False:
+            kept.append(attrs.evolve(write, kept_by=ev))
+        elif not _taken_back(write, rec):
+            kept.append(write)
+    return attrs.evolve(state, stale_writes=tuple(kept), replayed=replayed)
 
 
 def _naming(state: ScratchState, rec: ScratchBanked) -> ScratchState:
@@ -267,7 +290,7 @@ def step(state: ScratchState, record: Record, workflow: Workflow = NO_WORKFLOW) 
         case NodeFinished():
             return _on_finished(state, ev, record, workflow)
         case RunRewound():
-            return _on_rewound(state, record)
+            return _on_rewound(state, ev, record)
         case ScratchBanked():
             return _on_banked(_naming(state, record), ev, record)
         case ScratchRestored():

@@ -25,6 +25,19 @@ from .checkpoints import Checkpoint
 # Field kinds the codec understands. "?" marks a field that may be absent or null.
 BOOL, INT, STR, STRS, STATUS, TIME = "bool", "int", "str", "strs", "status", "time"
 CHECKPOINT = "checkpoint"  # a Checkpoint: on the wire, its lineage as a list of ids (ADR 0013)
+#: a rewind's replayed passes (K9): on the wire, an object {node: [pass, ...]} of positive ints
+PASSES = "passes"
+
+#: per node, the passes a rewind replays (K9), sorted by node: hashable and canonical
+Passes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def passes_of(value: Mapping[str, Any] | Passes | None) -> Passes | None:
+    """A rewind's replayed passes in their canonical form (sorted nodes, sorted passes)."""
+    if value is None:
+        return None
+    pairs = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(node), tuple(sorted(set(ps)))) for node, ps in pairs))
 
 
 def wire(
@@ -94,12 +107,17 @@ class NodeFinished(Record):
     """
 
     WIRE = "node_finished"
+    VERSION = 2
     node: str = wire(STR)
     succeeded: bool = wire(BOOL)
     kind: str | None = wire(STR, required=False)
     answered: bool = wire(BOOL, required=False, default=False)
     in_sandbox: bool | None = wire(BOOL, name="_in_sandbox", required=False)
     on_cycle: bool | None = wire(BOOL, name="_on_cycle", required=False)
+    #: K9 (v2): which pass of this node this finish ends, 1 up, unique among the node's
+    #: passes in the run's lineage (a loop's iteration, a fan-out's branch in finish
+    #: order); None: the writer did not say, and a rewind cannot take it back by pass
+    pass_: int | None = wire(INT, name="_pass", required=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -108,11 +126,30 @@ class RunRewound(Record):
 
     ``on_cycle`` None means the writer did not say; the reader falls back to the
     nodes' finish metadata, then the workflow, then counts the node as on a cycle.
+    ``replayed`` (v2, K9) names, for a dropped node on a cycle or a fan-out, the passes
+    (their ``node_finished._pass``) the resumed run takes back and runs again; a pass
+    it does not name (an earlier one, an in-flight branch the run lets finish) is kept.
     """
 
     WIRE = "run_rewound"
+    VERSION = 2
     dropped_nodes: tuple[str, ...] = wire(STRS)
     on_cycle: tuple[str, ...] | None = wire(STRS, name="_on_cycle", required=False)
+    replayed: Passes | None = attrs.field(
+        default=None,
+        converter=passes_of,
+        metadata={"wire_kind": PASSES, "wire_name": "_replayed_passes", "required": False},
+    )
+
+    def replays(self, node: str, pass_: int | None) -> bool | None:
+        """K9: does this rewind take back ``node``'s pass ``pass_``? None: it does not say
+        (no passes named for the node, or the finish carries no pass): R6 decides."""
+        if self.replayed is None or pass_ is None or node not in self.dropped_nodes:
+            return None
+        for named, passes in self.replayed:
+            if named == node:
+                return pass_ in passes
+        return None
 
 
 @attrs.frozen(kw_only=True)

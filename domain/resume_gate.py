@@ -15,7 +15,7 @@ import attrs
 
 from .admission import Consents
 from .checkpoints import Checkpoint, Position, compare
-from .fold import Bank, Evidence, ScratchState
+from .fold import Bank, Evidence, ScratchState, StaleWrite
 from .records import Record, ScratchBanked, ScratchForsaken, ScratchRestored
 from .retention import RETAIN_CHECKPOINTS, Kept, check_retain, pick
 
@@ -181,11 +181,23 @@ def _scratch_causes(state: ScratchState, request: ResumeRequest, position: Posit
         if position.stale:
             causes.append(_stamped_stale(state, request, position))
     elif state.bank is not None and state.stale_writes:
-        nodes = ", ".join(dict.fromkeys(w.node for w in state.stale_writes))
-        detail = f"node(s) {nodes} finished in the sandbox after the bank; restoring would revert them"
-        evidence = (state.bank.evidence, *(w.evidence for w in state.stale_writes))
-        causes.append(Cause(CauseKind.SCRATCH_STALE, "R2", detail, evidence))
+        causes.append(_event_stale(state.bank, state.stale_writes))
     return causes
+
+
+def _event_stale(bank: Bank, writes: tuple[StaleWrite, ...]) -> Cause:
+    """R2, or K9 when a rewind that named its replayed passes kept a pass that wrote after
+    the bank (an earlier pass, an in-flight branch): the cause names those passes."""
+    nodes = ", ".join(dict.fromkeys(w.node for w in writes))
+    detail = f"node(s) {nodes} finished in the sandbox after the bank; restoring would revert them"
+    kept = [w for w in writes if w.kept_by is not None]
+    rewinds = tuple(dict.fromkeys(w.kept_by for w in kept if w.kept_by is not None))
+    evidence = (bank.evidence, *(w.evidence for w in writes), *rewinds)
+    if not kept:
+        return Cause(CauseKind.SCRATCH_STALE, "R2", detail, evidence)
+    passes = ", ".join(f"{w.node} pass {w.pass_}" for w in kept)
+    detail += f" (the rewind {', '.join(map(str, rewinds))} keeps {passes}: it does not replay them)"
+    return Cause(CauseKind.SCRATCH_STALE, "K9", detail, evidence)
 
 
 def _own(state: ScratchState, request: ResumeRequest) -> bool:
@@ -280,14 +292,7 @@ def _proceed(
         return go(Verdict.RESTORE, position.rule, why, also=state.bank.evidence, bank=state.bank)
     if state.bank is not None:
         stale = bool(state.stale_writes) if position is None else position.stale
-        rule, why = (
-            ("R7", "restores the stale bank, its loss accepted")
-            if stale
-            else (
-                "X1",
-                "restores the bank before the first node",
-            )
-        )
+        rule, why = ("R7", "restores the stale bank, its loss accepted") if stale else _replayed_why(state)
         return go(Verdict.RESTORE, rule, why, also=state.bank.evidence, bank=state.bank, stale=stale)
     if state.forsaken is not None:
         why = "the scratch was forsaken by an earlier resume that accepted its loss"
@@ -296,6 +301,14 @@ def _proceed(
         why = "no bank: the last teardown recorded an empty, unknown or finished scratch"
         return go(Verdict.GO_ON_WITHOUT, "R14", why, also=state.last_teardown)
     return go(Verdict.GO_ON_WITHOUT, "T1", "nothing was ever banked for this run")
+
+
+def _replayed_why(state: ScratchState) -> tuple[str, str]:
+    """X1, or K9 when a rewind took back, by pass, every write after the bank."""
+    if state.replayed is None:
+        return "X1", "restores the bank before the first node"
+    why = f"restores the bank: the rewind {state.replayed} replays every pass that wrote after it"
+    return "K9", why
 
 
 def decide_resume(state: ScratchState, request: ResumeRequest) -> ResumeDecision:

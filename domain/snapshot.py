@@ -15,7 +15,8 @@ from .wire import decode, encode
 
 #: Bump when ScratchState changes shape: older snapshots are then ignored.
 #: v4 (ADR 0013, K8): the checkpoints' banks retention reads (``history``).
-SNAPSHOT_VERSION = 4
+#: v5 (K9): a stale write's pass and the rewind that kept it; the rewind that replayed (``replayed``).
+SNAPSHOT_VERSION = 5
 
 
 def _ev(ev: Evidence | None) -> list[Any] | None:
@@ -40,7 +41,10 @@ def state_to_data(state: ScratchState) -> dict[str, Any]:
         "bank": None
         if bank is None
         else [_ev(bank.evidence), encode(bank.record), bank.current_since, _stamp(bank)],
-        "stale_writes": [[_ev(w.evidence), w.node, w.on_cycle] for w in state.stale_writes],
+        "stale_writes": [
+            [_ev(w.evidence), w.node, w.on_cycle, w.pass_, _ev(w.kept_by)] for w in state.stale_writes
+        ],
+        "replayed": _ev(state.replayed),
         "unbanked": _ev(state.unbanked),
         "unbanked_reason": state.unbanked_reason,
         "forsaken": _ev(state.forsaken),
@@ -102,9 +106,10 @@ def state_from_data(data: Any) -> ScratchState | None:
             records=int(data["records"]),
             bank=bank,
             stale_writes=tuple(
-                StaleWrite(_unev(ev), str(node), cyc)  # type: ignore[arg-type]
-                for ev, node, cyc in data["stale_writes"]
+                StaleWrite(_unev(ev), str(node), cyc, pass_, _unev(kept))  # type: ignore[arg-type]
+                for ev, node, cyc, pass_, kept in data["stale_writes"]
             ),
+            replayed=_unev(data["replayed"]),
             unbanked=_unev(data["unbanked"]),
             unbanked_reason=str(data["unbanked_reason"]),
             forsaken=_unev(data["forsaken"]),

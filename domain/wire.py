@@ -24,11 +24,14 @@ from .records import (
     CHECKPOINT,
     INT,
     KNOWN_RECORDS,
+    PASSES,
     STATUS,
     STR,
     STRS,
     TIME,
+    NodeFinished,
     Record,
+    RunRewound,
     RunStatus,
     ScratchBanked,
     UnknownRecord,
@@ -47,6 +50,9 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("sandbox_scratch_restored", 2): lambda data: data,
     # A queued resume before v2 names no checkpoint (the events decide, K5).
     ("attempt_queued", 1): lambda data: data,
+    # K9: a finish before v2 names no pass, a rewind before v2 no replayed passes (R6 decides).
+    ("node_finished", 1): lambda data: data,
+    ("run_rewound", 1): lambda data: data,
 }
 
 _BY_WIRE: dict[str, type[Record]] = {cls.WIRE: cls for cls in KNOWN_RECORDS}
@@ -90,6 +96,8 @@ def _read_value(kind: str, value: Any, name: str, pos: int | None) -> Any:
         ):
             raise bad("a checkpoint (a non-empty list of non-empty ids)")
         return Checkpoint(tuple(value))
+    if kind == PASSES:
+        return _read_passes(value, bad)
     if kind == STATUS:
         try:
             return RunStatus(value)
@@ -103,6 +111,19 @@ def _read_value(kind: str, value: Any, name: str, pos: int | None) -> Any:
         except ValueError:
             raise bad("an ISO 8601 time") from None
     raise AssertionError(f"unknown wire kind {kind}")  # pragma: no cover
+
+
+def _read_passes(value: Any, bad: Callable[[str], TimelineUnreadable]) -> Any:
+    """K9: an object naming, per node, a non-empty list of positive pass numbers."""
+    expected = "an object of node -> a non-empty list of positive pass numbers"
+    if not isinstance(value, Mapping):
+        raise bad(expected)
+    for passes in value.values():
+        if not isinstance(passes, list | tuple) or not passes:
+            raise bad(expected)
+        if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in passes):
+            raise bad(expected)
+    return dict(value)
 
 
 def _upcast(
@@ -170,6 +191,15 @@ def _decode(obj: Any, position: int | None, upcasters: Mapping[tuple[str, int], 
 
 
 def _check_invariants(record: Record, position: int | None) -> None:
+    if isinstance(record, NodeFinished) and record.pass_ == 0:
+        raise TimelineUnreadable("node_finished names pass 0 (passes count from 1)", position=position)
+    if isinstance(record, RunRewound) and record.replayed is not None:
+        strays = [n for n, _ in record.replayed if n not in record.dropped_nodes]
+        if strays:
+            raise TimelineUnreadable(
+                f"run_rewound replays passes of nodes it did not drop: {', '.join(strays)}",
+                position=position,
+            )
     if isinstance(record, ScratchBanked):
         if record.outcomes() > 1:
             raise TimelineUnreadable(
@@ -202,7 +232,9 @@ def encode(record: Record) -> dict[str, Any]:
         value = getattr(record, field.name)
         if value is None:
             continue
-        if isinstance(value, datetime):
+        if field.metadata["wire_kind"] == PASSES:
+            value = {node: list(passes) for node, passes in value}
+        elif isinstance(value, datetime):
             value = value.isoformat()
         elif isinstance(value, RunStatus):
             value = value.value

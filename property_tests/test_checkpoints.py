@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,7 +42,7 @@ from scratchbank.domain.records import (
 )
 from scratchbank.domain.resume_gate import ResumeDecision
 from scratchbank.testing import strategies as s
-from scratchbank.testing.builders import started
+from scratchbank.testing.builders import banked, node, restored, resumed, started
 
 Gate = Callable[[ScratchState, Checkpoint], ResumeDecision]
 #: what the prune after a teardown keeps (the real one: ``needed_objects``)
@@ -353,4 +354,187 @@ def test_planted_a_rewind_picking_the_newest_bank_is_caught_by_the_model() -> No
 def test_planted_retention_deleting_a_kept_bank_is_caught_by_the_model() -> None:
     """Planted bug: a prune keeping the current bank only deletes the banks rewinds need."""
     _, wrong = measure(stamped_gate, generated_runs(150), keep=current_only)
+    assert wrong > 0
+
+
+# K9 (N2 without stamps): a model written from the rule, not from the fold. The truth is
+# kept as sets of writes: the checkpoint a resume returns to holds the writes of its
+# lineage (plus the in-flight fan-out branches the rewind lets finish); the bank holds
+# what its teardown banked. The rule: restore when the bank holds every write the
+# checkpoint holds, refuse when it lacks one (a kept pass or in-flight branch wrote after
+# it). Timelines here lose no event (lost ones are N1's, which only stamps close).
+
+#: one K9 step: ("pass", node) | ("teardown", "ok" | "unknown") | ("resume", back, keep_mask)
+Step = tuple[object, ...]
+K9_NODES = ("loop", "each", "a")
+Replays = Callable[[RunRewound, str, "int | None"], "bool | None"]
+
+
+@attrs.define
+class ReplayModel:
+    """A run of loop passes, fan-out branches and acyclic nodes, parked and rewound."""
+
+    timeline: list[Record] = attrs.Factory(lambda: [started()])
+    lineage: list[str] = attrs.Factory(list)  # write ids the run's checkpoint holds, in order
+    writes: dict[str, tuple[str, int]] = attrs.Factory(dict)  # write id -> (node, pass)
+    scratch: frozenset[str] | None = frozenset()  # None: parked
+    bank: frozenset[str] | None = None
+    minted: int = 0
+    over: bool = False
+    counts: Counter[str] = attrs.Factory(Counter)
+    mismatches: list[str] = attrs.Factory(list)
+
+    def run(self, steps: Sequence[Step]) -> ReplayModel:
+        for step in steps:
+            if self.over:
+                break
+            if step[0] == "pass" and self.scratch is not None:
+                self.write(str(step[1]))
+            elif step[0] == "teardown" and self.scratch is not None:
+                self.teardown(str(step[1]))
+            elif step[0] == "resume" and self.scratch is None:
+                back, mask = step[1], step[2]
+                assert isinstance(back, int) and isinstance(mask, int)
+                self.resume(back, mask)
+        return self
+
+    def write(self, kind: str) -> None:
+        assert self.scratch is not None
+        self.minted += 1
+        name = f"a{self.minted}" if kind == "a" else kind
+        # a pass's number: one more than the highest of its node's passes in the lineage
+        number = 1 + max((p for w in self.lineage for n, p in [self.writes[w]] if n == name), default=0)
+        write = f"w{self.minted}"
+        self.writes[write] = (name, number)
+        self.lineage.append(write)
+        self.scratch = self.scratch | {write}
+        self.timeline.append(attrs.evolve(node(name, on_cycle=kind != "a"), pass_=number))
+
+    def teardown(self, how: str) -> None:
+        assert self.scratch is not None
+        content, self.scratch = self.scratch, None
+        if how == "unknown" or not content:
+            self.timeline.append(
+                ScratchBanked(banked=False, empty=False, unknown=True, bytes=0, reason="gone")
+            )
+            return
+        self.bank = content
+        self.timeline.append(banked(sha256=_sha(content)))
+
+    def resume(self, back: int, mask: int) -> None:
+        keep = max(0, len(self.lineage) - back)
+        dropped = self.lineage[keep:]
+        # a dropped fan-out branch whose bit is set was in flight: the run lets it finish
+        inflight = [w for i, w in enumerate(dropped) if self.writes[w][0] == "each" and mask >> i & 1]
+        replayed = [w for w in dropped if w not in inflight]
+        if replayed:
+            nodes = tuple(dict.fromkeys(self.writes[w][0] for w in replayed))
+            passes: dict[str, list[int]] = {}
+            for w in replayed:
+                name, number = self.writes[w]
+                if name in ("loop", "each"):
+                    passes.setdefault(name, []).append(number)
+            cycles = tuple(n for n in nodes if n in ("loop", "each"))
+            self.timeline.append(RunRewound(dropped_nodes=nodes, on_cycle=cycles, replayed=passes))
+        self.lineage = self.lineage[:keep] + inflight
+        self.timeline.append(resumed())
+        if self.bank is None:
+            self.scratch = frozenset(self.lineage)
+            return
+        holds_all = set(self.lineage) <= self.bank  # the rule
+        decision = decide_resume(fold(self.timeline), ResumeRequest())
+        self.counts[f"{decision.verdict.value} {decision.rule}"] += 1
+        want = Verdict.RESTORE if holds_all else Verdict.REFUSE
+        if decision.verdict is not want:
+            self.mismatches.append(f"{decision.verdict.value} ({decision.rule}), the rule says {want.value}")
+        if decision.verdict is Verdict.RESTORE:
+            self.timeline.append(restored(stale=decision.stale))
+            self.scratch = self.bank
+        else:
+            self.over = True
+
+
+def k9_episodes(parts: Sequence[tuple[Sequence[str], str, int, int]]) -> list[Step]:
+    """Each episode: passes, the teardown that parks the run, its resume (maybe a rewind)."""
+    steps: list[Step] = []
+    for passes, how, back, mask in parts:
+        steps += [("pass", kind) for kind in passes]
+        steps += [("teardown", how), ("resume", back, mask)]
+    return steps
+
+
+k9_steps = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(K9_NODES), max_size=4),
+        st.sampled_from(("ok", "unknown")),
+        st.integers(0, 4),
+        st.integers(0, 15),
+    ),
+    max_size=6,
+).map(k9_episodes)
+
+
+@given(k9_steps)
+def test_N2_K9_without_stamps_a_rewind_is_decided_exactly_as_the_model_of_the_rule_says(
+    steps: list[Step],
+) -> None:
+    """Restored iff the bank holds every write the resumed checkpoint holds; refused otherwise."""
+    model = ReplayModel().run(steps)
+    assert not model.mismatches, model.mismatches
+
+
+def k9_runs(runs: int, seed: int = 9) -> list[list[Step]]:
+    """Seeded runs: 1-6 episodes of 0-5 passes, a teardown (5 in 6 banked), a resume rewinding 0-4."""
+    rng = random.Random(seed)
+    return [
+        k9_episodes(
+            [
+                (
+                    [rng.choice(K9_NODES) for _ in range(rng.randint(0, 5))],
+                    rng.choice(("ok",) * 5 + ("unknown",)),
+                    rng.choice((0, 1, 1, 2, 3, 4)),
+                    rng.randint(0, 15),
+                )
+                for _ in range(rng.randint(1, 6))
+            ]
+        )
+        for _ in range(runs)
+    ]
+
+
+def k9_measure(runs: list[list[Step]]) -> tuple[Counter[str], int]:
+    total: Counter[str] = Counter()
+    wrong = 0
+    for steps in runs:
+        model = ReplayModel().run(steps)
+        total.update(model.counts)
+        wrong += len(model.mismatches)
+    return total, wrong
+
+
+def test_N2_K9_on_seeded_runs_the_pass_reading_restores_what_the_shape_refused() -> None:
+    """500 seeded runs: no mismatch with the rule; some rewinds restored K9 (refused by shape before)."""
+    counts, wrong = k9_measure(k9_runs(500))
+    print("\nK9 measurement:", dict(sorted(counts.items())))  # shown with pytest -s
+    assert wrong == 0 and counts["restore K9"] > 0 and counts["refuse K9"] > 0
+
+
+def test_planted_K9_refuse_by_shape_is_caught_by_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted bug: the rewind's passes ignored (R6's shape decides): exact banks refused."""
+    monkeypatch.setattr(RunRewound, "replays", lambda self, node, pass_: None)
+    _, wrong = k9_measure(k9_runs(200))
+    assert wrong > 0
+
+
+def test_planted_K9_accepting_a_kept_pass_that_wrote_is_caught_by_the_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted bug: every pass of a node with named passes taken back: kept passes reverted."""
+
+    def any_pass(self: RunRewound, node: str, pass_: int | None) -> bool | None:
+        named = dict(self.replayed or ())
+        return True if node in named and node in self.dropped_nodes else None
+
+    monkeypatch.setattr(RunRewound, "replays", any_pass)
+    _, wrong = k9_measure(k9_runs(200))
     assert wrong > 0

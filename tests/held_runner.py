@@ -13,24 +13,20 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from scratchbank.adapters import runner_process
 from scratchbank.adapters.config import bank_folder
 from scratchbank.adapters.fs_bank import FilesystemBankStore
-from scratchbank.application.cancellation import Deadline
-from scratchbank.application.ports import StoredBank
-from scratchbank.domain.objects import BankStamp, StoredObject
+from scratchbank.application.ports import ForwardingBankStore
 
 
-class HeldBankStore:
+class HeldBankStore(ForwardingBankStore):
     """A bank store that waits before each put or fetch, saying so on the log."""
 
     def __init__(self, inner: FilesystemBankStore, log: Path | None, *, put: float, fetch: float) -> None:
-        self.inner, self.log, self.put_wait, self.fetch_wait = inner, log, put, fetch
-        self.keeps_banks = inner.keeps_banks
+        super().__init__(inner)
+        self.log, self.waits = log, {"put": put, "fetch": fetch}
 
     def _say(self, event: str, run_id: str) -> None:
         line = json.dumps({"event": event, "run": run_id}, sort_keys=True) + "\n"
@@ -41,43 +37,10 @@ class HeldBankStore:
         with self.log.open("a") as out:
             out.write(line)
 
-    def put(
-        self,
-        run_id: str,
-        archive: Path,
-        *,
-        sha256: str,
-        stamp: BankStamp | None = None,
-        deadline: Deadline | None = None,
-    ) -> str:
-        self._say("put-started", run_id)
-        time.sleep(self.put_wait)
-        return self.inner.put(run_id, archive, sha256=sha256, stamp=stamp, deadline=deadline)
-
-    def fetch(
-        self,
-        run_id: str,
-        dest: BinaryIO,
-        *,
-        max_bytes: int,
-        name: str | None = None,
-        deadline: Deadline | None = None,
-    ) -> StoredBank:
-        self._say("fetch-started", run_id)
-        time.sleep(self.fetch_wait)
-        return self.inner.fetch(run_id, dest, max_bytes=max_bytes, name=name, deadline=deadline)
-
-    def delete(self, run_id: str, name: str | None = None) -> None:
-        self.inner.delete(run_id, name)
-
-    def sweep(self, run_id: str) -> None:
-        self.inner.sweep(run_id)
-
-    def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
-        return self.inner.stat(run_id, name)
-
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
-        return self.inner.objects(run_id)
+    def before(self, call: str, run_id: str) -> None:
+        if call in self.waits:
+            self._say(f"{call}-started", run_id)
+            time.sleep(self.waits[call])
 
 
 def main() -> int:

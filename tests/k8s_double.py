@@ -21,7 +21,7 @@ import attrs
 from aiohttp import WSMsgType, web
 
 from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.scripted import TOKEN_VAR
+from scratchbank.adapters.scripted import TOKEN_VAR, Exec
 
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
 FRAME_LIMIT = 32 << 20
@@ -64,12 +64,12 @@ class Pod:
         if self.container_id is not None:
             return ["docker", "exec", "-i", self.container_id, *command]
         assert self.sandbox is not None
-        token = None
-        if command[:1] == ["env"] and len(command) > 1 and command[1].startswith(f"{TOKEN_VAR}="):
-            token, command = command[1].split("=", 1)[1], command[2:]  # scripted.command's prefix
-        if command[:2] == ["sh", "-c"]:
-            return self.sandbox._argv(command[2], command[4:], token)
-        return self.sandbox._argv(" ".join(command), [])
+        script = command
+        if script[:1] == ["env"] and len(script) > 1 and script[1].startswith(f"{TOKEN_VAR}="):
+            script = script[2:]  # scripted.command's prefix
+        if script[:2] == ["sh", "-c"]:
+            return self.sandbox._argv(command)
+        return self.sandbox._argv(Exec(" ".join(command)).argv)
 
 
 class ApiDouble:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import attrs
 import boto3
 import pytest
 from async_engine import bank_at_teardown_shielded
@@ -30,7 +31,7 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.adapters.scripted import ARCHIVE, BANK
+from scratchbank.adapters.scripted import ARCHIVE, BANK, Exec, ExecResult
 from scratchbank.application.cancellation import Deadline
 from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.application.teardown import Budgets
@@ -205,11 +206,12 @@ class StuckArchive(LocalSandbox):
     """A real local sandbox whose tar never ends (a hung filesystem): its transport's
     deadline must cut it."""
 
-    def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
+    def execute(self, exec_: Exec) -> ExecResult:
+        source = exec_.source
         if source in (ARCHIVE, BANK):  # the bank's one exec quiesces, then its tar hangs
             tar = 'archive_scratch "$1" "$2" "$verify"'
             source = "sleep 1000" if source == ARCHIVE else source.replace(tar, "exec sleep 1000")
-        return super().run(source, args, **kw)
+        return super().execute(attrs.evolve(exec_, source=source))
 
 
 def test_T7_T8_a_stuck_exec_under_the_shield_does_not_hold_the_teardown_for_ever() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import scratchbank.adapters as adapters_pkg
 from scratchbank.adapters.exec_pump import STDERR, STDOUT, InputClosed, pump
-from scratchbank.adapters.scripted import Bounded
+from scratchbank.adapters.scripted import REAP, Bounded, Exec, ExecResult, ForwardingSandbox, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 
@@ -93,6 +93,11 @@ class Failing(io.RawIOBase):
         raise OSError("the bank store's stream dropped")
 
 
+def drive(started: Scripted, stdin: object, stdout: Bounded | None, deadline: Deadline) -> ExecResult:
+    """``pump`` one call whose Exec carries these streams and this deadline."""
+    return pump(started, Exec("", stdin=stdin, stdout=stdout, deadline=deadline))  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def no_thread_left() -> Iterator[None]:
     before = set(threading.enumerate())
@@ -104,7 +109,7 @@ def test_H7_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(
     """Every byte in, stdout to the sink, stderr as its tail, the exec's own status."""
     exec_ = Scripted([(STDOUT, b"out"), (STDERR, b"err")], code=3)
     sink = Bounded(100, "test")
-    done = pump(exec_, io.BytesIO(b"x" * 5000), sink, Deadline.after(HUNG))
+    done = drive(exec_, io.BytesIO(b"x" * 5000), sink, Deadline.after(HUNG))
     assert (done.exit_code, sink.getvalue(), done.stderr) == (3, b"out", b"err")
     assert bytes(exec_.received) == b"x" * 5000 and exec_.closed_input and exec_.closed
     assert exec_.cuts == 0  # an exec that ended is never cut (its watchdog lives on)
@@ -114,11 +119,11 @@ def test_H7_a_call_returns_at_its_deadline_whatever_holds_its_output(no_thread_l
     """A detached child holds the output open: the deadline cuts, the call says so by name."""
     exec_ = Scripted([(STDOUT, b"partial")], hold=True)
     with pytest.raises(StreamBroken, match="deadline"):
-        pump(exec_, None, Bounded(100, "test"), Deadline.after(0.1))
+        drive(exec_, None, Bounded(100, "test"), Deadline.after(0.1))
     assert exec_.cuts >= 1 and exec_.closed
     quiet = Scripted([], hold=True)
     with pytest.raises(ExecFailed, match="deadline"):  # no streams: given up, ExecFailed
-        pump(quiet, None, None, Deadline.after(0.1))
+        drive(quiet, None, None, Deadline.after(0.1))
 
 
 def test_L5_a_cancelled_run_context_cuts_the_exec_at_once(no_thread_left: None) -> None:
@@ -128,7 +133,7 @@ def test_L5_a_cancelled_run_context_cuts_the_exec_at_once(no_thread_left: None) 
     timer = threading.Timer(0.05, cancel.cut, ("lease lost",))
     timer.start()
     with pytest.raises(ExecFailed):
-        pump(exec_, None, None, Deadline.after(3600.0, cancel))
+        drive(exec_, None, None, Deadline.after(3600.0, cancel))
     timer.join()
     assert exec_.cuts >= 1
 
@@ -137,7 +142,7 @@ def test_X5_a_source_that_fails_cuts_the_exec_and_is_named(no_thread_left: None)
     """The bank's stream drops mid-restore: StreamBroken naming stdin, the exec cut at once."""
     exec_ = Scripted([], hold=True)
     with pytest.raises(StreamBroken, match="stdin stream broke"):
-        pump(exec_, Failing(), Bounded(100, "t"), Deadline.after(3600.0))
+        drive(exec_, Failing(), Bounded(100, "t"), Deadline.after(3600.0))
     assert exec_.cuts >= 1
 
 
@@ -145,7 +150,7 @@ def test_H1_output_past_its_bound_cuts_the_exec_and_raises_its_own_name(no_threa
     """A sink's OutputOverBound passes through as itself after the exec is cut."""
     exec_ = Scripted([(STDOUT, b"y" * 10)] * 5, hold=True)
     with pytest.raises(OutputOverBound):
-        pump(exec_, None, Bounded(25, "the listing"), Deadline.after(3600.0))
+        drive(exec_, None, Bounded(25, "the listing"), Deadline.after(3600.0))
     assert exec_.cuts >= 1
 
 
@@ -153,14 +158,14 @@ def test_H7_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thre
     """A restore refused early: the verdict's source is told, the feeder ends with the call."""
     source = Stalled(b"frame")
     exec_ = Scripted([(STDOUT, b"refused")], code=21)
-    done = pump(exec_, source, Bounded(100, "t"), Deadline.after(3600.0))
+    done = drive(exec_, source, Bounded(100, "t"), Deadline.after(3600.0))
     assert done.exit_code == 21 and source.answered.is_set() and exec_.stopped
 
 
 def test_H7_a_peer_that_stops_reading_does_not_hold_the_call(no_thread_left: None) -> None:
     """The exec exits without reading stdin: the blocked send is released, its status stands."""
     exec_ = Scripted([(STDERR, b"no space")], reads=False, code=1)
-    done = pump(exec_, io.BytesIO(b"z" * 100), None, Deadline.after(3600.0))
+    done = drive(exec_, io.BytesIO(b"z" * 100), None, Deadline.after(3600.0))
     assert done.exit_code == 1 and exec_.cuts == 0
 
 
@@ -173,3 +178,54 @@ def test_H7_no_transport_keeps_its_own_feeder() -> None:
         named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         named |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         assert not banned & named, name  # the stores' Watchdog keeps its deadline timer
+
+
+#: the exec's parts as a signature: a function taking them all repeats what ``Exec`` holds
+EXEC_PARTS = {"stdin", "stdout", "user", "deadline"}
+
+
+def test_H7_what_to_run_is_one_Exec_value_no_transport_or_proxy_repeats_its_signature() -> None:
+    """Only ScriptedSandbox.run (the tests' convenience) spells the exec's parts as
+    parameters: the transports, the pump and the proxies take one ``Exec``."""
+    src = Path(adapters_pkg.__file__).parent.parent  # the installed package's root
+    spelled = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                params = {a.arg for a in node.args.args + node.args.kwonlyargs}
+                if params >= EXEC_PARTS:
+                    spelled.append(f"{path.relative_to(src)}:{node.name}")
+    assert spelled == ["adapters/scripted.py:run"], spelled
+
+
+class Recording(ScriptedSandbox):
+    """A sandbox whose transport records each Exec (and fails the first when told)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.seen: list[Exec] = []
+        self.fail = fail
+        self.list_bytes = 7
+
+    def execute(self, exec_: Exec) -> ExecResult:
+        self.seen.append(exec_)
+        if self.fail and len(self.seen) == 1:
+            raise StreamBroken("cut")
+        return ExecResult(0)
+
+
+def test_H7_a_proxy_forwards_the_Exec_whole_and_overrides_only_what_it_changes() -> None:
+    """The hostile kit over a forwarding base: the call's Exec reaches the transport with
+    its streams, user, deadline and token; only the source is shadowed, never the reaper's."""
+    from scratchbank.testing.hostile import HostileSandbox
+
+    inner = Recording(fail=True)
+    inner.facts = None  # type: ignore[assignment]
+    hostile = HostileSandbox(inner, "tar() { :; }")
+    assert isinstance(hostile, ForwardingSandbox) and hostile.list_bytes == 7
+    sink, deadline = Bounded(10, "t"), Deadline.after(HUNG)
+    with pytest.raises(StreamBroken):
+        hostile.call(Exec("echo", ["a"], stdout=sink, user="u", deadline=deadline))
+    call, reaper = inner.seen
+    assert call.source == "tar() { :; }\necho" and call.args == ("a",)
+    assert (call.stdout, call.user, call.deadline) == (sink, "u", deadline) and call.token
+    assert reaper.source == REAP and reaper.args == (call.token,) and reaper.user == "u"

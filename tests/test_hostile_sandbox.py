@@ -21,7 +21,7 @@ from test_escape_sandbox import fingerprint, restore
 from test_sandboxes import frozen
 from waiting import eventually
 
-from scratchbank.adapters.scripted import QUIESCE, FramedStream
+from scratchbank.adapters.scripted import QUIESCE, Exec, FramedStream
 from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
 from scratchbank.testing.hostile import HostileSandbox, check_hostile_sandbox, flood, shadow
@@ -84,7 +84,7 @@ def test_H2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Ri
     box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
     nul = flood(3 << 20, stream=2, byte="\\000\\033")
     hostile = HostileSandbox(box.sandbox, f"tar() {{ {nul}; return 2; }}")
-    done = hostile.call("tar", [])
+    done = hostile.call(Exec("tar"))
     assert len(done.stderr) <= 64 << 10
     with pytest.raises(ArchiveFailed) as caught:
         hostile.archive(io.BytesIO(), compress=False, verify=False)
@@ -190,7 +190,7 @@ def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box:
         "sleep 1000"
     )
     with pytest.raises((StreamBroken, ExecFailed)):
-        box.sandbox.call(source, [], deadline=Deadline.after(3))
+        box.sandbox.call(Exec(source, deadline=Deadline.after(3)))
     eventually(lambda: frozen(box, held), timeout=30, what="the detached writer ends with the cut")
     eventually(lambda: frozen(box, grouped), timeout=30, what="the grouped writer ends with the cut")
 

@@ -17,7 +17,7 @@ from hostile import end, gz
 from rigs import Rig, rig
 from test_escape_sandbox import SEED, files, fingerprint, reason, restore
 
-from scratchbank.adapters.scripted import ScriptedSandbox
+from scratchbank.adapters.scripted import Exec, ExecResult, ScriptedSandbox
 from scratchbank.application.ports import Decide, RestoresInOneExec, StagedRestore
 from scratchbank.domain.errors import StreamBroken
 
@@ -38,13 +38,13 @@ class Counted:
     execs: list[str] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
-        run = self.inner.run
+        execute = self.inner.execute
 
-        def counted(source: str, args: Any, **kwargs: Any) -> Any:
-            self.execs.append(args[0] if args else "?")
-            return run(source, args, **kwargs)
+        def counted(exec_: Exec) -> ExecResult:
+            self.execs.append(exec_.args[0] if exec_.args else "?")
+            return execute(exec_)
 
-        self.inner.run = counted  # type: ignore[method-assign]
+        self.inner.execute = counted  # type: ignore[method-assign]
 
 
 @attrs.define

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.resume import resume
+from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import SCRATCH_NOT_PORTABLE, Consents, ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.checkpoints import Checkpoint, Position, compare
-from scratchbank.domain.errors import InvalidCheckpoint, TimelineUnreadable
+from scratchbank.domain.errors import ConfigInvalid, InvalidCheckpoint, TimelineUnreadable
 from scratchbank.domain.records import Record, RunRewound, ScratchBanked, ScratchRestored
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
-from scratchbank.testing.builders import banked, empty, node, restored, resumed, started
+from scratchbank.testing.builders import banked, empty, node, restored, resumed, rewound, started
 from scratchbank.testing.clocks import ManualClock
 
 C1 = Checkpoint(("start", "c1"))
@@ -509,3 +512,202 @@ def test_K_the_mcp_resume_tool_takes_the_checkpoint_and_K7_has_a_consent_name() 
     assert timeline.read("run-1") == before  # the refusal wrote nothing
     swept = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C1, retain=1))
     assert (consent_name(swept) or "").startswith("checkpoint_bank_swept/K7/")
+
+
+# K9: without stamps, a rewind's replay read from the timeline (issue 21 item 2b, N2)
+
+
+def loop(pass_: int, name: str = "loop") -> Record:
+    return attrs.evolve(node(name, on_cycle=True), pass_=pass_)
+
+
+def rewind_replaying(**replayed: list[int]) -> RunRewound:
+    nodes = tuple(replayed)
+    return RunRewound(dropped_nodes=nodes, on_cycle=nodes, replayed=replayed)
+
+
+def test_N2_K9_a_rewind_replaying_every_loop_pass_after_the_bank_restores_without_stamps() -> None:
+    """Loop pass 2 wrote after the bank; the rewind replays pass 2: restored, K9, not refused by shape."""
+    shape = [started(), loop(1), banked(), loop(2), rewound("loop", on_cycle=("loop",)), resumed()]
+    assert decide_resume(fold(shape), ResumeRequest()).rule == "R2"  # v1 rewind: refused by shape
+    timeline = [started(), loop(1), banked(), loop(2), rewind_replaying(loop=[2]), resumed()]
+    decision = decide_resume(fold(timeline), ResumeRequest())
+    assert decision.verdict is Verdict.RESTORE and decision.rule == "K9" and not decision.stale
+    assert "#5 run_rewound" in decision.explanation
+
+
+def test_K9_a_kept_loop_pass_that_wrote_after_the_bank_is_refused_naming_the_pass() -> None:
+    """Passes 2 and 3 wrote after the bank; the rewind replays 3 only: refused K9, naming pass 2."""
+    timeline = [started(), loop(1), banked(), loop(2), loop(3), rewind_replaying(loop=[3]), resumed()]
+    decision = decide_resume(fold(timeline), ResumeRequest())
+    assert decision.refused and decision.code == SCRATCH_NOT_PORTABLE and decision.rule == "K9"
+    assert "loop pass 2" in decision.explanation and "#6 run_rewound" in decision.explanation
+    assert [str(e) for e in decision.evidence] == [
+        "#3 sandbox_scratch_banked",
+        "#4 node_finished",
+        "#6 run_rewound",
+    ]
+    accepted = decide_resume(fold(timeline), ResumeRequest(consents=ACCEPT))
+    assert accepted.verdict is Verdict.RESTORE and accepted.rule == "R7" and accepted.stale
+
+
+def test_K9_an_in_flight_branch_the_rewind_lets_finish_still_counts() -> None:
+    """A fan-out's branch (pass 1) wrote after the bank and the rewind does not replay it: refused."""
+    each = [loop(1, "each"), loop(2, "each")]
+    timeline = [started(), banked(), *each, rewind_replaying(each=[2]), resumed()]
+    decision = decide_resume(fold(timeline), ResumeRequest())
+    assert decision.refused and decision.rule == "K9" and "each pass 1" in decision.explanation
+    replayed = [started(), banked(), *each, rewind_replaying(each=[1, 2]), resumed()]
+    assert decide_resume(fold(replayed), ResumeRequest()).rule == "K9"
+    assert decide_resume(fold(replayed), ResumeRequest()).verdict is Verdict.RESTORE
+
+
+def test_K9_a_finish_without_a_pass_or_a_node_without_passes_is_read_as_R6_says() -> None:
+    """No pass on the finish, or none named for its node: the rewind cannot take it back by pass."""
+    no_pass = [started(), banked(), node("loop", on_cycle=True), rewind_replaying(loop=[1]), resumed()]
+    assert decide_resume(fold(no_pass), ResumeRequest()).rule == "R2"
+    other = RunRewound(dropped_nodes=("loop", "x"), on_cycle=("loop", "x"), replayed={"x": [1]})
+    unnamed = [started(), banked(), loop(1), other, resumed()]
+    assert decide_resume(fold(unnamed), ResumeRequest()).rule == "R2"
+    not_dropped = [started(), banked(), loop(1), loop(1, "y"), rewind_replaying(loop=[1]), resumed()]
+    assert decide_resume(fold(not_dropped), ResumeRequest()).rule == "R2"  # y was not dropped
+
+
+def test_K9_a_stamped_bank_is_still_decided_by_its_stamp() -> None:
+    """Both stamps present: K1-K4 decide; the passes' reading only replaces R6's guess."""
+    timeline = [started(), loop(1), stamped(C1), loop(2), rewind_replaying(loop=[2]), resumed()]
+    assert decide_resume(fold(timeline), ResumeRequest(checkpoint=C2)).rule == "K1"
+
+
+def test_A6_K9_passes_on_the_wire_round_trip_and_old_versions_read_without_them() -> None:
+    """v2 finishes and rewinds carry passes; v1 reads through identity upcasters; bad passes are unreadable."""
+    rewind = rewind_replaying(loop=[3, 2])
+    wire = encode(rewind)
+    assert wire["v"] == 2 and wire["_replayed_passes"] == {"loop": [2, 3]}
+    assert decode(wire) == rewind and decode(encode(loop(2))) == loop(2)
+    assert encode(loop(2))["_pass"] == 2
+    old = decode({"type": "run_rewound", "v": 1, "dropped_nodes": ["loop"]})
+    assert isinstance(old, RunRewound) and old.replayed is None
+    assert decode({"type": "node_finished", "v": 1, "node": "a", "succeeded": True}) == attrs.evolve(
+        node("a", kind=None, on_cycle=None)
+    )
+    finish = {"type": "node_finished", "v": 2, "node": "a", "succeeded": True}
+    rewound_ = {"type": "run_rewound", "v": 2, "dropped_nodes": ["loop"]}
+    for bad in (
+        {**finish, "_pass": 0},
+        {**finish, "_pass": "2"},
+        {**finish, "_pass": True},
+        {**rewound_, "_replayed_passes": ["loop"]},
+        {**rewound_, "_replayed_passes": {"loop": []}},
+        {**rewound_, "_replayed_passes": {"loop": [0]}},
+        {**rewound_, "_replayed_passes": {"loop": ["1"]}},
+        {**rewound_, "_replayed_passes": {"loop": [True]}},
+        {**rewound_, "_replayed_passes": {"other": [1]}},
+        {**finish, "v": 3},
+    ):
+        with pytest.raises(TimelineUnreadable):
+            decode(bad)
+
+
+def test_K9_the_snapshot_keeps_passes_the_kept_by_rewind_and_the_replay() -> None:
+    """A snapshot of a K9 state decides as the fold does; a v4 snapshot is not trusted."""
+    kept = [started(), loop(1), banked(), loop(2), loop(3), rewind_replaying(loop=[3])]
+    replayed = [started(), loop(1), banked(), loop(2), rewind_replaying(loop=[2])]
+    for timeline in (kept, replayed):
+        state = fold(timeline)
+        assert state_from_data(state_to_data(state)) == state
+    assert state_from_data({**state_to_data(fold(kept)), "v": 4}) is None
+
+
+# K8: the retention setting the surfaces and the runner share (SCRATCHBANK_RETAIN)
+
+URLS = {
+    "SCRATCHBANK_TIMELINE": "sqlite:///tmp/sb-unused/timeline.db",
+    "SCRATCHBANK_BANK": "file:///tmp/sb-unused",
+}
+
+
+@pytest.mark.parametrize("value", ["0", "65", "five", "-1", "1.5", "\u0663", "5 checkpoints"])
+def test_P10_K8_a_bad_retention_setting_is_named(value: str) -> None:
+    """SCRATCHBANK_RETAIN outside 1-64, or not a whole number: ConfigInvalid naming it and its range."""
+    from scratchbank.adapters.config import settings_from
+
+    with pytest.raises(ConfigInvalid, match=r"SCRATCHBANK_RETAIN=.*from 1 to 64") as caught:
+        settings_from({**URLS, "SCRATCHBANK_RETAIN": value})
+    assert "SCRATCHBANK_RETAIN" in caught.value.remedy
+
+
+def test_K8_the_retention_setting_is_read_from_the_environment_surfaces_and_runner_share(
+    tmp_path: Path,
+) -> None:
+    """Unset or empty: 5; 1 and 64 read; the runner's settings are the surfaces' own."""
+    from scratchbank.adapters.config import settings_from
+    from scratchbank.adapters.runner_settings import VARIABLES
+
+    assert settings_from(URLS).retain == 5 and settings_from({**URLS, "SCRATCHBANK_RETAIN": ""}).retain == 5
+    assert [settings_from({**URLS, "SCRATCHBANK_RETAIN": v}).retain for v in ("1", " 64 ")] == [1, 64]
+    assert "SCRATCHBANK_RETAIN" in VARIABLES
+
+
+def kept_flags(service: ScratchService) -> list[bool]:
+    from scratchbank.adapters.present import status_data, status_text
+
+    banks = status_data(service.status("run-1"))["state"]["checkpoint_banks"]
+    swept = [line for line in status_text(service.status("run-1")) if "past retention" in line]
+    assert len(swept) == [b["kept"] for b in banks].count(False)
+    return [b["kept"] for b in banks]
+
+
+def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path: Path) -> None:
+    """bootstrap hands the setting to the service: retain 1 sweeps c1's bank (K7) where 5 keeps it (K6)."""
+    from scratchbank.adapters.bootstrap import bootstrap
+    from scratchbank.adapters.config import home_settings
+
+    with bootstrap(attrs.evolve(home_settings(tmp_path), retain=1), create=True) as service:
+        assert service.retain == 1
+        service.timeline.append("run-1", checkpoints_run())
+        before = service.timeline.read("run-1")
+        swept = service.assess("run-1", ResumeRequest(checkpoint=C1)).decision
+        assert swept.refused and swept.rule == "K7" and swept.code == "CHECKPOINT_BANK_SWEPT"
+        assert service.timeline.read("run-1") == before
+        assert kept_flags(service) == [False, True]  # status lists c1's bank as past retention
+    with bootstrap(home_settings(tmp_path)) as service:
+        assert service.retain == 5
+        assert service.assess("run-1", ResumeRequest(checkpoint=C1)).decision.rule == "K6"
+        assert kept_flags(service) == [True, True]
+    with pytest.raises(InvalidCheckpoint):
+        ScratchService(InMemoryTimeline(), InMemoryBankStore(), retain=0)
+
+
+def test_K8_K7_the_runner_decides_with_its_own_retention_setting(tmp_path: Path) -> None:
+    """The runner prunes with SCRATCHBANK_RETAIN, so its gate reads the same: retain 1 refuses K7."""
+    from runner_rigs import RecordingInbound, make_rig
+
+    from scratchbank.application.ports import ResumeDelivery
+    from scratchbank.application.runner import Handled, RunnerSettings
+
+    timeline = InMemoryTimeline()
+    timeline.append("run-1", checkpoints_run()[:-1])
+    rig = make_rig(tmp_path, timeline)
+    queued = ScratchService(timeline, InMemoryBankStore(), clock=ManualClock(), queue=rig.queue).queue_resume(
+        "run-1", ResumeRequest(checkpoint=C1), attempt="a1"
+    )
+    assert queued.attempt == "a1"  # the surface (retain 5) judged K6 and published
+    runner = attrs.evolve(rig.runner(), settings=RunnerSettings("runner-a", retain=1))
+    handling = runner.handle(RecordingInbound(ResumeDelivery("run-1", "a1", Consents(), checkpoint=C1)))
+    assert handling.handled is Handled.REFUSED
+    assert handling.decision is not None and handling.decision.rule == "K7"
+
+
+def test_P10_K8_the_cli_names_a_bad_retention_setting_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scratchbank status` with SCRATCHBANK_RETAIN=65: exit 2, CONFIG_INVALID naming it; nothing opened."""
+    from scratchbank.adapters.cli import main
+
+    monkeypatch.setenv("SCRATCHBANK_HOME", str(tmp_path))
+    monkeypatch.setenv("SCRATCHBANK_RETAIN", "65")
+    assert main(["status", "run-1"]) == 2
+    err = capsys.readouterr().err
+    assert "CONFIG_INVALID" in err and "SCRATCHBANK_RETAIN" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no timeline was created

@@ -23,7 +23,7 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
 from scratchbank.adapters.sandbox_provider import OWNER, LocalSandboxProvider
-from scratchbank.adapters.scripted import BANK
+from scratchbank.adapters.scripted import BANK, Exec, ExecResult
 from scratchbank.adapters.watchdog import Watchdog
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.lease_keeper import LeaseKeeper
@@ -174,12 +174,13 @@ class StuckArchive(LocalSandbox):
         super().__init__(root)
         self.continues = 0
 
-    def run(self, source, args, **kw):  # type: ignore[no-untyped-def]
+    def execute(self, exec_: Exec) -> ExecResult:
+        source = exec_.source
         if source == BANK:  # quiesced for real; the marker is written where tar would start
             tar = 'archive_scratch "$1" "$2" "$verify"'
             source = source.replace(tar, f"touch {self.root}/archiving; exec sleep 1000\n{tar}")
             assert source != BANK
-        return super().run(source, args, **kw)
+        return super().execute(attrs.evolve(exec_, source=source))
 
     def wait_archiving(self, bound: float = 30.0) -> bool:
         try:

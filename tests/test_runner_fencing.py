@@ -182,3 +182,45 @@ def test_fence_records_round_trip_on_the_wire() -> None:
         ResumeRefused(code="SCRATCH_NOT_PORTABLE", rule="R2", hint="relaunch", attempt="a3"),
     ):
         assert decode(encode(rec)) == rec
+
+
+#: every call of the BankStore port
+STORE_CALLS = {"put", "fetch", "delete", "sweep", "stat", "objects"}
+
+
+def test_fence_a_stale_store_write_is_refused_by_a_proxy_that_overrides_only_its_hook(tmp_path: Path) -> None:
+    """The fenced store (and the test rig's held store) forward every BankStore call over
+    ForwardingBankStore and override only ``before``: a stale holder's put, delete and
+    sweep are refused Fenced with the store unchanged; reads pass."""
+    import hashlib
+    import io
+
+    from held_runner import HeldBankStore
+
+    from scratchbank.adapters.memory import InMemoryBankStore
+    from scratchbank.application.fencing import FencedBankStore
+    from scratchbank.application.ports import ForwardingBankStore
+
+    for proxy in (FencedBankStore, HeldBankStore):
+        assert issubclass(proxy, ForwardingBankStore)
+        assert not STORE_CALLS & set(vars(proxy)), proxy  # no call spelled again
+    timeline, inner = InMemoryTimeline(), InMemoryBankStore()
+    run = _run(timeline)
+    stale = FencedTimeline(timeline, run, Token("runner-a", 1))
+    stale.announce()
+    archive = tmp_path / "bank.tgz"
+    archive.write_bytes(b"bank")
+    digest = hashlib.sha256(b"bank").hexdigest()
+    name = FencedBankStore(inner, stale).put(run, archive, sha256=digest)
+    FencedTimeline(timeline, run, Token("runner-b", 2)).announce()
+    before = (inner.objects(run), inner.stat(run, name))
+    store = FencedBankStore(inner, stale)
+    for write in (
+        lambda: store.put(run, archive, sha256=digest),
+        lambda: store.delete(run, name),
+        lambda: store.sweep(run),
+    ):
+        with pytest.raises(Fenced):
+            write()
+    assert (inner.objects(run), inner.stat(run, name)) == before
+    assert store.fetch(run, io.BytesIO(), max_bytes=1 << 20, name=name).bytes == 4

@@ -21,6 +21,8 @@ from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.scripted import (
     BANK,
     QUIESCE,
+    Exec,
+    ExecResult,
     QuiesceHead,
     ScriptedSandbox,
     bank_status,
@@ -40,16 +42,16 @@ def counted(name: str) -> Iterator[tuple[Rig, list[str]]]:
     quiesce stops (a sleeping process)."""
     with rig(name) as r:
         execs: list[str] = []
-        real = r.sandbox.run
+        real = r.sandbox.execute
 
-        def run(source: str, args: Any, **kw: Any) -> Any:
-            execs.append(source)
-            return real(source, args, **kw)
+        def execute(exec_: Exec) -> ExecResult:
+            execs.append(exec_.source)
+            return real(exec_)
 
         r.sh(f"mkdir -p {r.scratch}/src && echo 'int main(){{}}' > {r.scratch}/src/main.c")
         r.spawn("sleep 1000")
         r.sh("while ! grep -qs '^sleep$' /proc/[0-9]*/comm; do sleep 0.05; done")
-        r.sandbox.run = run  # type: ignore[method-assign]
+        r.sandbox.execute = execute  # type: ignore[method-assign]
         yield r, execs
 
 

@@ -48,7 +48,7 @@ def test_round_trip_keeps_every_field() -> None:
 def test_metadata_fields_use_the_adrs_underscored_names() -> None:
     wire = encode(node("a", in_sandbox=True, on_cycle=False))
     assert wire["_in_sandbox"] is True and wire["_on_cycle"] is False
-    assert wire["type"] == "node_finished" and wire["v"] == 1
+    assert wire["type"] == "node_finished" and wire["v"] == 2
 
 
 def test_unknown_record_types_are_kept_not_dropped() -> None:
@@ -78,7 +78,7 @@ def test_unknown_record_types_are_kept_not_dropped() -> None:
         ),
         ({"type": "run_rewound", "dropped_nodes": "a"}, "list of strings"),
         ({"type": "run_status_changed", "status": "sleeping"}, "run status"),
-        ({"type": "node_finished", "v": 2, "node": "a", "succeeded": True}, "newer"),
+        ({"type": "node_finished", "v": 3, "node": "a", "succeeded": True}, "newer"),
         ({"type": "node_finished", "v": 0, "node": "a", "succeeded": True}, "positive"),
         ({"type": "run_started", "at": "yesterday"}, "ISO 8601"),
         ({"node": "a"}, "string 'type'"),

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import attrs
 
-from scratchbank.adapters.scripted import ExecResult, ScriptedSandbox
-from scratchbank.application.cancellation import Deadline
-from scratchbank.application.ports import ByteSink
+from scratchbank.adapters.scripted import Exec, ExecResult, ForwardingSandbox, ScriptedSandbox
 from scratchbank.domain.errors import OutputOverBound, ScratchbankError
 
 
@@ -52,46 +50,17 @@ def replace(command: str, body: str) -> str:
     return f"{command}() {{ {body}; }}"
 
 
-class HostileSandbox(ScriptedSandbox):
+class HostileSandbox(ForwardingSandbox):
     """``inner`` with its scripts' commands shadowed by ``shadows`` (shell functions)."""
 
     def __init__(self, inner: ScriptedSandbox, *shadows: str) -> None:
-        self.inner = inner
-        self.facts = inner.facts
-        self.admin_user = inner.admin_user
+        super().__init__(inner)
         self.preamble = "\n".join(shadows) + "\n"
-        for name in ("list_bytes", "quiet_bytes", "report_bytes"):
-            setattr(self, name, getattr(inner, name))
 
-    def run(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-        token: str | None = None,
-    ) -> ExecResult:
-        return self.inner.run(
-            source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline, token=token
-        )
-
-    def call(
-        self,
-        source: str,
-        args: Sequence[str],
-        *,
-        stdin: BinaryIO | None = None,
-        stdout: ByteSink | None = None,
-        user: str | None = None,
-        deadline: Deadline | None = None,
-    ) -> ExecResult:
-        """Every script call, with the hostile commands defined ahead of the script."""
-        return super().call(
-            self.preamble + source, args, stdin=stdin, stdout=stdout, user=user, deadline=deadline
-        )
+    def call(self, exec_: Exec) -> ExecResult:
+        """Every script call, with the hostile commands defined ahead of the script (the
+        reaper of a cut call runs unshadowed)."""
+        return super().call(attrs.evolve(exec_, source=self.preamble + exec_.source))
 
 
 @attrs.frozen

@@ -98,29 +98,11 @@ adoptions = st.builds(SandboxShared, scratch_container_local=maybe_bool, parent_
 forsakes = st.builds(ScratchForsaken, forced=st.booleans(), accepted=st.booleans())
 unknown_types = st.builds(UnknownRecord, type=st.sampled_from(["llm_usage", "artifact_uploaded", "log"]))
 
-records: st.SearchStrategy[Record] = st.one_of(
-    node_finishes,
-    node_finishes,
-    teardowns,
-    teardowns,
-    restores,
-    rewinds,
-    executions,
-    adoptions,
-    forsakes,
-    unknown_types,
-)
+#: what any run's own timeline holds (node finishes and teardowns weighted twice)
+_OWN = (node_finishes, node_finishes, teardowns, teardowns, restores, rewinds, executions)
+records: st.SearchStrategy[Record] = st.one_of(*_OWN, adoptions, forsakes, unknown_types)
 #: Timelines that never mention a child adoption: the run's own scratch only.
-own_records: st.SearchStrategy[Record] = st.one_of(
-    node_finishes,
-    node_finishes,
-    teardowns,
-    teardowns,
-    restores,
-    rewinds,
-    executions,
-    unknown_types,
-)
+own_records: st.SearchStrategy[Record] = st.one_of(*_OWN, unknown_types)
 timelines = st.lists(records, max_size=40)
 own_timelines = st.lists(own_records, max_size=40)
 
