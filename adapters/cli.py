@@ -333,7 +333,8 @@ def runner_command(args: argparse.Namespace) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     config.require_extra("fastapi")
     config.require_extra("uvicorn")
-    from .http_api import api_settings, serve
+    from .http_api_server import serve
+    from .http_api_settings import api_settings
 
     port = config.parse_port(args.port)
     api = api_settings(host=args.host, port=port, token_file=args.token_file, sandboxes=args.allow_sandbox)
@@ -344,7 +345,7 @@ def serve_command(args: argparse.Namespace) -> int:
 def mcp_command(args: argparse.Namespace) -> int:
     config.require_extra("mcp")
     config.require_extra("fastapi", "mcp")
-    from .http_api import api_settings
+    from .http_api_settings import api_settings
     from .mcp_server import serve_http, serve_stdio
 
     port = config.parse_port(args.port)

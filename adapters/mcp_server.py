@@ -19,7 +19,8 @@ forsakes nothing. A client that did not declare it is never asked. A refusal, an
 named error, comes back as a tool error (``is_error``) whose text is ``CODE: {json}``: code,
 kind (the error table's MCP column), rule and its words, causes, hint and remedy in this surface's words.
 
-Over HTTP the endpoint (``/mcp``) sits behind the HTTP API's guards: the bearer token on
+Over HTTP (streamable HTTP answering in SSE, so that the server can ask the human during a
+call, as over stdio) the endpoint (``/mcp``) sits behind the HTTP API's guards: the bearer token on
 every call, the Host and Origin checks, the body limit; a ``sandbox`` must match the server's
 allow-list (``--allow-sandbox`` / ``SCRATCHBANK_API_SANDBOXES``) on either transport.
 """
@@ -29,7 +30,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -57,7 +59,10 @@ from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.wire import encode
 
 from . import error_table
-from .http_api import ApiSettings, ASGIApp, Guard, Receive, Scope, Send, _sandbox, _send_error, listen
+from .http_api import allowed_sandbox
+from .http_api_guard import ASGIApp, Guard, Receive, Scope, Send, send_error
+from .http_api_server import listen
+from .http_api_settings import ApiSettings
 from .present import (
     cut,
     decision_data,
@@ -228,13 +233,41 @@ def consent_question(refusal: ResumeDecision, name: str) -> str:
     )
 
 
-async def ask_the_human(ctx: Context[Any, Any], refusal: ResumeDecision, consent: Consent) -> str:
+#: How long a resume waits for the human's answer (SCRATCHBANK_MCP_ASK_SECONDS): past it, the
+#: resume is refused as for a decline, and nothing is forsaken.
+ASK_SECONDS = 300.0
+
+
+def ask_seconds(env: Mapping[str, str]) -> float:
+    """The deadline of the question to the human, from the environment (a named error if bad)."""
+    given = env.get("SCRATCHBANK_MCP_ASK_SECONDS")
+    if not given:
+        return ASK_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 86_400:
+        raise errors.ConfigInvalid(
+            f"SCRATCHBANK_MCP_ASK_SECONDS is {cut(given, 40)!r}: give seconds, more than 0, at most 86400"
+        )
+    return seconds
+
+
+async def ask_the_human(
+    ctx: Context[Any, Any], refusal: ResumeDecision, consent: Consent, seconds: float = ASK_SECONDS
+) -> str:
     """Elicit the human's consent to this scratch refusal: their acceptance is the refusal's
-    name; a decline, a cancel, another answer or a client that cannot ask forsakes nothing."""
+    name; a decline, a cancel, another answer, no answer within ``seconds`` or a client that
+    cannot ask forsakes nothing."""
     name = consent_name(refusal)
     assert name is not None
     try:
-        answer = await ctx.elicit(consent_question(refusal, name), consent_form(name))
+        with anyio.fail_after(seconds):
+            answer = await ctx.elicit(consent_question(refusal, name), consent_form(name))
+    except TimeoutError:
+        why = f"the human did not answer within {seconds:g} s: nothing forsaken"
+        raise refusal_error(refusal, why) from None
     except (MCPError, ValueError) as error:  # no back channel, or an answer not of the form
         why = f"the human could not be asked ({cut(str(error), 200)}): nothing forsaken"
         raise refusal_error(refusal, why) from None
@@ -248,6 +281,7 @@ async def ask_the_human(ctx: Context[Any, Any], refusal: ResumeDecision, consent
 
 def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
     """The MCP server over ``service``; ``api`` gives the sandbox allow-list and scratch path."""
+    asking = ask_seconds(os.environ)
     server: MCPServer[Any] = MCPServer(
         name="scratchbank",
         instructions=(
@@ -309,7 +343,7 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         def first() -> tuple[ResumeDecision, Consent]:
             check_run_id(run)
             if service.queue is None:
-                _sandbox(api, sandbox)  # the allow-list first: nothing is asked for a refused sandbox
+                allowed_sandbox(api, sandbox)  # the allow-list first: nothing is asked for a refused sandbox
             at = None if checkpoint is None else checkpoint_of(checkpoint)
             bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
@@ -319,10 +353,10 @@ def build_server(service: ScratchService, api: ApiSettings) -> MCPServer[Any]:
         given = accept_scratch_loss
         if not consent.named and consent_name(refusal) is not None and _can_elicit(ctx):
             assert ctx is not None
-            given = await ask_the_human(ctx, refusal, consent)
+            given = await ask_the_human(ctx, refusal, consent, asking)
 
         def call() -> dict[str, Any]:
-            where = None if service.queue is not None else _sandbox(api, sandbox)
+            where = None if service.queue is not None else allowed_sandbox(api, sandbox)
             at = None if checkpoint is None else checkpoint_of(checkpoint)
             bare = service.status(run, ResumeRequest(consents=Consents(force=force), checkpoint=at))
             refusal = would_do(bare) or bare.assessment.decision
@@ -394,7 +428,7 @@ class BearerGuard:
         given = headers.get("authorization", "")
         expected = f"Bearer {self.token}"
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            return await _send_error(
+            return await send_error(
                 send, errors.NotAuthorized("the MCP endpoint needs the server's bearer token")
             )
         return await self.app(scope, receive, send)
@@ -411,8 +445,11 @@ def http_app(service: ScratchService, api: ApiSettings) -> Any:
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
+    # SSE responses, not json_response: a JSON body carries only the answer, so the server
+    # would have no channel to ask the human during a resume (elicitation), and a refusal a
+    # named consent accepts would only come back refused
     app = build_server(service, api).streamable_http_app(
-        streamable_http_path="/mcp", transport_security=security, host=api.bind, json_response=True
+        streamable_http_path="/mcp", transport_security=security, host=api.bind, json_response=False
     )
     return Guard(BearerGuard(app, api.token), api)
 

@@ -9,6 +9,7 @@ it applies to: local, Docker and Podman on BusyBox and GNU, the Kubernetes doubl
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,6 +155,48 @@ def test_H5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
     report = box.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
     box.sandbox.continue_processes()
     assert report.quiesced, report
+
+
+def _pid1_idle(counters: str) -> tuple[int, list[str], str]:
+    """quiesce.sh's pid1_idle under a shell whose clock, sleep and /proc reads are stubbed: the
+    clock moves 0.05 s per read, PID 1's counters read ``counters`` (a ``$n`` is the read's
+    number), its tasks sleep. (exit code, the sleeps asked for, the report)."""
+    stubs = f"""
+t=1000 n=0
+uptime_cs() {{ t=$((t + 5)); up_cs=$t; }}
+pid1_writes() {{ n=$((n + 1)); p1_io="{counters}"; }}
+read_status() {{ st_state=S st_name=init; }}
+exec 3>&2
+sleep() {{ echo "sleep $1" >&3; }}
+pid1_writes; p1_before=$p1_io; p1_since=$t
+round=0 reasons="" q_out=""
+pid1_idle; rc=$?
+printf '%s' "$q_out"
+exit $rc
+"""
+    done = subprocess.run(
+        ["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    sleeps = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("sleep ")]
+    return done.returncode, sleeps, done.stdout
+
+
+def test_H5_an_idle_pid_1_is_proven_over_its_window_not_a_fixed_wait() -> None:
+    """PID 1 unmoved: proven idle once 0.2 s have passed since its first read (the stop rounds
+    count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown."""
+    rc, sleeps, report = _pid1_idle("wchar: 7 syscw: 1 ")
+    assert rc == 0, report
+    assert sleeps == ["0.05"] * 3, sleeps  # reads at +0.05 .. +0.2 s: three short waits
+
+
+def test_H5_a_pid_1_that_writes_within_the_window_is_not_idle_at_once() -> None:
+    """PID 1's counters moved by the next read: not proven idle, said at once (no wait)."""
+    rc, sleeps, report = _pid1_idle("wchar: $n syscw: $n ")
+    assert rc == 1 and "wrote during the quiesce" in report, report
+    assert sleeps == [], sleeps
 
 
 # -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------

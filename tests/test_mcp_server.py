@@ -26,7 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from operator_rigs import EXE, RUN, TOKEN, parked_run, tree_digest
 
-from scratchbank.adapters.mcp_server import consent_name, judge_consent
+from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_consent
+from scratchbank.domain import errors
 from scratchbank.domain.fold import fold
 from scratchbank.domain.resume_gate import ResumeRequest, decide_resume
 from scratchbank.testing.builders import banked, node, started, unbanked
@@ -143,12 +144,14 @@ def test_A19_over_stdio_only_the_consent_naming_the_refusal_forsakes_the_scratch
 
 
 @asynccontextmanager
-async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
+async def http_session(
+    url: str, token: str, human: Callable[..., Awaitable[types.ElicitResult]] | None = None
+) -> AsyncIterator[ClientSession]:
     client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     async with (
         client,
         streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write) as session,
+        ClientSession(read, write, elicitation_callback=human) as session,
     ):
         await session.initialize()
         yield session
@@ -224,6 +227,43 @@ def test_A19_the_consent_name_is_the_refusals_own() -> None:
     assert not judge_consent(r2, consent_name(r1), force=False).consents.accept_scratch_loss
 
 
+class Human:
+    """A client's human answering the consent form: decline, cancel, then accept (its one choice)."""
+
+    def __init__(self) -> None:
+        self.answers = ["decline", "cancel", "accept"]
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, context: ClientRequestContext, request: Any) -> types.ElicitResult:
+        self.asked.append((request.message, request.requested_schema))
+        action = self.answers.pop(0)
+        if action != "accept":
+            return types.ElicitResult(action=action)
+        choice = request.requested_schema["properties"]["accept_scratch_loss"]["enum"][0]
+        return types.ElicitResult(action="accept", content={"accept_scratch_loss": choice})
+
+
+async def elicitation_story(session: ClientSession, human: Human, home: Path, target: Path) -> None:
+    """A decline and a cancel forsake nothing (the home's checksum holds); the acceptance, the
+    refusal's own name, lets the run go on."""
+    name = _data(await session.call_tool("status", {"run": RUN}))["consent_name"]
+    before = tree_digest(home)
+    resume = {"run": RUN, "sandbox": f"local:{target}"}
+    for answer in ("decline", "cancel"):
+        code, refused = _payload(await session.call_tool("resume", resume))
+        assert code == "SCRATCH_NOT_PORTABLE" and answer in refused["consent"], refused
+        assert tree_digest(home) == before, f"a {answer} forsook the scratch"
+    assert not (target / "scratch").exists()
+    done = _data(await session.call_tool("resume", resume))
+    assert done["proceeds"] is True and done["consent_counted"] is True
+    assert (target / "scratch" / "a.txt").read_bytes() == b"kept"
+    assert tree_digest(home) != before
+    assert len(human.asked) == 3
+    message, schema = human.asked[0]
+    assert "R2" in message and name in message
+    assert schema["properties"]["accept_scratch_loss"]["enum"] == [name]
+
+
 def test_A19_over_stdio_the_human_asked_by_elicitation_gives_the_named_consent(
     rig: tuple[Path, Path],
 ) -> None:
@@ -232,16 +272,7 @@ def test_A19_over_stdio_the_human_asked_by_elicitation_gives_the_named_consent(
     is the refusal's own name, lets the run go on."""
     home, target = rig
     params = StdioServerParameters(command=str(EXE), args=["mcp"], env=_env(home, target))
-    answers = ["decline", "cancel", "accept"]
-    asked: list[tuple[str, dict[str, Any]]] = []
-
-    async def human(context: ClientRequestContext, request: Any) -> types.ElicitResult:
-        asked.append((request.message, request.requested_schema))
-        action = answers.pop(0)
-        if action != "accept":
-            return types.ElicitResult(action=action)
-        choice = request.requested_schema["properties"]["accept_scratch_loss"]["enum"][0]
-        return types.ElicitResult(action="accept", content={"accept_scratch_loss": choice})
+    human = Human()
 
     async def main() -> None:
         with anyio.fail_after(120):
@@ -250,22 +281,68 @@ def test_A19_over_stdio_the_human_asked_by_elicitation_gives_the_named_consent(
                 ClientSession(read, write, elicitation_callback=human) as session,
             ):
                 await session.initialize()
-                name = _data(await session.call_tool("status", {"run": RUN}))["consent_name"]
-                before = tree_digest(home)
-                resume = {"run": RUN, "sandbox": f"local:{target}"}
-                for answer in ("decline", "cancel"):
-                    code, refused = _payload(await session.call_tool("resume", resume))
-                    assert code == "SCRATCH_NOT_PORTABLE" and answer in refused["consent"], refused
-                    assert tree_digest(home) == before, f"a {answer} forsook the scratch"
-                assert not (target / "scratch").exists()
-                done = _data(await session.call_tool("resume", resume))
-                assert done["proceeds"] is True and done["consent_counted"] is True
-                assert (target / "scratch" / "a.txt").read_bytes() == b"kept"
-                assert tree_digest(home) != before
-
-        assert len(asked) == 3
-        message, schema = asked[0]
-        assert "R2" in message and name in message
-        assert schema["properties"]["accept_scratch_loss"]["enum"] == [name]
+                await elicitation_story(session, human, home, target)
 
     anyio.run(main)
+
+
+def test_A19_over_streamable_http_the_human_asked_by_elicitation_gives_the_named_consent(
+    rig: tuple[Path, Path],
+) -> None:
+    """The same over `scratchbank mcp --http` (the SDK's HTTP client, with the token): the server
+    has a channel to ask the human during the call, so a decline and a cancel forsake nothing
+    and the acceptance lets the run go on."""
+    home, target = rig
+    proc, base = _start_http(home, target)
+    human = Human()
+    try:
+
+        async def main() -> None:
+            with anyio.fail_after(120):
+                async with http_session(f"{base}/mcp", TOKEN, human) as session:
+                    await elicitation_story(session, human, home, target)
+
+        anyio.run(main)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def test_A19_a_human_who_never_answers_forsakes_nothing_past_the_deadline(rig: tuple[Path, Path]) -> None:
+    """Elicitation is a call to another process with a deadline (SCRATCHBANK_MCP_ASK_SECONDS):
+    a human who never answers gets the resume refused, and the home's checksum holds."""
+    home, target = rig
+    env = _env(home, target) | {"SCRATCHBANK_MCP_ASK_SECONDS": "1"}
+    params = StdioServerParameters(command=str(EXE), args=["mcp"], env=env)
+    asked: list[str] = []
+
+    async def silent(context: ClientRequestContext, request: Any) -> types.ElicitResult:
+        asked.append(request.message)
+        await anyio.sleep_forever()
+        raise AssertionError("never answered")
+
+    async def main() -> None:
+        with anyio.fail_after(120):
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, elicitation_callback=silent) as session,
+            ):
+                await session.initialize()
+                before = tree_digest(home)
+                resume = {"run": RUN, "sandbox": f"local:{target}"}
+                code, refused = _payload(await session.call_tool("resume", resume))
+                assert code == "SCRATCH_NOT_PORTABLE" and "did not answer" in refused["consent"], refused
+                assert tree_digest(home) == before and not (target / "scratch").exists()
+
+    anyio.run(main)
+    assert len(asked) == 1
+
+
+def test_A19_a_bad_ask_deadline_is_a_named_config_error() -> None:
+    """SCRATCHBANK_MCP_ASK_SECONDS that is not a number of seconds in (0, 86400] is CONFIG_INVALID."""
+    assert ask_seconds({}) == 300 and ask_seconds({"SCRATCHBANK_MCP_ASK_SECONDS": "2.5"}) == 2.5
+    for bad in ("soon", "0", "-1", "nan", "1e9"):
+        with pytest.raises(errors.ConfigInvalid, match="SCRATCHBANK_MCP_ASK_SECONDS"):
+            ask_seconds({"SCRATCHBANK_MCP_ASK_SECONDS": bad})

@@ -66,6 +66,21 @@ read_status() {
     [ -n "$st_state" ]
 }
 
+# PID 1 is proven idle only when its counters stay still over at least this window (in
+# hundredths of a second), from their first read (before the first stop) to the last
+P1_WINDOW_CS=20
+
+# uptime_cs: the machine's uptime in hundredths of a second (/proc/uptime, builtins only),
+# "" when it cannot be read
+uptime_cs() {
+    up_cs=""
+    up=""
+    read -r up _ 2>/dev/null </proc/uptime
+    case $up in
+        [0-9]*.[0-9][0-9]) up_cs=${up%.*}${up#*.}; up_cs=${up_cs#"${up_cs%%[!0]*}"}; up_cs=${up_cs:-0} ;;
+    esac
+}
+
 # pid1_writes: PID 1's write counters ("wchar N syscw N"), "" when they cannot be read
 pid1_writes() {
     p1_io=""
@@ -162,22 +177,37 @@ unstoppable() {
     # PID 1 is never stopped by kill -1: its write counters are read now and once the
     # quiesce has waited (pid1_idle); its name proves nothing
     p1_before=""
+    p1_since=""
     if [ "$self" != 1 ]; then
         pid1_writes
         p1_before=$p1_io
+        uptime_cs
+        p1_since=$up_cs
     fi
 }
 
-# pid1_idle: PID 1 is proven idle (its counters readable, unmoved since unstoppable,
-# every task asleep or stopped), else a note says why not. Waits a little first when the
-# stop rounds took no time, so that a writer has had a moment to show.
+# pid1_idle: PID 1 is proven idle (its counters readable, unmoved since unstoppable over
+# at least P1_WINDOW_CS, every task asleep or stopped), else a note says why not. The
+# window counts from the first read, so the stop rounds' time is part of it; the check
+# reads the counters every 0.05 s and ends as soon as they moved or the window is over.
+# Without a clock to read, it waits 0.5 s as a fixed window.
 pid1_idle() {
     [ "$self" = 1 ] && return 0
     read_status /proc/1 || st_name="?"
     name=$st_name
     case $name in *[!A-Za-z0-9._+@:=-]*) name=$(printf '%s' "$name" | tr -c 'A-Za-z0-9._+@:=-' '?') ;; esac
-    [ "$round" -ge 2 ] || sleep 0.5 2>/dev/null || sleep 1
-    pid1_writes
+    while :; do
+        pid1_writes
+        [ -n "$p1_before" ] && [ "$p1_before" = "$p1_io" ] || break # moved or unreadable: below
+        uptime_cs
+        if [ -z "$up_cs" ] || [ -z "$p1_since" ]; then
+            [ "$round" -ge 2 ] || sleep 0.5 2>/dev/null || sleep 1
+            pid1_writes
+            break
+        fi
+        [ $((up_cs - p1_since)) -ge "$P1_WINDOW_CS" ] && break
+        sleep 0.05 2>/dev/null || sleep 1
+    done
     if [ -z "$p1_before" ] || [ -z "$p1_io" ]; then
         note "pid 1 ($name) cannot be stopped from inside and its writes cannot be read: not proven idle"
         return 1
