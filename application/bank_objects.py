@@ -26,7 +26,7 @@ from scratchbank.domain.errors import (
     HostileArchive,
     TimelineUnreadable,
 )
-from scratchbank.domain.fold import ScratchState, fold
+from scratchbank.domain.fold import ScratchState
 from scratchbank.domain.objects import (
     BankStamp,
     Reconciliation,
@@ -38,7 +38,6 @@ from scratchbank.domain.objects import (
     reconcile,
     reconciled,
     reconciled_record,
-    unreferenced,
 )
 from scratchbank.domain.records import Record
 from scratchbank.domain.retention import RETAIN_CHECKPOINTS
@@ -56,19 +55,23 @@ def prune(
     clock: Clock,
     notes: list[str],
     retain: int = RETAIN_CHECKPOINTS,
+    *,
+    snapshots: SnapshotStore | None = None,
 ) -> tuple[str | None, ...]:
     """After a record that left the timeline at ``after``: delete what no record needs
     (the current bank and the last ``retain`` checkpoints' banks are needed: K8).
+    Decided on the fold (``snapshots``: its latest snapshot and the records after it,
+    issue 26), the put-back on the records after ``after``.
 
     Returns the names deleted. Any failure is a note: an object left behind is only
     space, and the next prune (or the sweep) takes it.
     """
     try:
-        records = tuple(timeline.read(after.run_id))
+        state = current_state(timeline, after.run_id, snapshots=snapshots)
     except TimelineUnreadable as error:
         notes.append(f"bank objects not pruned: the timeline could not be read ({error.message})")
         return ()
-    if len(records) != after.position:
+    if state.records != after.position:
         notes.append("bank objects not pruned: the run moved on after this record (the next prune will)")
         return ()
     try:
@@ -76,7 +79,7 @@ def prune(
     except BankReadFailed as error:
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
-    doomed = _doomed(fold(records), records, listing, clock, retain)
+    doomed = _doomed(state, listing, clock, retain)
     stamps = {o.name: o.stamp for o in listing}
     work = Path(tempfile.mkdtemp(prefix="scratchbank-prune-"))
     try:
@@ -84,7 +87,8 @@ def prune(
         for name in doomed:
             if _delete_keeping_a_copy(store, after.run_id, name, work, notes):
                 gone.append(name)
-        return tuple(n for n in gone if n not in _put_back(store, timeline, after, gone, stamps, work, notes))
+        back = _put_back(store, timeline, after, gone, stamps, work, notes, snapshots)
+        return tuple(n for n in gone if n not in back)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -122,6 +126,7 @@ def _put_back(
     stamps: dict[str | None, BankStamp | None],
     work: Path,
     notes: list[str],
+    snapshots: SnapshotStore | None = None,
 ) -> tuple[str | None, ...]:
     """A17, the prune race: re-read after the deletes; an object a record that landed
     meanwhile names (its put found it present) is put back from the copy. A timeline
@@ -130,7 +135,7 @@ def _put_back(
     if not named:
         return ()
     try:
-        since = named_objects(tuple(timeline.read(after.run_id))[after.position :])
+        since = named_objects(_since(timeline, after, snapshots))
         back = [n for n in named if n in since]
     except TimelineUnreadable:
         back = named
@@ -143,20 +148,27 @@ def _put_back(
     return tuple(back)
 
 
+def _since(timeline: Timeline, after: Claim, snapshots: SnapshotStore | None) -> tuple[Record, ...]:
+    """The records after ``after`` (issue 26: from the snapshot store, never the run whole)."""
+    if snapshots is not None:
+        return tuple(snapshots.read_after(after.run_id, after.position))
+    return tuple(timeline.read(after.run_id))[after.position :]
+
+
 def _doomed(
     state: ScratchState,
-    records: Sequence[Record],
     listing: Sequence[StoredObject],
     clock: Clock,
     retain: int = RETAIN_CHECKPOINTS,
 ) -> tuple[str | None, ...]:
     """Superseded objects (named by older records, not needed now), the legacy key when
-    nothing needs it, and the unreferenced objects past the bound (A17)."""
+    nothing needs it, and the unreferenced objects past the bound (A17); the names come
+    from the fold (``named_objects``), so a snapshot and its tail decide as the run would."""
     needed = needed_objects(state, retain)
-    named = named_objects(records)
+    named = state.named_objects
     superseded = [o.name for o in listing if o.name not in needed and (o.name in named or o.name is None)]
-    loose = [o for o in unreferenced(records, listing) if o.name is not None]
-    keep = reconcile(state, records, loose)
+    loose = [o for o in listing if o.name not in named and o.name is not None]
+    keep = reconciled(state, loose)
     candidates = {o.name for o in (keep.record, *keep.unproven) if o is not None}
     bounded = [o.name for o in over_bound([o for o in loose if o.name not in candidates], clock.now())]
     return tuple(dict.fromkeys([*superseded, *bounded]))

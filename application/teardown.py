@@ -177,6 +177,8 @@ class _Run:
     left_stopped: bool = False
     #: the execution this teardown banks, as stamped on its object (N3, ADR 0006)
     execution: str = ""
+    #: where the later checks read the records after the claim (issue 26)
+    snapshots: SnapshotStore | None = None
 
     def stamp(self, facts: ArchiveFacts) -> BankStamp:
         """What the object says of itself in the store (N3)."""
@@ -362,7 +364,7 @@ def _bank_at_teardown(
         return _cut(plan, cancel.why or "the run context was cancelled", notes)
     stamp = mine.id if mine is not None else execution
     if plan.action is TeardownAction.DROP:
-        checked = _Checked(timeline, run_id, claim, mine, execution)
+        checked = _Checked(timeline, run_id, claim, mine, execution, snapshots)
         lost = checked.lost()
         if lost:
             notes.append(lost)
@@ -372,7 +374,9 @@ def _bank_at_teardown(
         written = _record(
             timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
         )
-        _prune_after(store, timeline, written, clock, notes, cancel, retain)  # T5 under A17: record first
+        _prune_after(
+            store, timeline, written, clock, notes, cancel, retain, snapshots
+        )  # T5, A17: record first
         return TeardownReport(
             plan, record, written.recorded, notes=tuple(notes), superseded=written.lost, execution=named
         )
@@ -392,6 +396,7 @@ def _bank_at_teardown(
         asked=execution,
         cancel=cancel,
         execution=named or execution_label(state),
+        snapshots=snapshots,
     )
     try:
         return _bank_then_record(run, plan, sandbox, run_finished, checkpoint, stamp, named, retain)
@@ -420,9 +425,9 @@ def _bank_then_record(
     record = attrs.evolve(
         teardown_record(best, quiesce), at=clock.now(), execution=stamp, checkpoint=checkpoint
     )
-    checked = _Checked(timeline, run_id, claim, mine, execution)
+    checked = _Checked(timeline, run_id, claim, mine, execution, run.snapshots)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
-    _prune_after(store, timeline, written, clock, notes, cancel, retain)  # T4 under A17: record first
+    _prune_after(store, timeline, written, clock, notes, cancel, retain, run.snapshots)  # T4, A17
     if written.recorded:
         _still_there(run, record)
     return TeardownReport(
@@ -477,12 +482,13 @@ def _prune_after(
     notes: list[str],
     cancel: Cancel | None,
     retain: int = RETAIN_CHECKPOINTS,
+    snapshots: SnapshotStore | None = None,
 ) -> None:
     """A17: once this teardown's record landed, delete what no record needs (T4's previous
     bank, T5's, a bank the new one replaced); never before it, never after a cut (L5)."""
     if written.after is None or (cancel is not None and cancel.is_set()):
         return
-    prune(store, timeline, written.after, clock, notes, retain)
+    prune(store, timeline, written.after, clock, notes, retain, snapshots=snapshots)
 
 
 def _cut(
@@ -751,7 +757,7 @@ def _lost_since_read(run: _Run) -> str:
     Then this teardown must not replace the bank a newer record names ("" when not). A
     timeline it cannot read now is no answer: the write waits for a read that succeeds.
     """
-    return _Checked(run.timeline, run.run_id, run.claim, run.mine, run.asked).lost()
+    return _Checked(run.timeline, run.run_id, run.claim, run.mine, run.asked, run.snapshots).lost()
 
 
 @attrs.frozen
@@ -763,15 +769,29 @@ class _Checked:
     claim: Claim | None
     mine: Execution | None
     execution: str | None
+    #: where the records after the claim are read from (issue 26); None: the run read whole
+    snapshots: SnapshotStore | None = None
 
     def lost(self) -> str:
         """Why this teardown must not write ("" when it may); an unreadable timeline is
-        a reason too (the check is never skipped)."""
+        a reason too (the check is never skipped). With a claim and a snapshot store it
+        reads the records after the claim only (issue 26: no decision pays a full read)."""
         try:
+            if self.claim is not None and self.snapshots is not None:
+                return self.on_tail(tuple(self.snapshots.read_after(self.run_id, self.claim.position)))
             records = tuple(self.timeline.read(self.run_id))
         except TimelineUnreadable as error:
             return f"the timeline is unreadable, so this teardown cannot check its run: {error.message}"
         return self.on(records)
+
+    def on_tail(self, tail: tuple[Record, ...]) -> str:
+        """``on`` for the records after the claim: every execution started there is newer
+        than the one this teardown banks (its start was read before the claim)."""
+        assert self.claim is not None
+        at = self.claim.position
+        after = [Execution(at + e.position, e.id) for e in executions(tail)]
+        newer = _superseded_by(after, self.mine) if self.mine is not None else ""
+        return newer or _why_lost(tail)
 
     def on(self, records: tuple[Record, ...]) -> str:
         newer = _newer(records, self.mine, self.execution)
@@ -868,15 +888,24 @@ def _read_within(timeline: Timeline, run_id: str, budget: Budget, pauses: Pauses
 def _replan(
     timeline: Timeline, claim: Claim, sandbox: Sandbox, run_finished: bool, checked: _Checked
 ) -> tuple[Claim | None, str]:
-    """After a conflict: (the claim to append at, "") or (None, why this teardown lost)."""
+    """After a conflict: (the claim to append at, "") or (None, why this teardown lost).
+    With a snapshot store: the snapshot and the records after it, and the records after
+    the claim for the check (issue 26: no decision pays a full read)."""
     try:
-        records = tuple(timeline.read(claim.run_id))
+        if checked.snapshots is not None and (checked.mine is not None or checked.execution is None):
+            state = current_state(timeline, claim.run_id, snapshots=checked.snapshots)
+            moved = max(state.records - claim.position, 0)
+            tail = itertools.islice(checked.snapshots.read_after(claim.run_id, claim.position), moved)
+            lost = attrs.evolve(checked, claim=claim).on_tail(tuple(tail))
+        else:
+            records = tuple(timeline.read(claim.run_id))
+            state = fold(records)
+            lost = _newer(records, checked.mine, checked.execution) or _why_lost(records[claim.position :])
     except TimelineUnreadable:
         return None, ""  # read again within the record's budget
-    lost = _newer(records, checked.mine, checked.execution) or _why_lost(records[claim.position :])
     if lost:
         return None, lost
-    plan = _plan(fold(records), sandbox, run_finished)
+    plan = _plan(state, sandbox, run_finished)
     if plan.action is TeardownAction.SKIP:
         return None, f"superseded: {plan.reason} ({plan.rule})"
-    return Claim(claim.run_id, len(records)), ""
+    return Claim(claim.run_id, state.records), ""

@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -163,8 +164,12 @@ def fill_scratch(scratch: Path, files: int, kib: int, seed: int) -> None:
         (folder / f"f{i}.txt").write_bytes((line * (kib * 1024 // len(line) + 1))[: kib * 1024])
 
 
-def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
-    """``work(i)`` in n threads released at once: what each ended as, and how long it took."""
+def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str, Any]:
+    """``work(i)`` in n threads released at once: what each ended as, and how long it took
+    (``sample``: and where the threads were, ``bench/scale_profile.py``)."""
+    from scale_profile import Sampler
+
+    sampler = Sampler()
     barrier = threading.Barrier(n)
     took: list[float] = [0.0] * n
     ended: list[str] = [""] * n
@@ -185,10 +190,15 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
+        sampler.watched.add(t.ident or 0)
     meter, t0 = CpuMeter(), time.perf_counter()
+    if sample:
+        sampler.__enter__()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if sample:
+        sampler.__exit__()
     ok = [took[i] for i in range(n) if ended[i] == "ok"]
     return {
         "n": n,
@@ -198,6 +208,7 @@ def phase(n: int, work: Callable[[int], str]) -> dict[str, Any]:
         "p95_s": percentile(ok, 95),
         **meter.figures(),
         "errors": dict(Counter(e for e in ended if e != "ok")),
+        **({"samples": sampler.figures()} if sample else {}),
     }
 
 
@@ -212,15 +223,42 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
 
     store_errors: Counter[str] = Counter()
 
+    calls: Counter[str] = Counter()
+    seconds: Counter[str] = Counter()
+
     class Counted(EventStoreTimeline):
-        """Counts every store call's named error (the use cases may retry or absorb it)."""
+        """Counts every store call's named error (the use cases may retry or absorb it), and
+        every call by kind with the seconds it waited for a slot and held one."""
+
+        def _take_slot(self, what: str) -> None:
+            t0 = time.perf_counter()
+            try:
+                super()._take_slot(what)
+            finally:
+                seconds["waited for a slot"] += time.perf_counter() - t0
 
         def _within(self, call: Any, fail: Any, what: str) -> Any:
+            kind = re.sub(r" run [^ ']+", " run", what.split(":")[0])
+            calls[kind] += 1
+            t0 = time.perf_counter()
             try:
                 return super()._within(call, fail, what)
             except ScratchbankError as error:
-                store_errors[f"{error.code} ({what.split(':')[0].split(' run ')[0]})"] += 1
+                store_errors[f"{error.code} ({kind})"] += 1
                 raise
+            finally:
+                seconds["in store calls"] += time.perf_counter() - t0
+
+    def store_calls() -> dict[str, Any]:
+        """The calls since the last look, by kind; seconds waiting for a slot and holding one."""
+        got = {
+            "calls": dict(calls),
+            "waited_s": round(seconds["waited for a slot"], 2),
+            "held_s": round(seconds["in store calls"] - seconds["waited for a slot"], 2),
+        }
+        calls.clear()
+        seconds.clear()
+        return got
 
     timeline = Counted(timeline_url(backend, work, "runs"))
     service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
@@ -249,11 +287,16 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         if out.restore is None:
             return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
         if not out.proceeds:
-            return f"restore {out.restore.rule}: {out.restore.record.reason[:60]}"
+            return f"restore {out.restore.rule}: {out.restore.record.reason[:160]}"
         return "ok" if out.recorded else "restored, record not written"
 
     try:
-        result = {"teardown": phase(n, teardown), "resume": phase(n, resume)}
+        sample = os.environ.get("SCRATCHBANK_SCALE_SAMPLE") == "1"
+        store_calls()
+        result: dict[str, Any] = {"teardown": phase(n, teardown, sample)}
+        result["teardown"]["store"] = store_calls()
+        result["resume"] = phase(n, resume, sample)
+        result["resume"]["store"] = store_calls()
         false = 0
         for kind, record in (("banked", ScratchBanked), ("restored", ScratchRestored)):
             false += sum(not any(isinstance(r, record) for r in timeline.read(run)) for run in said[kind])

@@ -214,3 +214,61 @@ def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) 
     assert len(errors) == 1 and "cancelled" in str(errors[0])
     assert timeline._slots.waiting() == 0
     assert tuple(timeline.read("run-1")) == before
+
+
+# -- a store call's deadline costs no thread (issue 26: the teardown's wait) -----------------
+
+
+def test_R15_a_store_call_starts_no_thread_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads and appends arm their cut on the process's one alarm thread: none started per call."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])  # the alarm thread, once per process
+    started_threads: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started_threads.append(self)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for i in range(10):
+        timeline.append("run-1", [node(f"n{i}")], expected=i + 1)
+        assert len(timeline.read("run-1")) == i + 2
+    assert started_threads == []
+
+
+def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared alarm cuts a call that outlives its deadline; the read fails by name, not R15's empty."""
+    from eventsourcing.persistence import PersistenceError
+
+    from scratchbank.adapters import event_store
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", call_seconds=0.01)
+    monkeypatch.setattr(event_store, "CUT_GRACE", 0.0)
+    cut = threading.Event()
+    monkeypatch.setattr(timeline._cutter, "cut", lambda _thread: cut.set())
+
+    def stalled() -> None:
+        cut.wait(60.0)
+        raise PersistenceError("the connection was shut down")
+
+    with pytest.raises(event_store.TimelineUnreadable, match="no answer within its deadline"):
+        timeline._cut_at_deadline(stalled, event_store.TimelineUnreadable, "cannot read run run-1")
+    assert cut.is_set()
+
+
+def test_R15_a_disarmed_alarm_never_cuts() -> None:
+    """A call that ended before its deadline: its alarm is dropped when its time comes."""
+    from scratchbank.adapters.event_store import _ALARMS
+
+    done, live = threading.Event(), threading.Event()
+    with _ALARMS._cond:  # the alarm thread cannot pop it between the two
+        ended = _ALARMS.arm(0.0, done.set)
+        ended.disarm()
+    _ALARMS.arm(0.01, live.set)
+    assert live.wait(60.0)
+    assert not done.is_set() and not ended.fired

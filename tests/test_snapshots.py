@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from scratchbank.adapters.event_store import PAGE, EventStoreTimeline
-from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
-from scratchbank.application.bank_objects import reconcile_before_resume
+from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.application.bank_objects import prune, reconcile_before_resume
+from scratchbank.application.recording import Claim
 from scratchbank.application.resume import SNAPSHOT_EVERY, check_resume, current_state
-from scratchbank.application.teardown import Budgets, _first_read
+from scratchbank.application.teardown import Budgets, _Checked, _first_read, _replan, bank_at_teardown
 from scratchbank.domain import ResumeRequest, fold
-from scratchbank.domain.objects import BankStamp, object_name, reconcile, reconciled
+from scratchbank.domain.objects import BankStamp, digest_of, object_name, reconcile, reconciled
 from scratchbank.domain.records import Record, ScratchBanked
 from scratchbank.testing.builders import banked, node, resumed, started
 from scratchbank.testing.clocks import ManualClock
@@ -48,7 +50,8 @@ def test_a_corrupt_snapshot_is_ignored_not_trusted(tmp_path: Path) -> None:
         tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
         (snaps,) = [t for t in tables if "snapshot" in t]
         db.execute(f"update {snaps} set state = ?", (b'{"v": 1, "records": "x"}',))
-    assert current_state(timeline, "run-1", snapshots=timeline) == fold(timeline.read("run-1"))
+    fresh = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")  # the appender decides from its own fold
+    assert current_state(fresh, "run-1", snapshots=fresh) == fold(timeline.read("run-1"))
 
 
 def appended_in_batches(url: str, n: int, batch: int = 100) -> EventStoreTimeline:
@@ -79,6 +82,7 @@ def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) 
     timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)
     timeline.append("run-1", [started(), banked()])
     timeline.append("run-1", [node(f"h{i}", "human") for i in range(3 * PAGE)])
+    timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)  # not the appender: no fold of its own
     assert timeline.load_snapshot("run-1") is None
     pages: list[int] = []
     select = timeline._select
@@ -100,10 +104,10 @@ def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp
     first = EventStoreTimeline(url)
     first.append("run-1", [started(), banked()])
     first.append("run-1", [node(f"h{i}", "human") for i in range(SNAPSHOT_EVERY - 10)])
-    assert first.load_snapshot("run-1") is None
+    assert EventStoreTimeline(url).load_snapshot("run-1") is None  # none saved in the store
     second = EventStoreTimeline(url)  # another process: it never saw the run's records
     second.append("run-1", [node("measure", "agent")] * 20)
-    snap = second.load_snapshot("run-1")
+    snap = EventStoreTimeline(url).load_snapshot("run-1")  # the one saved in the store
     assert snap is not None and snap[0] == SNAPSHOT_EVERY + 12
     assert current_state(EventStoreTimeline(url), "run-1", snapshots=second) == fold(second.read("run-1"))
 
@@ -145,11 +149,13 @@ def archive(tmp_path: Path, content: bytes) -> tuple[Path, str]:
 TAIL = 6  # a resume and five finishes after the snapshot
 
 
-def long_run_with_tail(tmp_path: Path) -> tuple[CountingTimeline, InMemoryBankStore, str, str]:
+def long_run_with_tail(
+    tmp_path: Path, timeline: CountingTimeline | None = None
+) -> tuple[CountingTimeline, InMemoryBankStore, str, str]:
     """3,000 records with a snapshot, then a tail: a resumed execution whose teardown put an
     object it never recorded (N3 records it); an older object a record before the snapshot
     names, kept without a stamp (N3 must know the record names it, or refuse it unproven)."""
-    timeline, store = CountingTimeline(), InMemoryBankStore()
+    timeline, store = timeline or CountingTimeline(), InMemoryBankStore()
     old_path, old = archive(tmp_path, b"the old bank")
     timeline.append("run-1", [started(), attrs.evolve(banked(sha256=old), object=object_name(old))])
     timeline.append("run-1", [node(f"h{i}", "human") for i in range(3000)])
@@ -208,3 +214,98 @@ def test_A18_a_teardown_of_an_older_execution_is_still_superseded_from_the_snaps
     assert first.why_not == whole.why_not != ""
     missing = _first_read(timeline, "run-1", "nobody", Budgets(), ManualClock(), [], snapshots=timeline)
     assert "no execution" in missing.why_not
+
+
+# -- the teardown's later reads: the check, the replan, the prune (issue 26) -----------------
+
+
+class NoWholeRead(CountingTimeline):
+    """A CountingTimeline that refuses to hand out a run read whole once it has a snapshot."""
+
+    strict = False
+
+    def read(self, run_id: str) -> Sequence[Record]:
+        assert not (self.strict and run_id in self.snaps), "a decision read a run with a snapshot whole"
+        return super().read(run_id)
+
+
+def long_run_refusing_whole_reads(tmp_path: Path) -> tuple[NoWholeRead, InMemoryBankStore, str, str]:
+    timeline, store, old, new = long_run_with_tail(tmp_path, NoWholeRead())
+    assert isinstance(timeline, NoWholeRead)
+    timeline.strict = True
+    return timeline, store, old, new
+
+
+def test_A18_the_check_before_each_store_write_reads_the_tail_only(tmp_path: Path) -> None:
+    """_Checked.lost on a long run: the records after the claim only; it still sees a newer execution."""
+    timeline, _, _, _ = long_run_refusing_whole_reads(tmp_path)
+    first = _first_read(timeline, "run-1", None, Budgets(), ManualClock(), [], snapshots=timeline)
+    checked = _Checked(timeline, "run-1", first.claim, first.mine, None, snapshots=timeline)
+    timeline.handed = 0
+    assert checked.lost() == "" and timeline.handed == 0
+    timeline.append("run-1", [node("late", "tool"), resumed()])
+    lost = checked.lost()
+    assert timeline.handed == 2
+    timeline.strict = False
+    whole = _Checked(timeline, "run-1", first.claim, first.mine, None)
+    assert lost == whole.lost() and "superseded: execution @" in lost
+
+
+def test_T8_a_conflict_is_planned_again_on_the_snapshot_and_the_tail(tmp_path: Path) -> None:
+    """_replan after a conflict: snapshot + tail, and the claim it plans at is the run's length."""
+    timeline, _, _, _ = long_run_refusing_whole_reads(tmp_path)
+    first = _first_read(timeline, "run-1", None, Budgets(), ManualClock(), [], snapshots=timeline)
+    assert first.claim is not None
+    checked = _Checked(timeline, "run-1", first.claim, first.mine, None, snapshots=timeline)
+    timeline.append("run-1", [node("late", "tool")])
+    timeline.handed = 0
+    claim, lost = _replan(timeline, first.claim, FakeSandbox({"f": b"x"}), False, checked)
+    assert lost == "" and claim == Claim("run-1", first.claim.position + 1)
+    assert timeline.handed <= 2 * (TAIL + 2)
+
+
+def test_A17_the_prune_after_a_record_reads_the_snapshot_and_the_tail(tmp_path: Path) -> None:
+    """prune on a long run: the old bank a record before the snapshot named goes, no whole read."""
+    timeline, store, old, new = long_run_refusing_whole_reads(tmp_path)
+    record = attrs.evolve(banked(sha256=digest_of(new)), object=new)
+    length = timeline.append("run-1", [record])
+    timeline.handed = 0
+    notes: list[str] = []
+    gone = prune(store, timeline, Claim("run-1", length), ManualClock(), notes, snapshots=timeline)
+    assert timeline.handed <= TAIL + 2 and notes == []
+    assert gone == (old,) and {o.name for o in store.objects("run-1")} == {new}
+
+
+def test_T1_a_whole_teardown_on_a_long_run_never_reads_it_whole(tmp_path: Path) -> None:
+    """bank_at_teardown on a run with a snapshot: plan, checks, record and prune on snapshot + tail."""
+    timeline, store, _, _ = long_run_refusing_whole_reads(tmp_path)
+    report = bank_at_teardown(
+        "run-1",
+        timeline=timeline,
+        store=store,
+        sandbox=FakeSandbox({"f": b"the scratch"}),
+        run_finished=False,
+        clock=ManualClock(),
+        snapshots=timeline,
+    )
+    assert report.recorded, report.notes
+    assert timeline.handed <= 4 * (TAIL + 4)
+
+
+def test_R2_a_run_this_process_appends_is_decided_from_its_own_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The appender's fold stands for the snapshot: no snapshot query, only the tail others appended."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    mine, other = EventStoreTimeline(url), EventStoreTimeline(url)
+    mine.append("run-1", [started(), banked(), *(node(f"h{i}", "human") for i in range(10))])
+    other.append("run-1", [node("late", "tool")], expected=12)  # another process appended since
+    asked: list[str] = []
+    select = mine._snapshots.select_events
+    monkeypatch.setattr(
+        mine._snapshots, "select_events", lambda *a, **k: asked.append("snap") or select(*a, **k)
+    )
+    before = mine.records_read
+    state = current_state(mine, "run-1", snapshots=mine)
+    assert asked == [] and mine.records_read - before == 1
+    assert state == fold(other.read("run-1")) == current_state(other, "run-1", snapshots=other)

@@ -1,0 +1,82 @@
+"""Where the threads of a phase wait (issue 26): a sampling profiler for ``bench/scale.py``.
+
+py-spy is not installed; this samples ``sys._current_frames()`` every few milliseconds and
+counts, for each worker thread, its innermost frame and the innermost frame in the product's
+own code (application/, adapters/, domain/). A thread blocked in C (a lock, a sleep, SQLite,
+a pipe read) shows as the Python line that called it. ``./dev bench --scale --profile``
+adds the top lines per phase to the results (``samples``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+PRODUCT = ("/application/", "/adapters/", "/domain/")
+
+
+def _where(frame: FrameType) -> str:
+    return f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+
+
+def _line(frame: FrameType | None) -> tuple[str, str]:
+    """(innermost frame, innermost product frame with its caller in the product)."""
+    if frame is None:
+        return "", ""
+    inner = _where(frame)
+    f: FrameType | None = frame
+    while f is not None and not any(p in f.f_code.co_filename for p in PRODUCT):
+        f = f.f_back
+    own = _where(f) if f is not None else "(outside the product)"
+    if f is not None and f.f_back is not None and any(p in f.f_back.f_code.co_filename for p in PRODUCT):
+        own = f"{own} <- {_where(f.f_back)}"
+    return inner, own
+
+
+class Sampler:
+    """Samples the given threads' stacks until stopped."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.inner: Counter[str] = Counter()
+        self.own: Counter[str] = Counter()
+        self.pairs: Counter[str] = Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.watched: set[int] = set()
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            frames = sys._current_frames()
+            for ident in list(self.watched):
+                inner, own = _line(frames.get(ident))
+                if inner:
+                    self.inner[inner] += 1
+                    self.own[own] += 1
+                    self.pairs[f"{inner} | {own}"] += 1
+                    self.samples += 1
+            time.sleep(self.interval)
+
+    def figures(self, top: int = 15) -> dict[str, Any]:
+        def share(c: Counter[str]) -> list[tuple[str, float]]:
+            return [(k, round(v / max(self.samples, 1), 3)) for k, v in c.most_common(top)]
+
+        return {
+            "thread_samples": self.samples,
+            "inner": share(self.inner),
+            "own": share(self.own),
+            "pairs": share(self.pairs),
+        }
