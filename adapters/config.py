@@ -185,7 +185,8 @@ def parse_retain(value: str | None) -> int:
     if value is None or not value.strip():
         return RETAIN_CHECKPOINTS
     text = value.strip()
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= HISTORY:
+    # a digit string is checked before int() reads it: past 4300 digits int() raises ValueError
+    if not text.isascii() or not text.isdigit() or len(text) > 8 or not 1 <= int(text) <= HISTORY:
         what = f"a whole number from 1 to {HISTORY}"
         raise ConfigInvalid(
             f"{RETAIN_VARIABLE}={value[:20]!r} is not a checkpoint retention ({what})",

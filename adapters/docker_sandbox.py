@@ -22,8 +22,9 @@ from docker.utils.socket import frames_iter
 from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
+from .exec_output import ExecResult
 from .exec_pump import STDERR, STDOUT, InputClosed, pump
-from .scripted import Exec, ExecResult, ScriptedSandbox
+from .scripted import Exec, ScriptedSandbox
 
 
 def podman_default_pidns(env: dict[str, str] | None = None) -> str:

@@ -21,7 +21,8 @@ from typing import IO, Protocol
 from scratchbank.application.cancellation import CancelScope, deadline_of
 from scratchbank.domain.errors import ExecFailed, ScratchbankError, StreamBroken
 
-from .scripted import EXEC_SECONDS, Exec, ExecResult, Output
+from .exec_output import ExecResult, Output
+from .scripted import EXEC_SECONDS, Exec
 
 #: What the pump feeds in one ``send`` (a transport may frame it smaller).
 CHUNK = 1 << 20

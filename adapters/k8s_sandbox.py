@@ -30,8 +30,9 @@ from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
+from .exec_output import ExecResult
 from .exec_pump import STDERR, STDOUT, InputClosed, pump
-from .scripted import Exec, ExecResult, ScriptedSandbox
+from .scripted import Exec, ScriptedSandbox
 
 FRAME = 1 << 20
 

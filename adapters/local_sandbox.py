@@ -23,8 +23,9 @@ from pathlib import Path
 from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
 
+from .exec_output import ExecResult
 from .exec_pump import CHUNK, STDERR, STDOUT, InputClosed, pump
-from .scripted import Exec, ExecResult, ScriptedSandbox
+from .scripted import Exec, ScriptedSandbox
 
 
 def _real_file(f: object) -> bool:

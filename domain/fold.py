@@ -175,13 +175,14 @@ def _taken_back(write: StaleWrite, rewind: RunRewound) -> bool:
     """A rewind takes back a dropped node's write unless the node lies on a cycle (R6),
     or, when it names the node's replayed passes and the finish its pass, exactly the
     passes it replays (K9)."""
-    if write.node not in rewind.dropped_nodes:
+    if not rewind.drops(write.node):
         return False
     replays = rewind.replays(write.node, write.pass_)
     if replays is not None:
         return replays
-    if rewind.on_cycle is not None:
-        return write.node not in rewind.on_cycle
+    cycles = rewind.cycles(write.node)
+    if cycles is not None:
+        return not cycles
     return write.on_cycle is False
 
 

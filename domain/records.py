@@ -14,6 +14,7 @@ where records came from.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, ClassVar
@@ -141,15 +142,30 @@ class RunRewound(Record):
         metadata={"wire_kind": PASSES, "wire_name": "_replayed_passes", "required": False},
     )
 
+    @functools.cached_property
+    def _lookup(self) -> tuple[frozenset[str], frozenset[str] | None, dict[str, frozenset[int]]]:
+        """Sets of the dropped nodes, the nodes on a cycle and each node's replayed passes,
+        built once: a wide rewind is read in time linear in its size (K9)."""
+        cycles = None if self.on_cycle is None else frozenset(self.on_cycle)
+        named = {node: frozenset(passes) for node, passes in self.replayed or ()}
+        return frozenset(self.dropped_nodes), cycles, named
+
+    def drops(self, node: str) -> bool:
+        """Did this rewind drop ``node``?"""
+        return node in self._lookup[0]
+
+    def cycles(self, node: str) -> bool | None:
+        """Does this rewind say ``node`` lies on a cycle? None: it does not say (R6)."""
+        cycles = self._lookup[1]
+        return None if cycles is None else node in cycles
+
     def replays(self, node: str, pass_: int | None) -> bool | None:
         """K9: does this rewind take back ``node``'s pass ``pass_``? None: it does not say
         (no passes named for the node, or the finish carries no pass): R6 decides."""
-        if self.replayed is None or pass_ is None or node not in self.dropped_nodes:
+        if self.replayed is None or pass_ is None or not self.drops(node):
             return None
-        for named, passes in self.replayed:
-            if named == node:
-                return pass_ in passes
-        return None
+        passes = self._lookup[2].get(node)
+        return None if passes is None else pass_ in passes
 
 
 @attrs.frozen(kw_only=True)

@@ -194,7 +194,7 @@ def _check_invariants(record: Record, position: int | None) -> None:
     if isinstance(record, NodeFinished) and record.pass_ == 0:
         raise TimelineUnreadable("node_finished names pass 0 (passes count from 1)", position=position)
     if isinstance(record, RunRewound) and record.replayed is not None:
-        strays = [n for n, _ in record.replayed if n not in record.dropped_nodes]
+        strays = [n for n, _ in record.replayed if not record.drops(n)]
         if strays:
             raise TimelineUnreadable(
                 f"run_rewound replays passes of nodes it did not drop: {', '.join(strays)}",

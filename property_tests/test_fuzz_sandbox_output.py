@@ -16,18 +16,9 @@ import tempfile
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scratchbank.adapters.scripted import (
-    SAID_CHARS,
-    Bounded,
-    QuiesceHead,
-    _Conversation,
-    _staged_header,
-    archive_report,
-    bank_status,
-    quiesce_report,
-    said,
-    write_listing,
-)
+from scratchbank.adapters.exec_output import SAID_CHARS, Bounded, said
+from scratchbank.adapters.restore_wire import _Conversation, _staged_header, write_listing
+from scratchbank.adapters.script_reports import QuiesceHead, archive_report, bank_status, quiesce_report
 from scratchbank.domain.errors import OutputOverBound, ScratchbankError
 
 LINES = st.sampled_from(

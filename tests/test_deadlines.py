@@ -28,10 +28,11 @@ from async_engine import bank_at_teardown_shielded
 from rigs import rig
 
 from scratchbank.adapters.event_store import EventStoreTimeline
+from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.adapters.scripted import ARCHIVE, BANK, Exec, ExecResult
+from scratchbank.adapters.scripted import ARCHIVE, BANK, Exec
 from scratchbank.application.cancellation import Deadline
 from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.application.teardown import Budgets

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import scratchbank.adapters as adapters_pkg
+from scratchbank.adapters.exec_output import Bounded, ExecResult
 from scratchbank.adapters.exec_pump import STDERR, STDOUT, InputClosed, pump
-from scratchbank.adapters.scripted import REAP, Bounded, Exec, ExecResult, ForwardingSandbox, ScriptedSandbox
+from scratchbank.adapters.scripted import REAP, Exec, ForwardingSandbox, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 

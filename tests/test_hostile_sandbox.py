@@ -22,7 +22,8 @@ from test_escape_sandbox import fingerprint, restore
 from test_sandboxes import frozen
 from waiting import eventually
 
-from scratchbank.adapters.scripted import QUIESCE, Exec, FramedStream
+from scratchbank.adapters.restore_wire import FramedStream
+from scratchbank.adapters.scripted import QUIESCE, Exec
 from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
 from scratchbank.testing.hostile import HostileSandbox, check_hostile_sandbox, flood, shadow

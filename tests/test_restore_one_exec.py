@@ -17,7 +17,8 @@ from hostile import end, gz
 from rigs import Rig, rig
 from test_escape_sandbox import SEED, files, fingerprint, reason, restore
 
-from scratchbank.adapters.scripted import Exec, ExecResult, ScriptedSandbox
+from scratchbank.adapters.exec_output import ExecResult
+from scratchbank.adapters.scripted import Exec, ScriptedSandbox
 from scratchbank.application.ports import Decide, RestoresInOneExec, StagedRestore
 from scratchbank.domain.errors import StreamBroken
 
@@ -120,3 +121,48 @@ def test_X4_a_discard_verdict_leaves_the_scratch_as_it_was(box: Rig) -> None:
     )
     assert len(seen) == 1 and seen[0].received == len(files("x") + end())
     assert fingerprint(box) == before
+
+
+# -- one pass over the stream (issue 24): the sandbox counts frames, the host digests --------
+def _stage(box: Rig, source: str, stdin: bytes) -> Any:
+    from scratchbank.adapters.scripted import RESTORE
+
+    try:
+        return box.sandbox.run(
+            source + RESTORE, ["stage", box.scratch, "once", "raw", "0"], stdin=io.BytesIO(stdin)
+        )
+    finally:
+        box.sandbox.run(RESTORE, ["discard", box.scratch, "once"])
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox"])
+def test_X2_the_stage_reads_the_stream_once_without_a_digest_pass(engine: str) -> None:
+    """A sha256sum that fails (a stub first on PATH): the stage still stages the bank."""
+    import hashlib
+
+    from scratchbank.adapters.restore_wire import FramedStream
+
+    with rig(engine) as box:
+        stubs = f"$(dirname {box.scratch})/.stubs"
+        box.sh(
+            f"mkdir -p {stubs} && for b in sha256sum; do printf '#!/bin/sh\\ncat >/dev/null; exit 97\\n' >{stubs}/$b; chmod +x {stubs}/$b; done"
+        )
+        tar = files("x") + end()
+        done = _stage(box, f'PATH="{stubs}:$PATH"\n', FramedStream(io.BytesIO(tar)).read())
+        assert done.exit_code == 0, done.err
+        assert done.stdout.startswith(
+            b"scratchbank-staged %d %s\n" % (len(tar), hashlib.sha256(tar).hexdigest().encode())
+        )
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox"])
+def test_X2_a_frame_repeated_on_the_way_is_a_broken_stream(engine: str) -> None:
+    """A whole frame sent twice (the end frame right): received is not the count sent, exit 20."""
+    from scratchbank.adapters.restore_wire import STREAM_BROKE, FramedStream
+
+    with rig(engine) as box:
+        framed = FramedStream(io.BytesIO(files("x") + end())).read()
+        first = framed[: framed.index(b"end ")]
+        done = _stage(box, "", first + framed)
+        assert done.exit_code == STREAM_BROKE, done.err
+        assert "received" in done.err

@@ -18,12 +18,13 @@ from nats_server import namespace as nats_namespace
 from runner_rigs import make_rig, queue_resume
 from waiting import NeverHappened, eventually
 
+from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
 from scratchbank.adapters.sandbox_provider import OWNER, LocalSandboxProvider
-from scratchbank.adapters.scripted import BANK, Exec, ExecResult
+from scratchbank.adapters.scripted import BANK, Exec
 from scratchbank.adapters.watchdog import Watchdog
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.lease_keeper import LeaseKeeper

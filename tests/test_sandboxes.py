@@ -378,7 +378,7 @@ def _with_scratch(facts, scratch: str):  # type: ignore[no-untyped-def]
 
 def _restore(sandbox, canonical: bytes, *, cut: int | None = None) -> list[str]:  # type: ignore[no-untyped-def]
     """Stage then commit, as the restore use case does; a cut stream sends a wrong end frame."""
-    from scratchbank.adapters.scripted import FramedStream
+    from scratchbank.adapters.restore_wire import FramedStream
 
     listing = io.BytesIO()
     if cut is None:
@@ -397,7 +397,8 @@ def _restore(sandbox, canonical: bytes, *, cut: int | None = None) -> list[str]:
 
 
 def _restore_as(r: Rig, user: str, canonical: bytes, sha: str) -> None:
-    from scratchbank.adapters.scripted import RESTORE, TAR_REFUSED, FramedStream
+    from scratchbank.adapters.restore_wire import TAR_REFUSED, FramedStream
+    from scratchbank.adapters.scripted import RESTORE
 
     done = r.sandbox.run(
         RESTORE,

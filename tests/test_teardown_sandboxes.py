@@ -17,17 +17,10 @@ import pytest
 from rigs import Rig, rig
 from waiting import NeverHappened, eventually
 
+from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
-from scratchbank.adapters.scripted import (
-    BANK,
-    QUIESCE,
-    Exec,
-    ExecResult,
-    QuiesceHead,
-    ScriptedSandbox,
-    bank_status,
-    read_tar_stderr,
-)
+from scratchbank.adapters.script_reports import QuiesceHead, bank_status, read_tar_stderr
+from scratchbank.adapters.scripted import BANK, QUIESCE, Exec, ScriptedSandbox
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport
 from scratchbank.application.teardown import Budgets, TeardownReport, bank_at_teardown
 from scratchbank.domain.errors import StreamBroken

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 PURE = {
+    "test_attack_k9",
     "test_escape_records",
     "test_host_check",
     "test_rules_adoption_delivery",

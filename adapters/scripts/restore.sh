@@ -5,7 +5,8 @@
 #       Read framed stdin ("data N\n" + N bytes ... "end COUNT SHA256\n"; framed, so
 #       it never waits for an EOF some transports cannot send), extract it into the
 #       fresh directory PARENT/.scratchbank-staged.TOKEN (never into the scratch),
-#       digest what was read, and print "scratchbank-staged COUNT SHA256", then the
+#       count what was read in whole frames, and print "scratchbank-staged COUNT SHA256"
+#       (SHA256 the end frame's: the host digests the bytes as it frames them), then the
 #       staged tree: a line with the byte counts of the stats and of the names, one
 #       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
 #       order (a name may hold any byte but NUL and '/', a newline too). With
@@ -28,7 +29,7 @@
 #   The sandbox is hostile (issue 25): work files live in a directory made by mktemp -d,
 #   the staged tree in a fresh mkdir'd one; every rename is mv -T (a link planted at its
 #   destination is refused, never followed); leftovers are removed only when this user
-#   owns them. The work files the verdict needs (the digest, the end frame) are written
+#   owns them. The work files the verdict needs (the end frame, tar's messages) are written
 #   in place over room taken before the extract (1<>), so a disk the bank fills still
 #   tells a refusal (21) from a broken stream (20).
 #
@@ -46,6 +47,11 @@ scratch=$2
 parent=$(dirname "$scratch")
 staged="$parent/.scratchbank-staged.${3:-none}"
 
+trace() { # $1 a stage's name: its end time to stderr, only when SCRATCHBANK_TRACE is set
+    [ -n "${SCRATCHBANK_TRACE:-}" ] || return 0
+    read -r up _ </proc/uptime && echo "scratchbank-trace $1 $up" >&2
+}
+
 walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     # Two walks of a tree nobody else writes (a fresh staging directory): stat's lines
     # (no names in them) and the names NUL-separated, in the same order. Not `xargs -0`:
@@ -53,6 +59,7 @@ walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     (
         cd "$1/." 2>/dev/null || exit 1
         find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 1
+        trace stats
         find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 1
     )
 }
@@ -106,12 +113,23 @@ reserve() { # $1: a file of 256 spaces, so that writing it in place (1<>) needs 
     printf '%256s\n' "" >"$1"
 }
 
-unframe() { # stdin: frames; stdout: the payload; the end frame goes to $1 (reserved: in place)
+unframe() { # stdin: frames; stdout: the payload; "COUNT SHA256 RECEIVED" to $1 (reserved: in place)
+    # RECEIVED adds up the frames read whole: dd reads each to its full size unless the
+    # stream ends first, and a stream that ends inside a frame has no end frame after it
+    # (a frame lost, cut or repeated on the way shows as a missing end frame or a count
+    # that is not the end frame's). The digest is the host's, taken as it framed the bytes
+    # (issue 24: the sandbox no longer re-reads the stream through tee and sha256sum).
+    got=0
     while IFS= read -r frame; do
         case $frame in
-        "data "*) dd bs="${frame#data }" count=1 iflag=fullblock 2>/dev/null || return 1 ;;
+        "data "*)
+            n=${frame#data }
+            case $n in '' | *[!0-9]*) return 1 ;; esac
+            dd bs="$n" count=1 iflag=fullblock 2>/dev/null || return 1
+            got=$((got + n))
+            ;;
         "end "*)
-            printf '%s\n' "${frame#end }" 1<>"$1"
+            printf '%s %s\n' "${frame#end }" "$got" 1<>"$1"
             return 0
             ;;
         *) return 1 ;;
@@ -124,6 +142,7 @@ stage() {
     compress=$4
     need=${5:-0}
     converse=${6:-}
+    trace start
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
     remove_leftovers
     fits "$need" "$parent" || exit 21
@@ -137,29 +156,28 @@ stage() {
         exit 21
     }
     trap 'rm -rf "$work"' EXIT
-    { reserve "$work/sum" && reserve "$work/end" && reserve "$work/err" && mkfifo "$work/sum.fifo"; } 2>/dev/null || {
+    trace setup
+    { reserve "$work/end" && reserve "$work/err"; } 2>/dev/null || {
         remove_tree "$staged"
         echo "scratchbank: cannot make the work files (a full disk?)" >&2
         exit 21
     }
-    sha256sum <"$work/sum.fifo" 1<>"$work/sum" &
-    sumpid=$!
     if [ "$compress" = z ]; then flags=xzf; else flags=xf; fi
-    # After tar stops (refused, or done), drain the rest so the digest covers the whole
-    # stream: a refusal is then told apart from a stream that broke. tar's messages go
-    # over a reserved file in place (their head at least: the disk may be full by then).
-    unframe "$work/end" | tee "$work/sum.fifo" | {
+    # After tar stops (refused, or done), drain the rest so that the end frame is read
+    # either way: a refusal is then told apart from a stream that broke. tar's messages
+    # go over a reserved file in place (their head at least: the disk may be full by then).
+    unframe "$work/end" | {
         tar "$flags" - -C "$staged" -o 2<>"$work/err"
         status=$?
         cat >/dev/null
         exit "$status"
     }
     rc=$?
-    wait "$sumpid"
-    read -r got _ <"$work/sum" 2>/dev/null || got=""
-    read -r count want <"$work/end" 2>/dev/null || want="(no end frame)"
-    if [ "$got" != "$want" ]; then
-        echo "scratchbank: stream broke: got sha256 $got, want $want" >&2
+    trace extract
+    read -r count sum got _ <"$work/end" 2>/dev/null || count=""
+    if [ -z "$count" ] || [ "$count" != "${got:-}" ]; then
+        if [ -z "$count" ]; then why="no end frame"; else why="received $got bytes of the $count sent"; fi
+        echo "scratchbank: stream broke: $why" >&2
         remove_tree "$staged"
         exit 20
     fi
@@ -175,8 +193,10 @@ stage() {
         remove_tree "$staged"
         exit 21
     fi
-    echo "scratchbank-staged $count $got"
+    trace walk
+    echo "scratchbank-staged $got $sum"
     print_tree "$work"
+    trace print
     [ "$converse" = converse ] || exit 0
     # The listing's end, by the shell's own printf: a flood from a replaced binary comes
     # before it, so the host refuses it before it answers.
@@ -186,6 +206,7 @@ stage() {
     rm -rf "$work"
     trap - EXIT
     IFS= read -r verdict || verdict=""
+    trace verdict
     if [ "$verdict" = commit ]; then commit; fi
     remove_tree "$staged"
     exit 22
@@ -224,6 +245,7 @@ commit() {
     fi
     mv -T "$staged" "$scratch" || { mv -T "$staged.old" "$scratch" 2>/dev/null; exit 21; }
     remove_later "$staged.old"
+    trace commit
     exit 0
 }
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import attrs
 
-from scratchbank.adapters.scripted import Exec, ExecResult, ForwardingSandbox, ScriptedSandbox
+from scratchbank.adapters.exec_output import ExecResult
+from scratchbank.adapters.scripted import Exec, ForwardingSandbox, ScriptedSandbox
 from scratchbank.domain.errors import OutputOverBound, ScratchbankError
 
 

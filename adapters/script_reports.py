@@ -1,0 +1,138 @@
+"""What the bank-side scripts (quiesce.sh, archive.sh, bank.sh) report, read into typed
+reports and named errors: their exit codes, tar's warnings, the quiesce report at the
+head of bank.sh's stdout and its status line at the end of its stderr.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from scratchbank.application.ports import (
+    ArchiveReport,
+    ByteSink,
+    QuiesceReport,
+)
+from scratchbank.domain.errors import (
+    ArchiveFailed,
+    OutputOverBound,
+)
+
+from .exec_output import REPORT_BYTES, said
+
+EMPTY, CANNOT_LIST = 10, 12
+QUIESCE_REFUSED, QUIESCE_PARTIAL = 3, 4
+
+_RACED = re.compile(
+    r"^tar: (\./.*): (file changed as we read it|File removed before we read it|"
+    r"No such file or directory)$"
+)
+_OURS = re.compile(r"^scratchbank: raced: (\./.*)$")
+_NEUTRAL = (
+    re.compile(r"^tar: \./.*: socket ignored$"),
+    re.compile(r"^command terminated with exit code \d+$"),
+    re.compile(r"^tar: error exit delayed from previous errors$"),
+    re.compile(r"^tar: Exiting with failure status due to previous errors$"),
+)
+
+
+def read_tar_stderr(stderr: bytes) -> tuple[list[str], list[str], list[str]]:
+    """Split tar's warnings into raced members, neutral notices and anything else."""
+    raced: list[str] = []
+    neutral: list[str] = []
+    other: list[str] = []
+    for line in stderr.decode("utf-8", "surrogateescape").splitlines():
+        if not line.strip():
+            continue
+        match = _RACED.match(line) or _OURS.match(line)
+        if match:
+            if match.group(1) not in raced:
+                raced.append(match.group(1))
+        elif any(p.match(line) for p in _NEUTRAL):
+            neutral.append(line)
+        else:
+            other.append(line)
+    return raced, neutral, other
+
+
+def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> QuiesceReport:
+    """quiesce.sh's exit code and report lines as a QuiesceReport (T12, T13)."""
+    tags = ("refused: ", "unquiesced: ")
+    reasons = tuple(said(line.split(": ", 1)[1].encode(), 300) for line in lines if line.startswith(tags))
+    counts = (_STOPPED.match(line) for line in lines)
+    stopped = next((int(m.group(1)) for m in counts if m is not None), 0)
+    if exit_code == 0:
+        return QuiesceReport(True, False, (), stopped)
+    if exit_code == QUIESCE_REFUSED:
+        return QuiesceReport(False, True, reasons or ("refused",))
+    if exit_code == QUIESCE_PARTIAL:
+        return QuiesceReport(False, False, reasons, stopped)
+    detail = err or said("\n".join(lines).encode(), 500)
+    return QuiesceReport(False, False, (f"quiesce exited {exit_code}: {detail}",))
+
+
+_STOPPED = re.compile(r"^stopped (\d{1,9})$")
+
+
+def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:
+    """archive.sh's exit code and tar's warnings as an ArchiveReport, or ArchiveFailed."""
+    if exit_code == EMPTY:
+        return ArchiveReport(empty=True)
+    err = said(stderr)
+    if exit_code == CANNOT_LIST:
+        raise ArchiveFailed(f"cannot list the scratch: {err}")
+    raced, neutral, other = read_tar_stderr(stderr)
+    if exit_code == 0 or (exit_code == 1 and raced and not other):
+        notices = [said(line.encode("utf-8", "surrogateescape"), 300) for line in neutral + other]
+        return ArchiveReport(False, tuple(raced), tuple(notices[:100]))
+    raise ArchiveFailed(f"tar exited {exit_code}: {err}")
+
+
+_STATUS = b"scratchbank-bank: "
+_TRAILER = re.compile(rb"^command terminated with exit code \d+$")  # kubectl exec's, after ours
+
+
+def bank_status(stderr: bytes) -> tuple[str, bytes]:
+    """bank.sh's status (its last stderr line, written once tar has ended: no member name
+    can stand in for it; only an exec transport's trailer may follow) and the stderr
+    without it, tar's. ("", stderr) when it has none."""
+    lines = stderr.rstrip(b"\n").split(b"\n")
+    at = len(lines) - 1
+    while at > 0 and _TRAILER.match(lines[at]):
+        at -= 1
+    if not lines[at].startswith(_STATUS):
+        return "", stderr
+    return lines[at][len(_STATUS) :].decode("ascii", "replace"), b"\n".join(lines[:at] + lines[at + 1 :])
+
+
+class QuiesceHead:
+    """bank.sh's stdout: the quiesce report, up to its "scratchbank-quiesced CODE" line,
+    read into ``report``; every byte after it (the tar stream) passed on to ``dest``."""
+
+    LIMIT = REPORT_BYTES
+    _END = re.compile(rb"(?:^|\n)scratchbank-quiesced (\d+)\n")
+
+    def __init__(self, dest: ByteSink) -> None:
+        self._dest = dest
+        self._head = bytearray()
+        self.report: QuiesceReport | None = None
+
+    def write(self, data: bytes, /) -> int:
+        if self.report is not None:
+            self._dest.write(data)
+            return len(data)
+        self._head += data
+        end = self._END.search(self._head)
+        if end is None:
+            if len(self._head) > self.LIMIT:
+                raise OutputOverBound(
+                    f"the bank script's quiesce report passed its bound of {self.LIMIT} bytes"
+                )
+            return len(data)
+        lines = self._head[: end.start()].decode("utf-8", "replace").splitlines()
+        self.report = quiesce_report(int(end.group(1)), lines)
+        rest = bytes(self._head[end.end() :])
+        self._head.clear()
+        if rest:
+            self._dest.write(rest)
+        return len(data)
