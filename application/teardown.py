@@ -6,7 +6,7 @@ for an upload (T10). What a try saw is merged with earlier tries by the domain, 
 never lets a later try record less (T9, A7). The processes the quiesce stopped are
 continued whatever happens (T14): by the sandbox itself after a clean quiesced pass (one
 exec: ``quiesce_and_archive``), else by the host on a budget of its own. It ignores
-the run's own cancellation (T7): ``bank_at_teardown_async`` shields it.
+the run's own cancellation (T7): an async engine awaits it shielded, in a thread.
 
 The lease keeper's ``cancel`` is another matter (L5, ADR 0005): past a ceiling, or
 with the lease lost, the bank in flight stops. Every sandbox and store call rides
@@ -27,12 +27,10 @@ record needs (``bank_objects.prune``), never after a cut.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -911,10 +909,3 @@ def _replan(
     if plan.action is TeardownAction.SKIP:
         return None, f"superseded: {plan.reason} ({plan.rule})"
     return Claim(claim.run_id, state.records), ""
-
-
-async def bank_at_teardown_async(**kwargs: object) -> TeardownReport:
-    """T7: runs to its own budgets even when the awaiting task (the run) is cancelled."""
-    loop = asyncio.get_running_loop()
-    call: Callable[[], TeardownReport] = lambda: bank_at_teardown(**kwargs)  # type: ignore[arg-type]  # noqa: E731
-    return await asyncio.shield(loop.run_in_executor(None, call))

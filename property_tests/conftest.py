@@ -1,4 +1,6 @@
-"""Hypothesis profiles: `ci` (default, bounded for CI) and `long` (HYPOTHESIS_PROFILE=long)."""
+"""Hypothesis profiles: `ci` (default, bounded for CI), `dev` (the pure tier's quick pass) and
+`long` (HYPOTHESIS_PROFILE=long). A test that sets its own ``max_examples`` caps it by the
+profile's (``min(n, settings.default.max_examples)``) so that `dev` stays quick."""
 
 import os
 
@@ -19,5 +21,14 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", max_examples=100, deadline=None)
+# `./dev test -m pure` (and a developer's edit-run loop): every property still runs, on few
+# examples, derandomized so that a failure there reproduces; CI runs the `ci` profile
+settings.register_profile(
+    "dev",
+    max_examples=20,
+    stateful_step_count=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

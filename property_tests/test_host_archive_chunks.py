@@ -43,7 +43,7 @@ def pieces(data: bytes, sizes: list[int]) -> list[bytes]:
     return out
 
 
-@settings(max_examples=80)  # each example streams up to ~8 MiB through two threads
+@settings(max_examples=min(80, settings.default.max_examples))  # each streams up to ~8 MiB, two threads
 @given(files=contents, sizes=cuts, codec=st.sampled_from(CODECS))
 def test_T2_any_cut_of_the_stream_stores_one_gzip_of_exactly_the_tar_sent(
     files: list[bytes], sizes: list[int], codec: GzipCodec

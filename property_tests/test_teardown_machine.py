@@ -216,4 +216,6 @@ def _scripted(files: dict[str, bytes], script: list[str]) -> FakeSandbox:
 
 TestTeardowns = Teardowns.TestCase
 # Whole teardowns (tar, gzip, uploads) per step: fewer, shorter stories than the fold's.
-TestTeardowns.settings = settings(settings.default, max_examples=120, stateful_step_count=8)
+TestTeardowns.settings = settings(
+    settings.default, max_examples=min(120, settings.default.max_examples), stateful_step_count=8
+)

@@ -6,10 +6,29 @@ Under CI (CI=true) a missing engine fails the test instead of skipping it.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from engines import need
+
+
+@pytest.fixture
+def fast_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder in memory (/dev/shm) where there is one, else the test's own: the SQLite
+    file and the bank store stay real files, without a disk's fsyncs."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    made = Path(tempfile.mkdtemp(prefix="explorer-", dir=shm))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -472,11 +472,7 @@ class ApiDouble:
             return False
         self.faults.hold_exec = None
         self.faults.held.set()
-        for _ in range(1200):
-            if self.faults.release.is_set():
-                return True
-            await asyncio.sleep(0.05)
-        return False
+        return await asyncio.get_running_loop().run_in_executor(None, self.faults.release.wait, 60)
 
     # -- what a test does to a pod from outside (another thread) ----------------------------
     def _call(self, coro: Any) -> Any:

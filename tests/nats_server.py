@@ -6,11 +6,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from waiting import eventually
 
 
 def nats_binary() -> str:
@@ -45,14 +45,15 @@ class NatsServer:
     def start(self) -> None:
         argv = [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("nats-server did not start within 10 s")
+        eventually(self.answers, timeout=10, what="nats-server starts")
+
+    def answers(self) -> bool:
+        """Whether the server takes a connection now."""
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+        except OSError:
+            return False
+        return True
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

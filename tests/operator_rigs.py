@@ -9,12 +9,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 import uvicorn
+from waiting import eventually
 
 from scratchbank.adapters.bootstrap import close, open_home
 from scratchbank.adapters.http_api import ApiSettings, create_app
@@ -83,10 +83,7 @@ def served(service: ScratchService, api: ApiSettings) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started, "uvicorn did not start"
+    eventually(lambda: server.started, timeout=30, what="uvicorn starts", interval=0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"

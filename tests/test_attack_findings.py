@@ -13,7 +13,6 @@ import os
 import shutil
 import tarfile
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from hostile import end, gz, member, pax_header, pax_payload, ustar
 from rigs import SCRATCH, rig
 from test_escape_host_directory import restore_into
 from test_escape_sandbox import fingerprint, restore
+from waiting import NeverHappened, eventually
 
 from scratchbank.domain import SCRATCH_NOT_PORTABLE
 from scratchbank.domain.records import ScratchRestored
@@ -53,17 +53,13 @@ def in_child(fn: Callable[[], object], *, uid: int | None = None, timeout: float
         os.write(write_fd, json.dumps(answer).encode())
         os._exit(0)
     os.close(write_fd)
-    start = time.monotonic()
-    while True:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() - start > timeout:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-            return {"timeout": timeout}
-        time.sleep(0.05)
+    try:
+        eventually(lambda: os.waitpid(pid, os.WNOHANG)[0], timeout=timeout, what="the child ends")
+    except NeverHappened:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(read_fd)
+        return {"timeout": timeout}
     with os.fdopen(read_fd, "rb") as pipe:
         data = pipe.read()
     return json.loads(data) if data else {"raised": "the child died without an answer"}

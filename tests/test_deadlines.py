@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import attrs
 import boto3
 import pytest
+from async_engine import bank_at_teardown_shielded
 from rigs import rig
 
 from scratchbank.adapters.event_store import EventStoreTimeline
@@ -34,7 +35,7 @@ from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.scripted import ARCHIVE, BANK, Exec
 from scratchbank.application.cancellation import Deadline
 from scratchbank.application.retry import Budget, Pauses, retry_within
-from scratchbank.application.teardown import Budgets, bank_at_teardown_async
+from scratchbank.application.teardown import Budgets
 from scratchbank.domain.errors import (
     BankReadFailed,
     BankWriteFailed,
@@ -222,7 +223,7 @@ def test_T7_T8_a_stuck_exec_under_the_shield_does_not_hold_the_teardown_for_ever
     started_at = time.monotonic()
     try:
         report = asyncio.run(
-            bank_at_teardown_async(
+            bank_at_teardown_shielded(
                 run_id="run-1",
                 timeline=timeline,
                 store=store,

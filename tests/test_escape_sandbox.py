@@ -20,7 +20,7 @@ from rigs import Rig, rig
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.ports import ByteSink, Sandbox, StagedRestore
 from scratchbank.application.resume import ResumeOutcome, resume
-from scratchbank.domain import ResumeRequest
+from scratchbank.domain import RestoreResult, ResumeRequest
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.testing.builders import started
 
@@ -204,7 +204,7 @@ def test_X2_the_canonical_stream_may_go_gzip_level_1(box: Rig) -> None:
     store.banks["run-z"] = data
     decision = check_resume(timeline, "run-z", ResumeRequest())
     attempt = restore_bank("run-z", decision, store=store, sandbox=box.sandbox, gzip_level=1)
-    assert attempt.result.value == "restored", attempt
+    assert attempt.result is RestoreResult.RESTORED, attempt
     assert box.sh(f"cat {box.scratch}/z/one {box.scratch}/two") == "abcabc"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import subprocess
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hostile import end, gz, member, ustar
 from rigs import CONTAINERS, ENGINES, Rig, rig
 from test_escape_sandbox import fingerprint, restore
 from test_sandboxes import frozen
+from waiting import eventually
 
 from scratchbank.adapters.restore_wire import FramedStream
 from scratchbank.adapters.scripted import QUIESCE, Exec
@@ -235,8 +235,8 @@ def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box:
     )
     with pytest.raises((StreamBroken, ExecFailed)):
         box.sandbox.call(Exec(source, deadline=Deadline.after(3)))
-    assert frozen(box, held, 0.5), "the detached writer outlived the cut"
-    assert frozen(box, grouped, 0.5), "the grouped writer outlived the cut"
+    eventually(lambda: frozen(box, held), timeout=30, what="the detached writer ends with the cut")
+    eventually(lambda: frozen(box, grouped), timeout=30, what="the grouped writer ends with the cut")
 
 
 # -- 5 (build). the kit runs on every engine -----------------------------------------------
@@ -250,11 +250,9 @@ def test_kit_every_hostile_scenario_ends_in_a_named_outcome(engine: str) -> None
 
 
 def _wait_for(r: Rig, path: str) -> None:
-    for _ in range(600):
-        if r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes":
-            return
-        time.sleep(0.05)
-    raise AssertionError("the writer never wrote")
+    eventually(
+        lambda: r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes", what="the writer writes"
+    )
 
 
 _ = (QUIESCE, FramedStream, tarfile)

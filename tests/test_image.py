@@ -25,6 +25,7 @@ from k8s_double import running_double
 from nats_server import namespace, nats_url  # noqa: F401 - a fixture
 from runner_rigs import queue_resume
 from test_k8s_provider import NS, TEMPLATE, WORKFLOW, _bucket, creates, kubeconfig
+from waiting import eventually
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
@@ -69,12 +70,7 @@ def image(docker_url: str) -> str:
 
 
 def _until(pred: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + WAIT
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {WAIT} s: {what}")
+    eventually(pred, timeout=WAIT, what=what, interval=0.2)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from k8s_double import ApiDouble, running_double
 from kubernetes import client as k8s
 from nats_server import namespace, nats_url  # noqa: F401 - a fixture
 from runner_rigs import STORY, queue_resume
+from waiting import eventually
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
@@ -169,12 +169,8 @@ def test_P2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
     double.faults.pod_start = "pending"
 
     def delete_when_created() -> None:
-        for _ in range(600):
-            if double.pods:
-                (ns, name), _pod = next(iter(double.pods.items()))
-                double.delete_under(ns, name)
-                return
-            time.sleep(0.05)
+        (ns, name), _pod = next(iter(eventually(lambda: dict(double.pods), timeout=30, what="a pod").items()))
+        double.delete_under(ns, name)
 
     deleter = threading.Thread(target=delete_when_created)
     deleter.start()
@@ -414,12 +410,7 @@ def runner_env(
 
 def _until(pred: Any, what: str) -> None:
     """A bounded wait for a state (the test fails by name past it; nothing is timed)."""
-    end = time.monotonic() + WAIT
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {WAIT} s: {what}")
+    eventually(pred, timeout=WAIT, what=what, interval=0.1)
 
 
 @pytest.mark.postgres

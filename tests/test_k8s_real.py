@@ -19,11 +19,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from waiting import eventually
 
 from scratchbank.adapters.k8s_provider import KubernetesSandboxProvider
 from scratchbank.adapters.k8s_sandbox import KubernetesSandbox
@@ -57,10 +57,12 @@ def cluster() -> Iterator[tuple[object, str]]:
                     },
                 },
             )
-        deadline = time.monotonic() + 180
-        while core.read_namespaced_pod("box", ns).status.phase != "Running":
-            assert time.monotonic() < deadline, "the pod never ran"
-            time.sleep(1)
+        eventually(
+            lambda: core.read_namespaced_pod("box", ns).status.phase == "Running",
+            timeout=180,
+            what="the pod runs",
+            interval=1,
+        )
         yield api_client, ns
     finally:
         core.delete_namespace(ns)
@@ -168,11 +170,13 @@ def test_provider_sweeps_the_pod_another_runner_left(cluster: tuple[object, str]
     [found] = mine.orphans("run-orphan")
     assert found.pod == left.pod  # type: ignore[attr-defined]
     mine.stop(found)
-    deadline = time.monotonic() + 120  # a deleted pod may show as Terminating for a moment
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             sandbox(cluster, pod=left.pod)  # type: ignore[attr-defined]
         except SandboxGone:
-            return
-        time.sleep(1)
-    raise AssertionError(f"pod {left.pod} was not deleted")  # type: ignore[attr-defined]
+            return True
+        return False
+
+    # a deleted pod may show as Terminating for a moment
+    eventually(gone, timeout=120, what=f"pod {left.pod} is deleted", interval=1)  # type: ignore[attr-defined]

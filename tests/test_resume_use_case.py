@@ -14,10 +14,13 @@ from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import (
     SCRATCH_NOT_PORTABLE,
     Consents,
+    RestoreAttempt,
     RestoreResult,
     ResumeRequest,
     Verdict,
     Where,
+    after_restore,
+    decide_resume,
     fold,
 )
 from scratchbank.domain.errors import (
@@ -33,7 +36,7 @@ from scratchbank.domain.errors import (
     TimelineWriteFailed,
 )
 from scratchbank.domain.records import NodeFinished, Record, RunResumed, ScratchBanked, ScratchRestored
-from scratchbank.testing.builders import node, resumed, started
+from scratchbank.testing.builders import banked, node, resumed, started
 from scratchbank.testing.clocks import ManualClock
 
 FILES = {"verify.sh": b"#!/bin/sh\n", "clone/README": b"docs"}
@@ -238,8 +241,21 @@ def test_R13_accepting_an_unbanked_loss_records_it_and_goes_on() -> None:
     assert isinstance(rec, ScratchRestored) and rec.accepted and "keeps no bank" in rec.reason
 
 
-def test_restore_result_names_are_stable() -> None:
-    assert {r.value for r in RestoreResult} >= {"restored", "gone", "stream_broken"}
+def test_X4_X5_a_failed_restores_record_names_what_failed() -> None:
+    """after_restore: each failed result writes a record whose reason leads with its own name,
+    one distinct reason per result (what an operator reads in the timeline)."""
+    decision = decide_resume(
+        fold([started(), node("clone", "tool", in_sandbox=True), banked()]), ResumeRequest()
+    )
+    assert decision.verdict is Verdict.RESTORE, decision
+    reasons: dict[RestoreResult, str] = {}
+    for result in RestoreResult:
+        if result is RestoreResult.RESTORED:
+            continue
+        out = after_restore(decision, RestoreAttempt(result, detail="why"))
+        assert out.record.reason == f"{result.name.lower()}: why", out.record
+        reasons[result] = out.record.reason
+    assert len(set(reasons.values())) == len(reasons)
 
 
 # ---- A15, RUN_NOT_FOUND: refused before anything is written -----------------------

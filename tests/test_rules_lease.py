@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import attrs
 from nats_server import NatsServer
 from nats_server import namespace as nats_namespace
 from runner_rigs import make_rig, queue_resume
+from waiting import NeverHappened, eventually
 
 from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.inprocess import InProcessLease
@@ -47,6 +47,7 @@ from scratchbank.domain.lease import (
 from scratchbank.domain.objects import BankStamp
 from scratchbank.domain.records import LeaseTaken, NodeFinished, RunStarted, ScratchBanked
 from scratchbank.testing.builders import banked, started
+from scratchbank.testing.clocks import ManualClock
 
 B, T = HoldBudgets(), LeaseTiming()
 MIN = 60.0
@@ -120,9 +121,7 @@ def test_L1_keeper_refreshes_through_the_hold() -> None:
     keeper = LeaseKeeper(lease, grant, hold, timing, SystemClock())
     keeper.start()
     try:
-        deadline = time.monotonic() + 5
-        while keeper.refreshes < 12 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: keeper.refreshes >= 12, timeout=30, what="12 refreshes", interval=0.02)
         assert lease.acquire("run-1", "b") is None
     finally:
         keeper.stop()
@@ -148,10 +147,12 @@ def test_L5_past_a_ceiling_the_keeper_lets_go_and_cancels_the_run() -> None:
 
 def test_L5_a_refresh_that_fails_cancels_the_run() -> None:
     """The lease lapsed and was taken: the refresh fails and the run context is cancelled."""
-    lease, hold, timing = _short(lapse=0.1)
+    _, hold, timing = _short(lapse=0.1)
+    clock = ManualClock()
+    lease = InProcessLease(lapse=0.1, clock=clock)
     grant = lease.acquire("run-1", "a")
     assert grant is not None
-    time.sleep(0.15)
+    clock.advance(0.15)  # past the lapse on the lease's clock
     taken = lease.acquire("run-1", "b")
     assert taken is not None and taken.token > grant.token
     keeper = LeaseKeeper(lease, grant, hold, timing, SystemClock())
@@ -183,10 +184,10 @@ class StuckArchive(LocalSandbox):
         return super().execute(attrs.evolve(exec_, source=source))
 
     def wait_archiving(self, bound: float = 30.0) -> bool:
-        end = time.monotonic() + bound
-        while not (self.root / "archiving").exists() and time.monotonic() < end:
-            time.sleep(0.02)
-        return (self.root / "archiving").exists()
+        try:
+            return eventually((self.root / "archiving").exists, timeout=bound, interval=0.02)
+        except NeverHappened:
+            return False
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         super().continue_processes(deadline=deadline)

@@ -4,13 +4,13 @@ SQLite files, real PostgreSQL), across real processes, and the runner's handed-i
 from __future__ import annotations
 
 import multiprocessing
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import eventually
 
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.run_lock import HandedLock, MemoryRunLock, PostgresRunLock, SqliteRunLock
@@ -75,7 +75,20 @@ class TestPostgresRunLockContract(RunLockContract):
         return lock
 
     def pass_time(self, lock: RunLock, seconds: float) -> None:
-        time.sleep(seconds)  # the server's now() moves on; no assertion on how long anything took
+        """Waits on the server's own clock (the one that judges expiry) until it moved on."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+
+            def server_now() -> float:
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+                assert row is not None
+                return float(row[0])
+
+            start = server_now()
+            eventually(
+                lambda: server_now() >= start + seconds, what="the server's clock moves on", interval=0.1
+            )
 
 
 def _acquire_in_process(path: str, holder: str, barrier: Any, ttl: float) -> bool:
@@ -114,8 +127,7 @@ def test_A16_sqlite_a_dead_holders_lease_lapses_and_is_taken_over(tmp_path: Path
     held = lock.holder("run-1")
     assert held is not None
     assert held.holder == "x-doomed"
-    while lock.holder("run-1").live:  # type: ignore[union-attr]
-        time.sleep(0.1)  # waits for the lease to lapse; asserts nothing about how long
+    eventually(lambda: not lock.holder("run-1").live, what="the lease lapses")  # type: ignore[union-attr]
     grant = lock.acquire("run-1", "x-next", ttl=60.0)
     assert grant is not None
     assert grant.token == held.token + 1

@@ -30,6 +30,7 @@ from scratchbank.domain.records import (
     ScratchRestored,
 )
 from scratchbank.domain.remedy import remedy
+from scratchbank.domain.resume_gate import Verdict
 
 
 def _start(rig_tl: InMemoryTimeline, run: str = "run-1") -> None:
@@ -127,7 +128,7 @@ def test_R11_an_in_process_resume_hears_the_engines_refusal(tmp_path: Path) -> N
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="over the cap")
     tl.append("run-1", [RunStarted(), unbanked, RunStarted()])  # the latest execution may still bank
     decision, delivery = queue_resume(tl, rig.queue, "run-1", "a1")
-    assert decision.verdict.value == "defer_to_engine" and delivery is not None
+    assert decision.verdict is Verdict.DEFER_TO_ENGINE and delivery is not None
     rig.runner().run_once(1)
     heard = rig.verdicts.wait(delivery, timeout=5)
     assert heard is not None and heard.refused and heard.code == "SCRATCH_NOT_PORTABLE"

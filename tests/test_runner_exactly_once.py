@@ -22,6 +22,7 @@ import scratchbank.application.runner as runner_module
 from scratchbank.adapters.inprocess import InProcessQueue
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.ports import Timeline
+from scratchbank.application.runner import Handled
 from scratchbank.application.service import ScratchService
 from scratchbank.domain.errors import TimelineConflict, TimelineWriteFailed
 from scratchbank.domain.records import (
@@ -93,7 +94,7 @@ def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(
     queue_resume(tl, rig.queue, RUN, "a1", ACCEPT)
     handled = rig.runner().run_once(1)
     assert tl.fired
-    assert handled is not None and handled.handled.value == "ran", handled and handled.detail
+    assert handled is not None and handled.handled is Handled.RAN, handled and handled.detail
     records = tl.read(RUN)
     assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
     assert not [r for r in records if isinstance(r, ResumeRefused)]
@@ -112,10 +113,10 @@ def test_C4_a_claim_that_did_not_land_is_claimed_again_with_its_consent(
     queue_resume(tl, rig.queue, RUN, "a1", ACCEPT)
     runner = rig.runner()
     first = runner.run_once(1)
-    assert first is not None and first.handled.value == "redeliver", first.detail
+    assert first is not None and first.handled is Handled.REDELIVER, first.detail
     assert not [r for r in tl.read(RUN) if isinstance(r, AttemptClaimed)]
     second = runner.run_once(5)
-    assert second is not None and second.handled.value == "ran", second.detail
+    assert second is not None and second.handled is Handled.RAN, second.detail
     accepted = [r for r in tl.read(RUN) if isinstance(r, ScratchRestored)]
     assert accepted and accepted[0].accepted
 
@@ -307,7 +308,7 @@ def test_L5_a_holder_that_loses_its_lease_mid_restore_stops_it_at_once(tmp_path:
     tl.append(RUN, [RunStarted()])
     queue_resume(tl, rig.queue, RUN, "a1")
     first = rig.runner().run_once(1)
-    assert first is not None and first.handled.value == "ran", first.detail
+    assert first is not None and first.handled is Handled.RAN, first.detail
     nodes_before = sum(isinstance(r, NodeFinished) for r in tl.read(RUN))
     lease = LosableLease()
     rig.lease = lease  # type: ignore[assignment]
@@ -317,7 +318,7 @@ def test_L5_a_holder_that_loses_its_lease_mid_restore_stops_it_at_once(tmp_path:
     assert fetched is not None
     inbound = RecordingInbound(fetched.delivery)
     handled = rig.runner().handle(inbound)
-    assert handled.handled.value == "let_go", handled.detail
+    assert handled.handled is Handled.LET_GO, handled.detail
     assert not inbound.acked
     records = tl.read(RUN)
     restores = [r for r in records if isinstance(r, ScratchRestored)]

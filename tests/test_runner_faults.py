@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import attrs
 import pytest
 from nats_server import NatsServer, namespace
 from runner_rigs import queue_resume, types
+from waiting import eventually
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
@@ -96,13 +96,13 @@ def handled(log: Path) -> list[str]:
 
 
 def wait_for(pred: Callable[[], bool], what: str, c: Cluster, run: str | None) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    seen = types(c.records(run)) if run else []
-    raise AssertionError(f"not within {DEADLINE} s: {what}; timeline {seen}")
+    eventually(pred, timeout=DEADLINE, what=what, detail=lambda: types(c.records(run)) if run else [])
+
+
+def drained(c: Cluster) -> bool:
+    """The queue's consumer holds no delivery: none pending, none delivered and unacked."""
+    info = c.conn.call(c.conn.js.consumer_info(c.queue.stream, c.queue.durable))
+    return info.num_pending == 0 and info.num_ack_pending == 0
 
 
 def _end_leftover_sandboxes(base: Path) -> None:
@@ -298,11 +298,13 @@ def test_fault_NATS_restarted_mid_flow_no_delivery_lost_none_applied_twice(clust
         queue_resume(c.timeline, c.queue, run, "a1")
     wait_for(lambda: any(paused(c, r)() for r in runs), "a first park", c, runs[0])
     c.nats.stop()
-    time.sleep(1.0)
+    wait_for(lambda: not c.nats.answers(), "the server is down", c, None)  # the runner's connection drops
     c.nats.start()
     for run in runs:
         wait_for(paused(c, run), "every run parks", c, run)
-    time.sleep(4.0)  # past an ack wait: any delivery whose ack was lost comes back now
+    # a delivery whose ack was lost stays unacked until its ack wait passes and it comes back:
+    # wait until the consumer holds none, pending or unacked (then none can come back)
+    wait_for(lambda: drained(c), "every delivery acked", c, runs[0])
     for run in runs:
         recs = c.records(run)
         assert finishes(recs) == {"clone": 1}, types(recs)

@@ -22,6 +22,7 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.orphans import SWEEPER_KEY, Sweeper
+from scratchbank.application.runner import Handled
 from scratchbank.domain.errors import LeaseLost
 from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, Record, RunStarted
 from scratchbank.testing.clocks import ManualClock
@@ -197,12 +198,12 @@ def test_L4_C7_a_sweep_between_a_deliverys_admission_and_its_claim_claims_once(t
         sweeper_actor(tl, rig.queue, InProcessLease(), Listing(["run-1"]), cutoff=600.0, clock=clock)
     )
     first = delivery_actor(rig, "run-1", "a1")()
-    assert first.handled.value == "redeliver", first.detail
+    assert first.handled is Handled.REDELIVER, first.detail
     republished = rig.runner().run_once(1)
-    assert republished is not None and republished.handled.value == "ran", republished.detail
+    assert republished is not None and republished.handled is Handled.RAN, republished.detail
     assert republished.delivery.republished == 1
     late = delivery_actor(rig, "run-1", "a1")()
-    assert late.handled.value == "done", late.detail
+    assert late.handled is Handled.DONE, late.detail
     records = tl.read("run-1")
     assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
     assert [r.parked for r in records if isinstance(r, OrphanSwept)] == [False]
@@ -238,7 +239,7 @@ def test_L4_a_run_whose_publication_failed_is_found_by_the_outbox_and_carried_on
         report = sweeper_actor(tl, rig.queue, InProcessLease(), tl, cutoff=600.0, clock=clock)()
         assert [s.acted for s in report.swept] == [True]
         handled = rig.runner().run_once(1)
-        assert handled is not None and handled.handled.value == "ran", handled.detail
+        assert handled is not None and handled.handled is Handled.RAN, handled.detail
         assert [r.attempt for r in tl.read("run-1") if isinstance(r, AttemptClaimed)] == ["a1"]
         assert tl.queued_unclaimed(clock.now()) == []
     finally:

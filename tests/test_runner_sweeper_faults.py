@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -140,7 +139,7 @@ def test_L4_a_NATS_restart_during_a_sweep_leaves_no_run_queued(swept: Swept) -> 
         _, log = c.runner("a", **SWEEP)
         wait_for(lambda: _waiting_on_a_lock(c), "the sweep waits on the third run", c, runs[2])
         c.nats.stop()
-        time.sleep(1.0)
+        wait_for(lambda: not c.nats.answers(), "the server is down", c, None)  # the runner's connection drops
         c.nats.start()
     finally:
         held.rollback()

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from nats_server import NatsServer
 from operator_rigs import EXE, TOKEN, cli, served
 from runner_rigs import STORY, checksum, make_rig
+from waiting import eventually
 
 from scratchbank.adapters.bootstrap import bootstrap, close, open_home
 from scratchbank.adapters.config import settings_from
@@ -84,13 +84,13 @@ def _events(log: Path) -> list[dict[str, Any]]:
 
 
 def _wait_for(log: Path, match: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        found = [e for e in _events(log) if match(e)]
-        if found:
-            return found[-1]
-        time.sleep(0.1)
-    raise AssertionError(f"the runner never logged what was waited for; its log: {_events(log)[-5:]}")
+    found: list[dict[str, Any]] = eventually(
+        lambda: [e for e in _events(log) if match(e)],
+        timeout=WAIT,
+        what="the runner logs what was waited for",
+        detail=lambda: _events(log)[-5:],
+    )
+    return found[-1]
 
 
 def _handled(d: dict[str, Any], run: str, attempt: str) -> dict[str, Any]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from rigs import Rig, rig
+from waiting import NeverHappened, eventually
 
 from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
@@ -165,12 +165,10 @@ END_THE_EXEC = (
 
 def wait_for(check: Any, *, bound: float) -> bool:
     """Poll ``check`` until it holds or ``bound`` seconds have passed (a bound, not a timing)."""
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.2)
-    return bool(check())
+    try:
+        return bool(eventually(check, timeout=bound, interval=0.2))
+    except NeverHappened:
+        return False
 
 
 # ---- the host's side of bank.sh's output, without a sandbox ----------------------------

@@ -7,12 +7,13 @@ import asyncio
 import hashlib
 import io
 import threading
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from async_engine import bank_at_teardown_shielded
+from waiting import eventually
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.cancellation import Deadline
@@ -21,7 +22,6 @@ from scratchbank.application.teardown import (
     Budgets,
     NothingRecorded,
     bank_at_teardown,
-    bank_at_teardown_async,
 )
 from scratchbank.domain import ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.errors import (
@@ -303,11 +303,12 @@ def test_X3_a_held_bank_is_not_banked_over() -> None:
 
 
 def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
-    gate = threading.Event()
+    gate, archiving = threading.Event(), threading.Event()
 
     class SlowSandbox(FakeSandbox):
         def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
-            gate.wait(5)
+            archiving.set()
+            gate.wait(60)
             return super().archive(dest, compress=compress, verify=verify, deadline=deadline)
 
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
@@ -315,7 +316,7 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
 
     async def run() -> None:
         task = asyncio.ensure_future(
-            bank_at_teardown_async(
+            bank_at_teardown_shielded(
                 run_id="run-1",
                 timeline=timeline,
                 store=store,
@@ -323,16 +324,14 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
                 run_finished=False,
             )
         )
-        await asyncio.sleep(0.05)
+        await asyncio.get_running_loop().run_in_executor(None, archiving.wait, 60)  # banking is under way
         task.cancel()  # the run's own cancellation (a drain, a lost lease)
         gate.set()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(run())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(timeline.read("run-1")) < 2:
-        time.sleep(0.01)
+    eventually(lambda: len(timeline.read("run-1")) >= 2, what="the bank's record", interval=0.01)
     assert last_record(timeline).banked and store.only("run-1") is not None
 
 

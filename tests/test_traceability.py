@@ -9,6 +9,7 @@ the build. A green suite then means every rule has a passing test."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +31,7 @@ def _unconditionally_skipped(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool
     return False
 
 
+@functools.cache  # every file parsed once per session (three tests read it)
 def rule_tests() -> dict[str, list[tuple[str, bool]]]:
     """Rule id -> [(file::test, runs)] for every test function whose name leads with ids."""
     found: dict[str, list[tuple[str, bool]]] = defaultdict(list)
