@@ -4,7 +4,7 @@
 id, redelivery after a nak's delay or the ack wait, a delivery count per message);
 ``InProcessLease`` as the key-value lease does (compare-and-set on a revision that
 only grows, a lapse after which another holder may take it). Both pass the contract
-suites in ``tests/test_runner_contracts.py``.
+suites in ``tests/contracts/test_queue_and_lease_contract.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ banked.
 
 Every call carries a deadline (``_request_timeout``). The permissions it needs, beyond
 the exec path's ``pods`` get and ``pods/exec`` create: ``pods`` create, delete, list,
-watch (deploy/rbac.yaml; tests/test_k8s_provider.py checks each one).
+watch (deploy/rbac.yaml; tests/rules/test_P_engines.py checks each one).
 """
 
 from __future__ import annotations

@@ -23,39 +23,6 @@ from scratchbank.testing.builders import started
 from scratchbank.testing.clocks import ManualClock
 
 
-def test_A15_following_the_hint_without_a_sandbox_is_refused_by_name_and_loses_nothing(
-    tmp_path: Path,
-) -> None:
-    """Finding 1: --accept-scratch-loss with no --sandbox is NO_RESTORE_TARGET, nothing written."""
-    parked_run(tmp_path, stale=True)
-    before = tree_digest(tmp_path)
-    done = cli("resume", RUN, "--accept-scratch-loss", home=tmp_path)
-    assert done.returncode == 3, done.stderr
-    assert "NO_RESTORE_TARGET" in done.stderr and "--sandbox" in done.stderr
-    assert "the run goes on" not in done.stdout and "Traceback" not in done.stderr
-    assert tree_digest(tmp_path) == before
-
-
-def test_A15_the_same_resume_into_a_named_sandbox_restores_the_bank(tmp_path: Path) -> None:
-    """Finding 1, the way out: name the target and the bank is restored there (R7)."""
-    parked_run(tmp_path / "home", stale=True)
-    target = tmp_path / "box"
-    target.mkdir()
-    done = cli(
-        "resume",
-        RUN,
-        "--accept-scratch-loss",
-        "--sandbox",
-        f"local:{target}",
-        "--json",
-        home=tmp_path / "home",
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
-    assert out["proceeds"] and out["restore"]["restored"] and out["decision"]["rule"] == "R7"
-    assert (target / "scratch" / "a.txt").read_bytes() == b"kept"
-
-
 def test_an_unknown_run_is_RUN_NOT_FOUND_and_nothing_is_written(tmp_path: Path) -> None:
     """Finding 2: no phantom run; status and resume alike."""
     parked_run(tmp_path, stale=False)
@@ -174,16 +141,6 @@ def test_resume_refuses_with_the_hint_then_goes_on_with_the_consent(tmp_path: Pa
     out = json.loads(done.stdout)
     assert out["decision"]["code"] == "SCRATCH_NOT_PORTABLE" and not out["proceeds"]
     assert out["decision"]["hint"].startswith("relaunch the run fresh")
-
-
-def test_R15_a_resume_on_an_unreadable_timeline_is_refused_by_name(tmp_path: Path) -> None:
-    """A garbage timeline.db: TIMELINE_UNREADABLE, exit 5, no traceback, the file untouched."""
-    (tmp_path / "timeline.db").write_bytes(b"garbage" * 100)
-    before = tree_digest(tmp_path)
-    done = cli("resume", RUN, home=tmp_path)
-    assert done.returncode == 5 and "TIMELINE_UNREADABLE" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert tree_digest(tmp_path) == before
 
 
 def test_an_engine_home_is_created_with_its_folders(tmp_path: Path) -> None:

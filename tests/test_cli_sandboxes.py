@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from k8s_double import running_double
 from operator_rigs import RUN, cli, parked_run, tree_digest
-from rigs import container_rig
+from rigs.real_sandboxes import container_rig
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

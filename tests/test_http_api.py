@@ -9,70 +9,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from operator_rigs import RUN, TOKEN, parked_run, served, tree_digest
+from operator_rigs import RUN, TOKEN, tree_digest
+from rigs.http_api import (
+    AUTH,
+    api,  # noqa: F401 - a fixture
+    home,  # noqa: F401 - a fixture
+    service,  # noqa: F401 - a fixture
+)
 
-from scratchbank.adapters.bootstrap import close, open_home
-from scratchbank.adapters.http_api import ApiSettings, api_settings
+from scratchbank.adapters.http_api import api_settings
 from scratchbank.application.service import ScratchService
 from scratchbank.domain.errors import ConfigInvalid
 from scratchbank.testing.builders import node, unbanked
-
-AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    parked_run(tmp_path / "home", stale=False)
-    (tmp_path / "box").mkdir()
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def service(home: Path) -> Iterator[ScratchService]:
-    service = open_home(home)
-    yield service
-    close(service)
-
-
-@pytest.fixture
-def api(service: ScratchService, home: Path) -> Iterator[httpx.Client]:
-    settings = ApiSettings(TOKEN, sandboxes=(f"local:{home.parent}/box",))
-    with served(service, settings) as base, httpx.Client(base_url=base, timeout=30) as client:
-        yield client
-
-
-def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, service: ScratchService) -> None:
-    """C9: a refusal is a 400 with the code, the hint and also_needs_force."""
-    service.timeline.append(RUN, [node("measure", "agent")])
-    got = api.post(f"/runs/{RUN}/resume", json={"source_changed": True}, headers=AUTH)
-    body = got.json()
-    assert got.status_code == 400 and body["error_code"] == "scratch_not_portable"
-    assert body["also_needs_force"] is True and body["keep_force"] is False
-    assert 'add "force": true' in body["hint"] and body["hint"].startswith("relaunch the run fresh")
-    assert "--" not in body["hint"] + body["remedy"]  # the API's JSON fields, never the CLI's flags
-
-
-def test_C9_A9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
-    """C9, A9: a call that had --force is told to keep it."""
-    service.timeline.append(RUN, [node("measure", "agent")])
-    body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()
-    assert (
-        body["also_needs_force"] is False
-        and body["keep_force"] is True
-        and 'keep "force": true' in body["hint"]
-    )
-
-
-def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
-    api: httpx.Client, service: ScratchService, home: Path
-) -> None:
-    """Finding 1 over HTTP: {"accept_scratch_loss": true} alone is NO_RESTORE_TARGET, nothing written."""
-    service.timeline.append(RUN, [node("measure", "agent")])
-    before = tree_digest(home)
-    got = api.post(f"/runs/{RUN}/resume", json={"accept_scratch_loss": True}, headers=AUTH)
-    assert got.status_code == 400 and got.json()["error_code"] == "no_restore_target"
-    assert '"sandbox"' in got.json()["remedy"]
-    assert tree_digest(home) == before
 
 
 def test_a_resume_into_an_allowed_sandbox_restores(api: httpx.Client, home: Path) -> None:

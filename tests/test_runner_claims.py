@@ -14,11 +14,11 @@ appends just before one chosen record of ours.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from runner_rigs import RecordingInbound, RunnerRig, checksum, make_rig, queue_resume, types
+from rigs.runner_claims import RUN, _parked_and_banked, _WritesFirst
+from runner_rigs import RecordingInbound, checksum, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.fencing import FencedTimeline, Token
@@ -31,92 +31,11 @@ from scratchbank.domain.records import (
     AttemptClaimed,
     LeaseTaken,
     NodeFinished,
-    Record,
-    RunResumed,
     RunStarted,
     ScratchBanked,
     ScratchRestored,
 )
 from scratchbank.domain.resume_gate import ResumeRequest, Verdict, Where
-
-RUN = "run-1"
-
-
-class _WritesFirst(InMemoryTimeline):
-    """A timeline another writer appends ``theirs`` to just before our first batch holding a ``before``."""
-
-    def __init__(self, inner: InMemoryTimeline, before: type[Record], theirs: Sequence[Record]) -> None:
-        self.inner, self.before, self.theirs, self.fired = inner, before, list(theirs), False
-
-    def read(self, run_id: str) -> Sequence[Record]:
-        return self.inner.read(run_id)
-
-    def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
-        if not self.fired and any(isinstance(r, self.before) for r in records):
-            self.fired = True
-            self.inner.append(run_id, self.theirs)
-        return self.inner.append(run_id, records, expected=expected)
-
-
-def _parked_and_banked(tmp_path: Path) -> tuple[InMemoryTimeline, RunnerRig]:
-    """The story's first delivery: run to its human gate, scratch banked. Then a2 queued."""
-    tl = InMemoryTimeline()
-    rig = make_rig(tmp_path, tl)
-    tl.append(RUN, [RunStarted()])
-    queue_resume(tl, rig.queue, RUN, "a1")
-    first = rig.runner().run_once(1)
-    assert first is not None and first.handled is Handled.RAN, first.detail
-    assert first.teardown is not None and first.teardown.record.banked
-    queue_resume(tl, rig.queue, RUN, "a2")
-    return tl, rig
-
-
-def _after(tl: InMemoryTimeline, mark: type[Record], attempt: str) -> list[str]:
-    """The record types after the first ``mark`` record (of ``attempt`` for claims)."""
-    records = list(tl.read(RUN))
-    at = next(
-        i
-        for i, r in enumerate(records)
-        if isinstance(r, mark) and (not isinstance(r, AttemptClaimed) or r.attempt == attempt)
-    )
-    return types(records[at + 1 :])
-
-
-def test_C6_a_resume_that_loses_its_claim_in_the_runner_is_acked_with_nothing_more_written(
-    tmp_path: Path,
-) -> None:
-    """Another execution starts between the resume's read and its claim: ResumeSuperseded
-    inside the runner, acked, and after the other writer's record nothing of ours lands."""
-    tl, rig = _parked_and_banked(tmp_path)
-    theirs = RunResumed(attempt="cli")
-    rig.timeline = _WritesFirst(tl, RunResumed, [theirs])
-    inbound = RecordingInbound(ResumeDelivery(RUN, "a2"))
-    handled = rig.runner().handle(inbound)
-    assert handled.handled is Handled.SUPERSEDED, handled.detail
-    assert "RESUME_SUPERSEDED" in handled.detail or "claimed it" in handled.detail
-    assert inbound.acked and not inbound.naks
-    assert tl.read(RUN)[-1] == theirs  # the last record is the other execution's: nothing after it
-    assert _after(tl, AttemptClaimed, "a2") == ["run_status_changed", "run_resumed"]
-    assert not list((tmp_path / "sandboxes").iterdir())  # its sandbox was torn down
-
-
-def test_C6_a_resume_that_loses_its_claim_after_the_restore_writes_no_record_runs_nothing_banks_nothing(
-    tmp_path: Path,
-) -> None:
-    """Another writer appends between the resume's claim and its restore record: the restore
-    record is not written, the engine does not run, the teardown does not bank; acked."""
-    tl, rig = _parked_and_banked(tmp_path)
-    theirs = RunResumed(attempt="cli")
-    rig.timeline = _WritesFirst(tl, ScratchRestored, [theirs])
-    banks_before = sorted(p.read_bytes() for p in (tmp_path / "banks").rglob("*") if p.is_file())
-    inbound = RecordingInbound(ResumeDelivery(RUN, "a2"))
-    handled = rig.runner().handle(inbound)
-    assert handled.handled is Handled.SUPERSEDED, handled.detail
-    assert inbound.acked
-    assert tl.read(RUN)[-1] == theirs
-    assert _after(tl, AttemptClaimed, "a2") == ["run_status_changed", "run_resumed", "run_resumed"]
-    banks_after = sorted(p.read_bytes() for p in (tmp_path / "banks").rglob("*") if p.is_file())
-    assert banks_after == banks_before  # the bank the newer execution restores is untouched
 
 
 def test_fence_a_newer_holder_during_the_resume_is_refused_and_not_acked(tmp_path: Path) -> None:
@@ -173,31 +92,3 @@ def test_fence_announce_is_once_and_refused_past_a_newer_token(tmp_path: Path) -
     assert types(tl.read(RUN)) == ["run_started", "lease_taken", "lease_taken"]
     assert checksum(tl, RUN) == before
     assert [r for r in tl.read(RUN) if isinstance(r, NodeFinished | ScratchBanked)] == []
-
-
-class _AnotherExecutionDuringTheEngine:
-    """The rig's engine, after which another execution starts on the run (a CLI resume)."""
-
-    def __init__(self, inner: object, timeline: InMemoryTimeline) -> None:
-        self.inner, self.timeline = inner, timeline
-
-    def continue_run(self, run_id: str, **kw: object) -> object:
-        end = self.inner.continue_run(run_id, **kw)  # type: ignore[attr-defined]
-        self.timeline.append(run_id, [RunResumed(attempt="cli", execution="the-newer-one")])
-        return end
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-
-def test_A18_the_runners_teardown_names_the_execution_its_resume_started(tmp_path: Path) -> None:
-    """A runner execution's teardown names its own execution (A18): once a newer one
-    started, it is superseded and records nothing over the newer execution."""
-    tl, rig = _parked_and_banked(tmp_path)
-    rig.engine = _AnotherExecutionDuringTheEngine(rig.engine, tl)  # type: ignore[assignment]
-    handled = rig.runner().run_once(1)
-    assert handled is not None and handled.teardown is not None, handled
-    ours = [r for r in tl.read(RUN) if isinstance(r, RunResumed)][-2]
-    assert ours.execution and handled.teardown.execution == ours.execution
-    assert handled.teardown.superseded and not handled.teardown.recorded
-    assert tl.read(RUN)[-1] == RunResumed(attempt="cli", execution="the-newer-one")

@@ -42,7 +42,7 @@ def _bucket(endpoint: str) -> str:
 
 @pytest.fixture
 def services(
-    nats_url: str,  # noqa: F811 - the fixture
+    nats_url: str,
     postgres_url: str,
     s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,

@@ -11,7 +11,7 @@ WALL_CLOCK = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"), ("
 ALLOWED = {
     ROOT / "src" / "scratchbank" / "testing" / "clocks.py",
     # real runner processes stamp their records with their own clocks: "now" is theirs too
-    ROOT / "tests" / "test_runner_sweeper_faults.py",
+    ROOT / "tests" / "rigs" / "runner_sweeper_faults.py",
 }
 
 

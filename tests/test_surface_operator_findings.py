@@ -14,7 +14,7 @@ import docker
 import httpx
 import pytest
 from operator_rigs import EXE, RUN, TOKEN, cli, parked_run, served, tree_digest
-from rigs import container_rig
+from rigs.real_sandboxes import container_rig
 
 from scratchbank.adapters import cli as cli_module
 from scratchbank.adapters import config, error_table
@@ -23,6 +23,8 @@ from scratchbank.adapters.http_api import ApiSettings
 from scratchbank.domain import errors
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
 NO_PODMAN = {"SCRATCHBANK_PODMAN_URL": "", "CONTAINER_HOST": ""}
 
 
@@ -352,27 +354,3 @@ def test_status_leaves_no_sqlite_side_files_and_does_not_checkpoint(tmp_path: Pa
     done = cli("status", RUN, home=tmp_path)
     assert done.returncode == 3 and done.stdout.startswith(f"run {RUN}"), done.stderr  # R2: refused
     assert seen() == before
-
-
-def test_R15_a_quiet_read_sees_a_writer_that_came_after_it_opened(tmp_path: Path) -> None:
-    """The read-only timeline opened on a quiet file (immutable, no side files) reads the plain
-    way once a writer holds the file: it sees the writer's records, still in the WAL."""
-    from scratchbank.adapters.event_store import EventStoreTimeline
-    from scratchbank.testing.builders import node, started
-
-    url = f"sqlite:///{tmp_path}/timeline.db"
-    first = EventStoreTimeline(url)
-    first.append(RUN, [started()])
-    first.close()
-    reader = EventStoreTimeline(url, read_only=True)
-    try:
-        assert len(reader.read(RUN)) == 1
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["timeline.db"]
-        writer = EventStoreTimeline(url)
-        try:
-            writer.append(RUN, [node("late", "tool")])  # in the WAL: the writer holds the file
-            assert len(reader.read(RUN)) == 2
-        finally:
-            writer.close()
-    finally:
-        reader.close()

@@ -92,3 +92,17 @@ def test_every_file_a_tier_names_exists() -> None:
 
     stems = {p.stem for folder in TEST_DIRS for p in (ROOT / folder).glob("test_*.py")}
     assert (PURE | ADAPTERS) - stems == set()
+
+
+def test_every_rule_test_is_filed_in_its_familys_file() -> None:
+    """A test named after rules lives in tests/rules/, in a file of its first id's family
+    (test_R.py, test_R_adapters.py, test_R_engines.py, or one of the family set apart:
+    test_R_<where it came from>.py), so a rule's tests are found in one place."""
+    misfiled = [
+        where
+        for found in rule_tests().values()
+        for where, _runs in found
+        if where.startswith("tests/")
+        and not re.match(rf"tests/rules/test_{where.split('::')[1][5]}(_\w+)?\.py::", where)
+    ]
+    assert misfiled == [], f"rule tests outside their family's file in tests/rules/: {sorted(set(misfiled))}"

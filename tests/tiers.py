@@ -9,7 +9,9 @@ loaded by ``-p tiers`` from pyproject.toml):
 - ``engines``: the real engines and servers: Docker, Podman, the Kubernetes API double, S3,
   PostgreSQL, NATS, the image.
 
-A file not listed here is ``engines`` (the tier that assumes the most) until it is placed.
+A file of tests/rules/ has its tier in its name (``test_T.py`` pure, ``test_T_adapters.py``,
+``test_T_engines.py``). Any other file not listed here is ``engines`` (the tier that assumes
+the most) until it is placed.
 """
 
 from __future__ import annotations
@@ -23,22 +25,16 @@ from typing import Any
 import pytest
 
 PURE = {
-    "test_attack_k9",
-    "test_escape_records",
     "test_host_check",
-    "test_rules_adoption_delivery",
     "test_rules_checkpoints",
     "test_rules_restore",
     "test_rules_resume",
-    "test_rules_teardown",
     "test_surface_clocks",
     "test_teardown_use_case",
     "test_terminal",
     "test_traceability",
     "test_wire",
     "test_canonical_header",
-    "test_cancellation",
-    "test_exec_pump",
     "test_checkpoints",
     "test_fuzz_sandbox_output",
     "test_guarantees",
@@ -49,23 +45,17 @@ PURE = {
     "test_teardown_machine",
 }
 ADAPTERS = {
-    "test_member_budget",  # 200,001 members through the SQLite member log: a scale test
     "test_architecture",
     "test_cli_explain",
     "test_cli_operators",
     "test_deploy",
-    "test_escape_host_directory",
-    "test_escape_reader",
     "test_host_archive",
     "test_k8s_real",
     "test_load_without_lies",
-    "test_lock_flows",
     "test_readme",
     "test_resume_use_case",
-    "test_rules_limits",
     "test_runner_claims",
     "test_runner_deliveries",
-    "test_runner_sweeper",
     "test_snapshots",
     "test_surface_error_table",
     "test_fuzz_banks",
@@ -77,25 +67,27 @@ TIERS = ("pure", "adapters", "engines")
 #: starts last bounds the wall time). Measured at load ~20 (s of setup+call+teardown): the
 #: 10,000 schedules 2,253, the rest of test_interleavings 636, then 437 down to 206.
 SLOW_FIRST = (
-    "test_interleavings_sampled",
-    "test_interleavings",
+    "test_A_interleavings_sampled_engines",
+    "test_A_interleavings_engines",
     "test_guarantees",
     "test_sandboxes",
     "test_surface_errors",
     "test_hostile_sandbox",
     "test_runner_faults",
-    "test_k8s_provider",
+    "test_P_engines",
     "test_surface_core_install",
-    "test_races",
+    "test_A_engines",
     "test_cli_operators",
     "test_surface_operator_findings",
-    "test_contracts",
+    "test_sandbox_contract",
     "test_run_machine",
     "test_surface_queue",
 )
 
 
 def tier_of(path: Path) -> str:
+    if path.parent.name == "rules":  # tests/rules/test_T.py, test_T_adapters.py, test_T_engines.py
+        return next((tier for tier in TIERS[1:] if path.stem.endswith(f"_{tier}")), "pure")
     if path.stem in PURE:
         return "pure"
     if path.stem in ADAPTERS:
@@ -145,8 +137,10 @@ def files_of(tier: str, root: Path) -> list[str]:
     """The test files of ``tier`` under ``root`` (tests/, property_tests/): ``./dev test -m pure``
     collects only these, so that no other tier's imports (engines' clients) are paid for."""
     names = {"pure": PURE, "adapters": ADAPTERS}[tier]
-    found = [p for d in ("tests", "property_tests") for p in sorted((root / d).glob("test_*.py"))]
-    return [str(p.relative_to(root)) for p in found if p.stem in names]
+    found = [
+        p for d in ("tests", "tests/rules", "property_tests") for p in sorted((root / d).glob("test_*.py"))
+    ]
+    return [str(p.relative_to(root)) for p in found if p.stem in names or tier_of(p) == tier]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""Helpers and fixtures of the tests first written in tests/test_hostile_sandbox.py (Issue 25: a
+compromised sandbox can neither harm the host nor make a record lie.), shared by the rule tests
+filed by family in tests/rules/ and by the tests that stayed."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from hostile import member, ustar
+from waiting import eventually
+
+from rigs.real_sandboxes import Rig, rig
+from scratchbank.adapters.scripted import QUIESCE
+
+#: the engines a restore or a transport bound applies to (the K8s double on its own namespace)
+TRANSPORTS = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "podman-gnu", "k8s-double"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def box(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    with rig(request.param) as r:
+        yield r
+
+
+def files(*names: str) -> bytes:
+    return b"".join(ustar(member(n, size=3), b"abc") for n in names)
+
+
+def _pid1_idle(counters: str) -> tuple[int, list[str], str]:
+    """quiesce.sh's pid1_idle under a shell whose clock, sleep and /proc reads are stubbed: the
+    clock moves 0.05 s per read, PID 1's counters read ``counters`` (a ``$n`` is the read's
+    number), its tasks sleep. (exit code, the sleeps asked for, the report)."""
+    stubs = f"""
+t=1000 n=0
+uptime_cs() {{ t=$((t + 5)); up_cs=$t; }}
+pid1_writes() {{ n=$((n + 1)); p1_io="{counters}"; }}
+read_status() {{ st_state=S st_name=init; }}
+exec 3>&2
+sleep() {{ echo "sleep $1" >&3; }}
+pid1_writes; p1_before=$p1_io; p1_since=$t
+round=0 reasons="" q_out=""
+pid1_idle; rc=$?
+printf '%s' "$q_out"
+exit $rc
+"""
+    done = subprocess.run(
+        ["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    sleeps = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("sleep ")]
+    return done.returncode, sleeps, done.stdout
+
+
+def _wait_for(r: Rig, path: str) -> None:
+    eventually(
+        lambda: r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes", what="the writer writes"
+    )

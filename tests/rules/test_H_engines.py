@@ -1,0 +1,203 @@
+"""Rules H: a hostile sandbox: what it sends is bounded and nothing it plants is believed (ADR 0008).
+The engines tier's tests of H1, H2, H3, H4, H5, H6, H7 (tests/tiers.py: a file of tests/rules/ has
+its tier in its name).
+
+Each section holds tests first written in the file it names; their helpers and fixtures are in
+tests/rigs/<that file>.py."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import attrs
+import pytest
+from hostile import end, gz, member, ustar
+from rigs.escape_sandbox import fingerprint, restore
+from rigs.hostile_sandbox import (
+    TRANSPORTS,
+    _pid1_idle,
+    _wait_for,
+    box,  # noqa: F401 - a fixture
+    files,
+)
+from rigs.real_sandboxes import CONTAINERS, Rig, rig
+from rigs.sandboxes import frozen
+from waiting import eventually
+
+from scratchbank.adapters.scripted import Exec
+from scratchbank.application.cancellation import Deadline
+from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
+from scratchbank.testing.hostile import HostileSandbox, flood, shadow
+
+# ---- from tests/test_hostile_sandbox.py: Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
+
+
+# -- 1. a listing, a staging and list_scratch bounded by what the host expects --------------
+def test_H1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothing(box: Rig) -> None:
+    """The restore's listing step printing far more than two entries can take: a named
+    refusal in the sandbox (X4, SANDBOX_OUTPUT_OVER_BOUND), the scratch as it was."""
+    box.sh(f"rm -rf {box.scratch}; mkdir -p {box.scratch} && echo mine > {box.scratch}/keep")
+    before = fingerprint(box)
+    hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
+    out = restore(gz(files("a", "b") + end()), hostile)
+    assert out.restore is not None and out.restore.park is not None, out
+    assert "refused_in_sandbox: SANDBOX_OUTPUT_OVER_BOUND" in out.restore.record.reason, (
+        out.restore.record.reason
+    )
+    assert fingerprint(box) == before
+
+
+def test_H1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
+    """``list_scratch`` has no manifest to go by: a fixed bound, past it OutputOverBound."""
+    box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
+    hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
+    hostile.list_bytes = 1 << 16
+    with pytest.raises(OutputOverBound):
+        hostile.list_scratch()
+    assert [line.split(",")[0] for line in box.sandbox.list_scratch()] == ['["f"']
+
+
+# -- 2. steps that should print nothing; stderr tails; text into records -------------------
+def test_H2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> None:
+    """The continue step (no stdout sink) whose ``rm`` prints 2 MiB: a named refusal, the
+    host holds no more than the bound."""
+    hostile = HostileSandbox(box.sandbox, shadow("kill", before=flood(2 << 20)))
+    with pytest.raises(OutputOverBound) as caught:
+        hostile.continue_processes()
+    assert "4096" in caught.value.message
+
+
+def test_H2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Rig) -> None:
+    """A tar that fails with 3 MiB of NULs and escapes on stderr: the host keeps a 64 KiB
+    tail, and the ArchiveFailed message (what the record's reason gets) holds no raw
+    control byte and at most 2,000 characters of the sandbox's text."""
+    from scratchbank.domain.errors import ArchiveFailed
+
+    box.sh(f"mkdir -p {box.scratch} && echo x > {box.scratch}/f")
+    nul = flood(3 << 20, stream=2, byte="\\000\\033")
+    hostile = HostileSandbox(box.sandbox, f"tar() {{ {nul}; return 2; }}")
+    done = hostile.call(Exec("tar"))
+    assert len(done.stderr) <= 64 << 10
+    with pytest.raises(ArchiveFailed) as caught:
+        hostile.archive(io.BytesIO(), compress=False, verify=False)
+    text = caught.value.message
+    assert "\x00" not in text and "\x1b" not in text and len(text) < 2200, text[:200]
+
+
+# -- 3. no root step follows a name the workload planted -----------------------------------
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_H3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str, tmp_path: Path) -> None:
+    """An unprivileged workload links the old fixed watchdog flag (and a few other names
+    a script could use) to a root-owned file of a host directory mounted in: quiesce and
+    continue (as root) leave it byte for byte."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root-owned file of the host, 37 bytes")
+    victim.chmod(0o600)
+    with rig(engine, volumes={str(tmp_path): {"bind": "/tmp/hostdir", "mode": "rw"}}) as r:
+        for name in (".scratchbank-watchdog", ".scratchbank-wd", ".sb-before", ".sb-after"):
+            r.sh(f"ln -s /tmp/hostdir/victim /tmp/{name}", user="65534")
+        report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        r.sandbox.continue_processes()
+        assert report.quiesced, report
+    assert victim.read_bytes() == b"root-owned file of the host, 37 bytes"
+
+
+# -- 4 and 5. quiesce believes no name ----------------------------------------------------
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_H4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> None:
+    """A root writer whose name is ``w) T 1`` and a newline, quiesced by a non-root user
+    that cannot stop it: read from ``State:`` it runs, so the bank is unquiesced."""
+    with rig(engine) as r:
+        path = f"{r.scratch}/forged"
+        r.sh(f"mkdir -p {r.scratch}")
+        r.spawn(f"printf 'w) T 1 1\\n' > /proc/$$/comm; while :; do echo x >> {path}; sleep 0.01; done")
+        _wait_for(r, path)
+        r.sandbox.admin_user = "65534"
+        try:
+            report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.admin_user = "0"
+            r.sandbox.continue_processes()
+        assert not report.quiesced, report
+        assert any("another user" in why or "still running" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("engine", CONTAINERS)
+def test_H5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> None:
+    """PID 1 renames itself ``sleep`` and keeps writing: unquiesced on its record,
+    whatever it calls itself."""
+    # builtins only: a writer that forked a sleep would wait on it once it is stopped
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = (
+        "printf sleep > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+        f"while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
+    )
+    with rig(engine, command=["sh", "-c", loop]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        assert r.sh("cat /proc/1/comm").strip() == "sleep"
+        report = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        r.sandbox.continue_processes()
+        assert not report.quiesced, report
+        assert any("pid 1" in why for why in report.reasons), report
+
+
+def test_H5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
+    """The other side: a PID 1 that sleeps and writes nothing is proven idle."""
+    report = box.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+    box.sandbox.continue_processes()
+    assert report.quiesced, report
+
+
+def test_H5_an_idle_pid_1_is_proven_over_its_window_not_a_fixed_wait() -> None:
+    """PID 1 unmoved: proven idle once 0.2 s have passed since its first read (the stop rounds
+    count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown."""
+    rc, sleeps, report = _pid1_idle("wchar: 7 syscw: 1 ")
+    assert rc == 0, report
+    assert sleeps == ["0.05"] * 3, sleeps  # reads at +0.05 .. +0.2 s: three short waits
+
+
+def test_H5_a_pid_1_that_writes_within_the_window_is_not_idle_at_once() -> None:
+    """PID 1's counters moved by the next read: not proven idle, said at once (no wait)."""
+    rc, sleeps, report = _pid1_idle("wchar: $n syscw: $n ")
+    assert rc == 1 and "wrote during the quiesce" in report, report
+    assert sleeps == [], sleeps
+
+
+# -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------
+@pytest.mark.parametrize("engine", TRANSPORTS)
+def test_H6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine: str) -> None:
+    """/tmp (the scratch's parent and the script's work files) is a 256 KiB tmpfs, and a
+    400 KB bank fills it mid-extract (no size declared up front): RestoreRefused, never
+    StreamBroken, and the old scratch byte for byte."""
+    tmpfs = {"tmpfs": {"/tmp": "size=256k"}} if engine not in ("local", "k8s-double") else {}
+    with rig(engine, **tmpfs) as r:
+        if not tmpfs:
+            r.sh("mount -t tmpfs -o size=256k tmpfs /tmp")
+        scratch = "/tmp/scratch"
+        r.sandbox.facts = attrs.evolve(r.sandbox.facts, scratch=scratch)
+        r.scratch = scratch
+        r.sh(f"mkdir -p {scratch} && echo mine > {scratch}/keep")
+        before = fingerprint(r)
+        big = ustar(member("big", size=400_000), b"q" * 400_000)
+        listing = io.BytesIO()
+        with pytest.raises(RestoreRefused):
+            r.sandbox.stage_restore(io.BytesIO(big + end()), compressed=False, listing=listing)
+        assert fingerprint(r) == before
+
+
+# -- 7. a cut call ends everything it started ---------------------------------------------
+def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
+    """A call cut at its deadline whose script started a writer that detached (setsid)
+    and holds its stdout, and one that stayed in its group: after the cut neither writes."""
+    box.sh(f"mkdir -p {box.scratch}")
+    held, grouped = f"{box.scratch}/held", f"{box.scratch}/grouped"
+    loop = "while :; do echo x >> {}; sleep 0.05; done"
+    source = (
+        f"setsid sh -c '{loop.format(held)}' & sh -c '{loop.format(grouped)}' </dev/null >/dev/null 2>&1 & "
+        "sleep 1000"
+    )
+    with pytest.raises((StreamBroken, ExecFailed)):
+        box.sandbox.call(Exec(source, deadline=Deadline.after(3)))
+    eventually(lambda: frozen(box, held), timeout=30, what="the detached writer ends with the cut")
+    eventually(lambda: frozen(box, grouped), timeout=30, what="the grouped writer ends with the cut")

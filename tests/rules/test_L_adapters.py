@@ -1,0 +1,132 @@
+"""Rules L: the runner's lease while it banks. The adapters tier's tests of L4 (tests/tiers.py: a file
+of tests/rules/ has its tier in its name).
+
+Each section holds tests first written in the file it names; their helpers and fixtures are in
+tests/rigs/<that file>.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rigs.runner_sweeper import CUTOFF, RUN, _ClaimsFirst, _queued_and_lost
+from runner_rigs import RecordingInbound, checksum, make_rig, types
+
+from scratchbank.adapters.memory import InMemoryTimeline
+from scratchbank.application.orphans import sweep_orphans
+from scratchbank.application.ports import ResumeDelivery
+from scratchbank.application.runner import Handled
+from scratchbank.domain.admission import Consents
+from scratchbank.domain.lease import HoldBudgets, LeaseTiming, sweeper_cutoff
+from scratchbank.domain.orphans import Sweep, judge_orphan
+from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, RunStarted
+from scratchbank.testing.clocks import ManualClock
+
+# ---- from tests/test_runner_deliveries.py: The runner on the embedded default: deliveries, consents, refusals (C3-C8, R10-R12, L4).
+
+
+def test_L4_a_delivery_meeting_a_held_lease_backs_off_by_its_rank(tmp_path: Path) -> None:
+    """Held by another runner: nak'd with its rank's delay; past the last, acked for the sweeper."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1")])
+    assert rig.lease.acquire("run-1", "runner-b") is not None
+    runner = rig.runner()
+    before = checksum(tl, "run-1")
+    delays = []
+    for rank in range(1, 20):
+        inbound = RecordingInbound(ResumeDelivery("run-1", "a1"), deliveries=rank)
+        handled = runner.handle(inbound)
+        if handled.handled is Handled.GAVE_UP:
+            assert inbound.acked
+            break
+        assert handled.handled is Handled.LEASE_HELD and not inbound.acked
+        delays += inbound.naks
+    s = runner.settings
+    from scratchbank.domain.lease import backoff_delays
+
+    assert delays == list(backoff_delays(s.hold, s.timing))
+    assert checksum(tl, "run-1") == before
+
+
+# ---- from tests/rules/test_L_adapters.py: The orphan sweeper (L4): a queued attempt no runner claimed within the cutoff.
+
+
+def test_L4_the_sweeper_leaves_a_run_queued_for_less_than_the_cutoff(tmp_path: Path) -> None:
+    clock, tl, rig = _queued_and_lost(tmp_path)
+    clock.advance(CUTOFF - 1)
+    before = checksum(tl, RUN)
+    [swept] = sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    assert swept.verdict is not None and swept.verdict.sweep is Sweep.LEAVE and not swept.acted
+    assert checksum(tl, RUN) == before
+    assert rig.queue.fetch(0.05) is None
+
+
+def test_L4_the_sweeper_publishes_an_unclaimed_attempt_again_and_a_runner_carries_it_on(
+    tmp_path: Path,
+) -> None:
+    """Past the cutoff: ``orphan_swept`` written, the same attempt published again with
+    its consents, and the runner claims and runs it."""
+    accept = Consents(accept_scratch_loss=True)
+    clock, tl, rig = _queued_and_lost(tmp_path, accept)
+    clock.advance(CUTOFF)
+    [swept] = sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    assert swept.acted and swept.verdict is not None and swept.verdict.sweep is Sweep.REPUBLISH
+    assert types(tl.read(RUN))[-1] == "orphan_swept"
+    handled = rig.runner().run_once(1)
+    assert handled is not None and handled.handled is Handled.RAN, handled.detail
+    assert handled.delivery == ResumeDelivery(RUN, "a1", accept, republished=1)
+    claims = [r.attempt for r in tl.read(RUN) if isinstance(r, AttemptClaimed)]
+    assert claims == ["a1"]
+    later = sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    assert later[0].verdict is not None and later[0].verdict.sweep is Sweep.LEAVE  # claimed: left
+
+
+def test_L4_the_sweeper_parks_when_the_republished_attempt_goes_unclaimed_too(tmp_path: Path) -> None:
+    """The republication is lost as well: a cutoff after it the run is parked; a late
+    delivery of that attempt is acked with nothing written; the sweeper leaves it."""
+    clock, tl, rig = _queued_and_lost(tmp_path)
+    clock.advance(CUTOFF)
+    sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    again = rig.queue.fetch(1)
+    assert again is not None
+    again.ack()
+    clock.advance(CUTOFF - 1)
+    assert sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)[0].acted is False
+    clock.advance(1)
+    [parked] = sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    assert parked.acted and parked.verdict is not None and parked.verdict.sweep is Sweep.PARK
+    swept = [r for r in tl.read(RUN) if isinstance(r, OrphanSwept)]
+    assert [r.parked for r in swept] == [False, True] and "resume the run again" in swept[-1].reason
+    assert rig.queue.fetch(0.05) is None  # a park publishes nothing
+    before = checksum(tl, RUN)
+    late = RecordingInbound(ResumeDelivery(RUN, "a1"))
+    handled = rig.runner().handle(late)
+    assert handled.handled is Handled.DONE and late.acked, handled.detail
+    assert checksum(tl, RUN) == before
+    clock.advance(10 * CUTOFF)
+    assert sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)[0].acted is False
+    assert checksum(tl, RUN) == before
+
+
+def test_L4_the_sweeper_writes_and_publishes_nothing_over_a_runner_that_claimed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    clock, tl, rig = _queued_and_lost(tmp_path)
+    clock.advance(CUTOFF)
+    [swept] = sweep_orphans([RUN], timeline=_ClaimsFirst(tl), queue=rig.queue, cutoff=CUTOFF, clock=clock)
+    assert not swept.acted and "moved" in swept.detail
+    assert types(tl.read(RUN))[-1] == "attempt_claimed"
+    assert not [r for r in tl.read(RUN) if isinstance(r, OrphanSwept)]
+    assert rig.queue.fetch(0.05) is None
+
+
+def test_L4_judge_orphan_leaves_a_queue_record_without_a_time_and_a_run_not_queued() -> None:
+    """Model: the sweeper acts only on what it can age; a run not queued is not its."""
+    now = ManualClock().now()
+    assert judge_orphan([RunStarted()], now, CUTOFF).sweep is Sweep.LEAVE
+    untimed = judge_orphan([RunStarted(), AttemptQueued(attempt="a1")], now, CUTOFF)
+    assert untimed.sweep is Sweep.LEAVE and "no time" in untimed.reason
+
+
+def test_L4_the_sweeper_default_cutoff_is_the_lease_arithmetics() -> None:
+    assert sweeper_cutoff(HoldBudgets(), LeaseTiming()) == 150 * 60

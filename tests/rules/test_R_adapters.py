@@ -1,0 +1,392 @@
+"""Rules R: the resume gate: refuse or go on, before anything moves. The adapters tier's tests of R2,
+R10, R11, R12, R13, R15 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
+
+Each section holds tests first written in the file it names; their helpers and fixtures are in
+tests/rigs/<that file>.py."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_rigs import RUN, cli, tree_digest
+from rigs.cli_explain import run
+from rigs.load_without_lies import held
+from rigs.resume_use_case import ACCEPT, FILES, World
+from rigs.snapshots import appended_in_batches, long_run
+from runner_rigs import RecordingInbound, checksum, make_rig, queue_resume
+
+from scratchbank.adapters.event_store import PAGE, EventStoreTimeline
+from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.adapters.present import decision_text
+from scratchbank.adapters.rules import RULES
+from scratchbank.application.cancellation import Cancel, Deadline, calls_within
+from scratchbank.application.ports import ResumeDelivery
+from scratchbank.application.recording import RETRYABLE, Claim, append_at
+from scratchbank.application.resume import SNAPSHOT_EVERY, check_resume, current_state
+from scratchbank.application.retry import Budget
+from scratchbank.application.runner import Handled
+from scratchbank.application.teardown import bank_at_teardown
+from scratchbank.domain import SCRATCH_NOT_PORTABLE, ResumeRequest, Verdict, Where, fold
+from scratchbank.domain.errors import TimelineBusy
+from scratchbank.domain.records import (
+    AttemptClaimed,
+    AttemptQueued,
+    ResumeRefused,
+    RunStarted,
+    ScratchBanked,
+    ScratchRestored,
+)
+from scratchbank.domain.remedy import remedy
+from scratchbank.domain.resume_gate import decide_resume
+from scratchbank.testing.builders import banked, node, started, unbanked
+from scratchbank.testing.clocks import ManualClock
+
+# ---- from tests/test_cli_explain.py: `scratchbank explain TIMELINE.jsonl`: the decision with its rule and events, or a named error.
+
+
+def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:
+    """R15: a bad file names the line and exits 2, never a decision."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"type": "run_started"}\n\n{"type": "node_finished", "node": "a"}\n')
+    done = run("explain", path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "TIMELINE_UNREADABLE: line 3: node_finished lacks required field 'succeeded'" in done.stderr
+    path.write_text('{"type": "run_started"}\n{not json\n')
+    done = run("explain", path)
+    assert done.returncode == 2 and "line 2: not JSON" in done.stderr
+    done = run("explain", tmp_path / "missing.jsonl")
+    assert done.returncode == 2 and "cannot read" in done.stderr
+    path.write_bytes(b"\xff\xfe\n")
+    assert run("explain", path).returncode == 2
+
+
+# ---- from tests/test_cli_operators.py: The operators' CLI end to end (subprocesses, the embedded default: SQLite, banks on disk).
+
+
+def test_R15_a_resume_on_an_unreadable_timeline_is_refused_by_name(tmp_path: Path) -> None:
+    """A garbage timeline.db: TIMELINE_UNREADABLE, exit 5, no traceback, the file untouched."""
+    (tmp_path / "timeline.db").write_bytes(b"garbage" * 100)
+    before = tree_digest(tmp_path)
+    done = cli("resume", RUN, home=tmp_path)
+    assert done.returncode == 5 and "TIMELINE_UNREADABLE" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert tree_digest(tmp_path) == before
+
+
+# ---- from tests/test_load_without_lies.py: Issue 26: load without lies. A report says ``recorded`` only for a record known to have landed; a busy timeline waits for a call slot and is never read as unreadable (R15).
+
+
+def test_R15_a_busy_timeline_is_TIMELINE_BUSY_never_unreadable(tmp_path: Path) -> None:
+    """Every call slot held past the deadline: a named retryable error, no R15, nothing written."""
+    timeline = EventStoreTimeline(
+        f"sqlite:///{tmp_path}/t.db", call_seconds=0.2, in_flight=1, wait_seconds=0.2
+    )
+    timeline.append("run-1", [started()])
+    before = timeline.read("run-1")
+    assert timeline._slots.acquire(1.0) == ""  # another caller holds the only slot
+    try:
+        with pytest.raises(TimelineBusy):
+            timeline.read("run-1")
+        with pytest.raises(TimelineBusy):
+            timeline.append("run-1", [node("clone")], expected=1)
+        with pytest.raises(TimelineBusy):
+            check_resume(timeline, "run-1", ResumeRequest(), snapshots=timeline)
+    finally:
+        timeline._slots.release()
+    assert timeline.read("run-1") == before
+    assert TimelineBusy("x").code == "TIMELINE_BUSY"
+
+
+def test_R15_a_slot_wait_gives_up_at_the_callers_deadline_with_TIMELINE_BUSY(tmp_path: Path) -> None:
+    """A caller's passed deadline ends the wait for a slot: TIMELINE_BUSY naming it, nothing written."""
+    timeline, before = held(tmp_path)
+    try:
+        with calls_within(Deadline.after(0.0)), pytest.raises(TimelineBusy, match="caller's deadline"):
+            timeline.append("run-1", [node("clone")], expected=1)
+        assert timeline._slots.waiting() == 0  # it left the line
+    finally:
+        timeline._slots.release()
+    assert tuple(timeline.read("run-1")) == before
+
+
+def test_R15_a_use_cases_budget_bounds_the_slot_wait(tmp_path: Path) -> None:
+    """append_at passes its budget down: a spent budget ends the wait, retryable, never R15."""
+    timeline, before = held(tmp_path)
+    clock = ManualClock()
+    try:
+        with pytest.raises(TimelineBusy, match="caller's deadline"):
+            append_at(timeline, Claim("run-1", 1), [node("clone")], budget=Budget.start(clock, 0.0), tries=1)
+    finally:
+        timeline._slots.release()
+    assert tuple(timeline.read("run-1")) == before
+    assert isinstance(TimelineBusy("x"), RETRYABLE)
+
+
+def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
+    """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY."""
+    timeline, before = held(tmp_path)
+    cancel = Cancel()
+    errors: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            with calls_within(Deadline.after(60.0, cancel)):
+                timeline.read("run-1")
+        except TimelineBusy as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        while timeline._slots.waiting() == 0 and thread.is_alive():
+            threading.Event().wait(0.001)  # until it is in line (a condition, not a timed assertion)
+        cancel.cut("the lease was lost")
+        thread.join()
+    finally:
+        timeline._slots.release()
+    assert len(errors) == 1 and "cancelled" in str(errors[0])
+    assert timeline._slots.waiting() == 0
+    assert tuple(timeline.read("run-1")) == before
+
+
+def test_R15_a_store_call_starts_no_thread_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads and appends arm their cut on the process's one alarm thread: none started per call."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])  # the alarm thread, once per process
+    started_threads: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started_threads.append(self)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for i in range(10):
+        timeline.append("run-1", [node(f"n{i}")], expected=i + 1)
+        assert len(timeline.read("run-1")) == i + 2
+    assert started_threads == []
+
+
+def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared alarm cuts a call that outlives its deadline; the read fails by name, not R15's empty."""
+    from eventsourcing.persistence import PersistenceError
+
+    from scratchbank.adapters import event_store
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", call_seconds=0.01)
+    monkeypatch.setattr(event_store, "CUT_GRACE", 0.0)
+    cut = threading.Event()
+    monkeypatch.setattr(timeline._cutter, "cut", lambda _thread: cut.set())
+
+    def stalled() -> None:
+        cut.wait(60.0)
+        raise PersistenceError("the connection was shut down")
+
+    with pytest.raises(event_store.TimelineUnreadable, match="no answer within its deadline"):
+        timeline._cut_at_deadline(stalled, event_store.TimelineUnreadable, "cannot read run run-1")
+    assert cut.is_set()
+
+
+def test_R15_a_disarmed_alarm_never_cuts() -> None:
+    """A call that ended before its deadline: its alarm is dropped when its time comes."""
+    from scratchbank.adapters.event_store import _ALARMS
+
+    done, live = threading.Event(), threading.Event()
+    with _ALARMS._cond:  # the alarm thread cannot pop it between the two
+        ended = _ALARMS.arm(0.0, done.set)
+        ended.disarm()
+    _ALARMS.arm(0.01, live.set)
+    assert live.wait(60.0)
+    assert not done.is_set() and not ended.fired
+
+
+# ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
+
+
+def test_R2_a_stale_bank_is_refused_before_anything_moves_the_run() -> None:
+    w = World()
+    w.park()
+    w.timeline.append("run-1", [node("measure", "agent")])
+    before = len(w.timeline.read("run-1"))
+    out, box = w.resume()
+    assert out.decision.code == SCRATCH_NOT_PORTABLE and not out.proceeds
+    assert len(w.timeline.read("run-1")) == before and box.files == {}
+    out, box = w.resume(ACCEPT)
+    assert out.proceeds and box.files == FILES
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.stale and rec.accepted
+
+
+def test_R10_the_surface_defers_while_the_latest_execution_may_still_bank() -> None:
+    w = World()
+    out, _ = w.resume(ResumeRequest(where=Where.SURFACE))
+    assert out.decision.verdict is Verdict.DEFER_TO_ENGINE and not out.proceeds
+
+
+def test_R13_accepting_an_unbanked_loss_records_it_and_goes_on() -> None:
+    w = World()
+    bank_at_teardown(
+        "run-1",
+        timeline=w.timeline,
+        store=InMemoryBankStore(keeps_banks=False),
+        sandbox=FakeSandbox(dict(FILES)),
+        run_finished=False,
+    )
+    out, _ = w.resume()
+    assert out.decision.code == SCRATCH_NOT_PORTABLE and out.decision.rule == "R1"
+    out, box = w.resume(ACCEPT)
+    assert out.proceeds and box.files == {}
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.accepted and "keeps no bank" in rec.reason
+
+
+# ---- from tests/test_runner_deliveries.py: The runner on the embedded default: deliveries, consents, refusals (C3-C8, R10-R12, L4).
+
+
+def test_R12_C10_detached_runner_writes_the_refusal_with_the_remedy_hint(tmp_path: Path) -> None:
+    """A refusal under the lease lands in the run's log, its hint from remedy(); acked."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="tar failed")
+    tl.append("run-1", [RunStarted(), unbanked, AttemptQueued(attempt="a1")])
+    inbound = RecordingInbound(ResumeDelivery("run-1", "a1"))
+    handled = rig.runner().handle(inbound)
+    assert handled.handled is Handled.REFUSED and handled.decision is not None
+    refusals = [r for r in tl.read("run-1") if isinstance(r, ResumeRefused)]
+    assert len(refusals) == 1
+    assert refusals[0].hint == remedy(handled.decision) and "--accept-scratch-loss" in refusals[0].hint
+    assert refusals[0].code == "SCRATCH_NOT_PORTABLE" and refusals[0].rule == "R1"
+    assert not [r for r in tl.read("run-1") if isinstance(r, AttemptClaimed)]  # refused before the claim
+
+
+def test_R11_an_in_process_resume_hears_the_engines_refusal(tmp_path: Path) -> None:
+    """The surface defers (R10, still banking); the engine refuses; the waiter hears it."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="over the cap")
+    tl.append("run-1", [RunStarted(), unbanked, RunStarted()])  # the latest execution may still bank
+    decision, delivery = queue_resume(tl, rig.queue, "run-1", "a1")
+    assert decision.verdict is Verdict.DEFER_TO_ENGINE and delivery is not None
+    rig.runner().run_once(1)
+    heard = rig.verdicts.wait(delivery, timeout=5)
+    assert heard is not None and heard.refused and heard.code == "SCRATCH_NOT_PORTABLE"
+
+
+def test_R10_surface_refuses_from_the_latest_executions_record_and_queues_nothing(tmp_path: Path) -> None:
+    """A refusal the surface can make itself publishes nothing and queues nothing."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="over the cap")
+    tl.append("run-1", [RunStarted(), unbanked])
+    before = checksum(tl, "run-1")
+    decision, delivery = queue_resume(tl, rig.queue, "run-1", "a1")
+    assert decision.refused and delivery is None
+    assert checksum(tl, "run-1") == before and rig.queue.fetch(0.05) is None
+
+
+# ---- from tests/test_snapshots.py: Snapshots of the fold on the event store: same decisions, faster on long histories.
+
+
+def test_R2_snapshot_then_tail_decides_as_the_whole_timeline(tmp_path: Path) -> None:
+    timeline = long_run(tmp_path, SNAPSHOT_EVERY + 5)
+    whole = fold(timeline.read("run-1"))
+    first = current_state(timeline, "run-1", snapshots=timeline)  # folds and saves a snapshot
+    assert first == whole and timeline.load_snapshot("run-1") is not None
+    timeline.append("run-1", [node("measure", "agent")])
+    via_snapshot = check_resume(timeline, "run-1", ResumeRequest(), snapshots=timeline)
+    plain = check_resume(timeline, "run-1", ResumeRequest())
+    assert via_snapshot == plain and via_snapshot.code == "SCRATCH_NOT_PORTABLE"
+    assert [e.position for e in via_snapshot.evidence] == [1, SNAPSHOT_EVERY + 7]
+
+
+def test_R2_a_cold_first_decision_reads_one_snapshot_interval_at_most(tmp_path: Path) -> None:
+    """Appends through the port leave snapshots: a fresh process folds < one interval + a batch."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    writer = appended_in_batches(url, 5 * SNAPSHOT_EVERY + 17)
+    whole = fold(writer.read("run-1"))
+    cold = EventStoreTimeline(url)  # a fresh process: nothing in memory, no decision made yet
+    state = current_state(cold, "run-1", snapshots=cold)
+    assert state == whole
+    assert cold.records_read <= SNAPSHOT_EVERY + 100
+    decision = check_resume(cold, "run-1", ResumeRequest(), snapshots=cold)
+    assert decision == check_resume(writer, "run-1", ResumeRequest())
+
+
+def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) -> None:
+    """No snapshot: the decision folds the store's pages one at a time, never the whole run."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)
+    timeline.append("run-1", [started(), banked()])
+    timeline.append("run-1", [node(f"h{i}", "human") for i in range(3 * PAGE)])
+    timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)  # not the appender: no fold of its own
+    assert timeline.load_snapshot("run-1") is None
+    pages: list[int] = []
+    select = timeline._select
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        page = select(*args, **kwargs)
+        pages.append(len(page))
+        return page
+
+    timeline._select = counted
+    state = current_state(timeline, "run-1", snapshots=timeline)
+    assert state == fold(EventStoreTimeline(url).read("run-1"))
+    assert sum(pages) == 3 * PAGE + 2 and max(pages) <= PAGE
+
+
+def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp_path: Path) -> None:
+    """A second process's append past the interval folds from the store, and saves the truth."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    first = EventStoreTimeline(url)
+    first.append("run-1", [started(), banked()])
+    first.append("run-1", [node(f"h{i}", "human") for i in range(SNAPSHOT_EVERY - 10)])
+    assert EventStoreTimeline(url).load_snapshot("run-1") is None  # none saved in the store
+    second = EventStoreTimeline(url)  # another process: it never saw the run's records
+    second.append("run-1", [node("measure", "agent")] * 20)
+    snap = EventStoreTimeline(url).load_snapshot("run-1")  # the one saved in the store
+    assert snap is not None and snap[0] == SNAPSHOT_EVERY + 12
+    assert current_state(EventStoreTimeline(url), "run-1", snapshots=second) == fold(second.read("run-1"))
+
+
+def test_R2_a_run_this_process_appends_is_decided_from_its_own_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The appender's fold stands for the snapshot: no snapshot query, only the tail others appended."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    mine, other = EventStoreTimeline(url), EventStoreTimeline(url)
+    mine.append("run-1", [started(), banked(), *(node(f"h{i}", "human") for i in range(10))])
+    other.append("run-1", [node("late", "tool")], expected=12)  # another process appended since
+    asked: list[str] = []
+    select = mine._snapshots.select_events
+    monkeypatch.setattr(
+        mine._snapshots, "select_events", lambda *a, **k: asked.append("snap") or select(*a, **k)
+    )
+    before = mine.records_read
+    state = current_state(mine, "run-1", snapshots=mine)
+    assert asked == [] and mine.records_read - before == 1
+    assert state == fold(other.read("run-1")) == current_state(other, "run-1", snapshots=other)
+
+
+# ---- from tests/test_surface_error_table.py: The one error table (code, exit status, HTTP status, MCP error), the README that prints it, remedies in each surface's words, and the shipped rule reference every refusal line names.
+
+
+def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
+    """R1, R2 (and the rules of their causes) are said in words on the refusal's lines."""
+    cases = [
+        fold([started(), node("a", "tool"), banked(), node("b", "tool")]),
+        fold([started(), node("a", "tool"), unbanked()]),
+    ]
+    for state in cases:
+        lines = decision_text(decide_resume(state, ResumeRequest()))
+        for line in lines:
+            for rule in re.findall(r"\b([TSRXCLNA]\d{1,2})\b", line):
+                assert f"{rule}: {RULES[rule].title}" in line, line

@@ -1,0 +1,681 @@
+"""Rules X: restoring the bank into the new sandbox. The adapters tier's tests of X1, X2, X3, X4, X5,
+X6, X7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
+
+Each section holds tests first written in the file it names; their helpers and fixtures are in
+tests/rigs/<that file>.py."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import stat
+import tarfile
+import zlib
+from pathlib import Path
+
+import pytest
+from hostile import corpus, end, gz, member, pax_header, pax_payload, set_field, ustar
+from rigs.escape_host_directory import (
+    CHAIN,
+    _bank,
+    outer,  # noqa: F401 - a fixture
+    refused,
+    restore_into,
+    root_dir,
+    tree_digest,
+)
+from rigs.escape_reader import (
+    FIELDS,
+    HARMLESS,
+    _block,
+    _Buggy,
+    _many,
+    _peak_while_reading,
+    canonical,
+    read,
+    with_pax,
+)
+from rigs.host_archive import stream
+from rigs.load_without_lies import FILES, RestoreRecordFails, parked, restored_records
+from rigs.member_budget import OLD_CAP, _empty_files, _read
+from rigs.resume_use_case import ACCEPT, RESTORE_STEPS, FaultySandbox, FaultyStore, World, _failing_fetch
+from rigs.runner_deliveries import _NoSandboxes
+from runner_rigs import RecordingInbound, make_rig
+
+from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
+from scratchbank.adapters.present import outcome_data, outcome_text
+from scratchbank.application.bank_format.gunzip import GzipReader
+from scratchbank.application.bank_format.host_archive import HostArchive
+from scratchbank.application.bank_format.listing import load_listing
+from scratchbank.application.bank_format.members import Member
+from scratchbank.application.bank_format.reader import Limits, TarReader
+from scratchbank.application.bank_format.spill_log import DEFAULT_BUDGET, MemberLog
+from scratchbank.application.bank_format.tar_header import DROPPED_PAX_KEYS, USED_PAX_KEYS
+from scratchbank.application.ports import ResumeDelivery
+from scratchbank.application.resume import resume
+from scratchbank.application.runner import Handled
+from scratchbank.domain import (
+    SCRATCH_NOT_PORTABLE,
+    RestoreAttempt,
+    RestoreResult,
+    ResumeRequest,
+    Verdict,
+    after_restore,
+    decide_resume,
+    fold,
+)
+from scratchbank.domain.errors import (
+    HostileArchive,
+    StreamBroken,
+    TimelineWriteFailed,
+    UnreadableArchive,
+)
+from scratchbank.domain.records import AttemptQueued, RunResumed, RunStarted, ScratchRestored
+from scratchbank.testing.builders import banked, node, started
+from scratchbank.testing.clocks import ManualClock
+
+# ---- from tests/rules/test_X_adapters.py: X6: a bank restored into a host directory never changes anything outside it, whatever its bytes (issue 10 holes 1-3), through the public ``resume()`` with a faithfully recorded bank (real size, SHA-256 and manifest digest).
+
+
+# -- hole 1: a negative PAX size moved the reader backwards -------------------------------------
+def test_X6_a_negative_pax_size_is_refused_and_nothing_changes(outer: Path) -> None:
+    before = tree_digest(outer)
+    victim = outer / "sibling" / "secret"
+    evil = ustar(member("x", tarfile.SYMTYPE, linkname=str(victim))) + ustar(member("x2", size=4), b"PWND")
+    raw = (
+        root_dir() + pax_header(pax_payload([("size", "-1536")])) + ustar(member("a", size=0)) + evil + end()
+    )
+    out = restore_into(gz(raw), outer / "dest")
+    refused(out, "bad PAX size")
+    assert tree_digest(outer) == before
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (0, 2, 1)], ids=["link-first", "link-last"])
+def test_X6_a_symlink_out_through_other_links_of_the_bank_is_refused(
+    outer: Path, order: tuple[int, ...]
+) -> None:
+    before = tree_digest(outer)
+    out = restore_into(gz(root_dir() + b"".join(CHAIN[i] for i in order) + end()), outer / "dest")
+    refused(out, "points outside the scratch ('d/l1/..')")
+    assert tree_digest(outer) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [("abs", "/etc"), ("up", "../sibling"), ("deep", "a/../../x"), ("loop", "loop/x")],
+)
+def test_X6_links_leading_out_or_looping_are_refused(outer: Path, name: str, target: str) -> None:
+    before = tree_digest(outer)
+    out = restore_into(
+        gz(root_dir() + ustar(member(name, tarfile.SYMTYPE, linkname=target)) + end()), outer / "dest"
+    )
+    refused(out, "points outside the scratch")
+    assert tree_digest(outer) == before
+
+
+def test_X6_links_that_stay_inside_through_other_links_are_restored(outer: Path) -> None:
+    raw = (
+        root_dir()
+        + CHAIN[0]
+        + ustar(member("d/l1", tarfile.SYMTYPE, linkname="."))
+        + ustar(member("l2", tarfile.SYMTYPE, linkname="d/l1/.."))
+        + ustar(member("f", size=2), b"ok")
+        + end()
+    )
+    outside = tree_digest(outer, skip=outer / "dest")
+    out = restore_into(gz(raw), outer / "dest")
+    assert out.proceeds, out
+    assert (
+        os.readlink(outer / "dest" / "l2") == "d/l1/.."
+        and (outer / "dest" / "l2" / "f").read_bytes() == b"ok"
+    )
+    assert tree_digest(outer, skip=outer / "dest") == outside
+
+
+def test_X6_modes_as_banked_setid_cleared_and_the_directory_not_0700(outer: Path) -> None:
+    out = restore_into(_bank(), outer / "dest")
+    assert out.proceeds, out
+    dest = outer / "dest"
+    mode = {
+        p: stat.S_IMODE((dest / p).lstat().st_mode) for p in ("", "sub", "sub/tool", "ro", "ro/f", "implicit")
+    }
+    assert mode == {"": 0o751, "sub": 0o711, "sub/tool": 0o755, "ro": 0o555, "ro/f": 0o444, "implicit": 0o755}
+    assert (dest / "sub").stat().st_mtime == 1_600_000_000
+    assert (dest / "hard").stat().st_ino == (dest / "sub" / "tool").stat().st_ino
+    assert not (dest / "old.txt").exists()
+    rec = out.restore.record if out.restore else None
+    assert isinstance(rec, ScratchRestored) and rec.host_backed
+
+
+def test_X6_a_destination_that_is_a_symlink_is_replaced_by_name(outer: Path) -> None:
+    """The link is swapped out and removed; the directory it pointed to is untouched."""
+    (outer / "dest-link").symlink_to(outer / "sibling")
+    before = tree_digest(outer / "sibling")
+    out = restore_into(_bank(), outer / "dest-link")
+    assert out.proceeds, out
+    assert (
+        not (outer / "dest-link").is_symlink()
+        and (outer / "dest-link" / "sub" / "tool").read_bytes() == b"run"
+    )
+    assert tree_digest(outer / "sibling") == before
+
+
+def test_X6_the_swap_leaves_no_half_tree_and_no_sibling_behind(outer: Path) -> None:
+    out = restore_into(_bank(), outer / "dest")
+    assert out.proceeds, out
+    assert sorted(p.name for p in outer.iterdir()) == ["canary.txt", "dest", "sibling"]
+    assert restore_into(_bank(), outer / "new" / "dest").proceeds  # a missing parent is made
+    assert sorted(p.name for p in (outer / "new").iterdir()) == ["dest"]
+
+
+def test_X6_less_free_space_than_declared_is_refused_by_name_first(outer: Path) -> None:
+    before = tree_digest(outer)
+    out = restore_into(_bank(), outer / "dest", manifest_bytes=1 << 60)
+    refused(out, "NO_SPACE_AT_DESTINATION")
+    assert tree_digest(outer) == before
+    assert sorted(p.name for p in outer.iterdir()) == ["canary.txt", "dest", "sibling"]
+
+
+def test_X6_a_member_the_host_refuses_midway_changes_nothing(outer: Path) -> None:
+    """Checked whole before the first entry is created: a late refusal leaves no trace."""
+    before = tree_digest(outer)
+    raw = root_dir() + ustar(member("fine", size=2), b"ok") + ustar(member("../escape", size=1), b"x") + end()
+    refused(restore_into(gz(raw), outer / "dest"), "'..'")
+    assert tree_digest(outer) == before
+
+
+# ---- from tests/rules/test_[TX]*.py: The reader's grammar (issue 10, Build 1): every header field read with a range, PAX records on an allow-list, a reader that only moves forward, and one boundary where any parse failure becomes a named refusal (X2 on the host, T6 at bank time).
+
+
+# -- PAX sizes: the hole that let a bank move the reader backwards (issue 10 hole 1) -------
+@pytest.mark.parametrize("size", ["-1024", "-1", "+5", "5 ", "0x5", "1e3", ""])
+def test_X2_a_pax_size_off_the_grammar_is_refused(size: str) -> None:
+    with pytest.raises(HostileArchive, match="bad PAX size"):
+        read(with_pax([("size", size)]))
+
+
+def test_X2_a_pax_size_that_contradicts_the_ustar_size_is_refused() -> None:
+    with pytest.raises(HostileArchive, match="contradicts the header's size"):
+        read(with_pax([("size", "4")]))
+
+
+def test_X2_a_pax_size_equal_to_the_ustar_size_is_read() -> None:
+    assert [m.size for m in read(with_pax([("size", "5")])).members] == [5]
+
+
+@pytest.mark.parametrize(("name", "start", "raw", "says"), FIELDS, ids=[f[0] for f in FIELDS])
+def test_X2_a_header_field_off_its_grammar_or_range_is_refused(
+    name: str, start: int, raw: bytes, says: str
+) -> None:
+    with pytest.raises(HostileArchive, match=says):
+        read(set_field(_block(), start, raw) + end())
+
+
+def test_X2_a_base_256_size_within_range_is_read() -> None:
+    block = set_field(_block(), 124, b"\x80" + b"\x00" * 10 + b"\x05")
+    assert [m.size for m in read(block + b"hello" + b"\x00" * 507 + end()).members] == [5]
+
+
+def test_X2_a_header_without_ustar_magic_is_refused() -> None:
+    with pytest.raises(HostileArchive, match="not a ustar or GNU tar header"):
+        read(set_field(_block(), 257, b"\x00" * 8) + end())
+
+
+@pytest.mark.parametrize("key", sorted(DROPPED_PAX_KEYS))
+def test_X2_a_harmless_pax_key_is_normalised_away(key: str) -> None:
+    (info,) = canonical(with_pax([(key, HARMLESS[key])]))
+    assert key not in info.pax_headers and (info.uid, info.gid, info.uname, info.gname) == (0, 0, "", "")
+
+
+def test_X2_the_used_pax_keys_are_honoured_and_rewritten_from_the_validated_member() -> None:
+    assert {"path", "linkpath", "size", "mtime"} == USED_PAX_KEYS
+    raw = with_pax([("path", "long/" * 30 + "name"), ("size", "5"), ("mtime", "1600000000.75")])
+    raw = (
+        raw[:-1024]
+        + pax_header(pax_payload([("linkpath", "t" * 120)]))
+        + ustar(member("l", tarfile.SYMTYPE, linkname="ignored"))
+        + end()
+    )
+    f, link = canonical(raw)
+    assert (f.name, f.size, f.mtime) == ("long/" * 30 + "name", 5, 1600000000)
+    assert (link.name, link.linkname) == ("l", "t" * 120)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "comment",
+        "charset",
+        "SCHILY.xattr.user.x",
+        "LIBARCHIVE.creationtime",
+        "SCHILY.fflags",
+        "realtime.any",
+        "security.selinux",
+    ],
+)
+def test_X2_an_unknown_pax_key_is_refused_by_name(key: str) -> None:
+    with pytest.raises(HostileArchive, match=f"PAX key '{key}' is not accepted"):
+        read(with_pax([(key, "x")]))
+
+
+def test_X2_a_hdrcharset_other_than_binary_or_utf8_is_refused() -> None:
+    with pytest.raises(HostileArchive, match="hdrcharset 'latin-1' is not accepted"):
+        read(with_pax([("hdrcharset", "latin-1")]))
+
+
+def test_X2_a_pax_key_given_twice_is_refused() -> None:
+    with pytest.raises(HostileArchive, match="given twice"):
+        read(with_pax([("path", "a"), ("path", "b")]))
+
+
+def test_X2_two_pax_headers_for_one_member_are_refused() -> None:
+    raw = pax_header(pax_payload([("path", "a")])) + with_pax([("mtime", "5")])
+    with pytest.raises(HostileArchive, match="two PAX headers"):
+        read(raw)
+
+
+@pytest.mark.parametrize("payload", [b"5 a=b\n", b"06 a=b\n", b"7 a=bXY", b"x a=b\n", b"7 =b\nxx"])
+def test_X2_a_malformed_pax_record_is_refused(payload: bytes) -> None:
+    with pytest.raises(HostileArchive, match="malformed PAX"):
+        read(pax_header(payload) + ustar(member("f")) + end())
+
+
+def test_X2_any_parser_failure_becomes_a_named_refusal_at_one_boundary() -> None:
+    reader = _Buggy()
+    with pytest.raises(UnreadableArchive, match="OverflowError") as first:
+        reader.feed(ustar(member("f")))
+    assert first.value.code == "ARCHIVE_UNREADABLE"
+    with pytest.raises(UnreadableArchive):  # a reader that failed stays failed
+        reader.close()
+
+
+def test_X2_the_gzip_reader_is_the_same_boundary() -> None:
+    gunzip = GzipReader(_Buggy().feed, 1 << 20)
+    with pytest.raises(UnreadableArchive):
+        gunzip.feed(gz(ustar(member("f")) + end()))
+
+
+def test_X2_a_failure_of_what_consumes_the_stream_passes_through_unnamed() -> None:
+    """A broken pipe into a sandbox is not a hostile bank: it keeps its own type."""
+
+    def broken(_: object) -> None:
+        raise BrokenPipeError("the sandbox went away")
+
+    reader = TarReader(on_member=broken)
+    with pytest.raises(BrokenPipeError):
+        GzipReader(reader.feed, 1 << 20).feed(gz(ustar(member("f")) + end()))
+
+
+# -- forward only ------------------------------------------------------------------------------
+def test_X2_implicit_parents_are_accepted_and_a_later_non_directory_there_is_refused() -> None:
+    members = read(ustar(member("a/b/f")) + ustar(member("a", tarfile.DIRTYPE)) + end()).members
+    assert sorted((m.path, m.type) for m in members) == [("a", "dir"), ("a/b/f", "file")]
+    with pytest.raises(HostileArchive, match="parent of earlier members but not a directory"):
+        read(ustar(member("a/f")) + ustar(member("a", tarfile.SYMTYPE, linkname="/etc")) + end())
+
+
+def test_X2_a_size_that_claims_more_than_the_archive_holds_is_truncation() -> None:
+    block = set_field(_block(), 124, b"%011o\x00" % 4096)
+    with pytest.raises(HostileArchive, match="truncated"):
+        read(block + b"x" * 512 + end())
+
+
+def test_X2_host_memory_does_not_grow_with_the_member_count() -> None:
+    """The members go to disk (SQLite), in batches: 10x the members, the same Python peak."""
+    small, large = _many(1_000), _many(10_000)
+    growth = _peak_while_reading(large) - _peak_while_reading(small)
+    assert growth < 1 << 20, f"{growth} bytes more for 9,000 more members"
+
+
+# ---- from tests/test_host_archive.py: The bank as it arrives on the host (T2, T20, X2, ADR 0003): compressed, hashed, written and checked in lanes beside the stream, in the gzip format any tar opens, whichever codec wrote it.
+
+
+@pytest.mark.parametrize(("name", "data", "says"), corpus(), ids=[c[0] for c in corpus()])
+def test_X2_a_hostile_raw_stream_is_refused_by_name_while_still_stored_and_hashed(
+    tmp_path: Path, name: str, data: bytes, says: str
+) -> None:
+    """The refusal is a named reason on the facts (recorded, never banked), not an exception."""
+    if "gzip" in says:
+        pytest.skip("a gzip-level case: only a sandbox-compressed bank carries its own gzip")
+    try:
+        raw = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        pytest.skip("a broken gzip stream: only a sandbox-compressed bank can carry one")
+    limits = Limits(uncompressed_bytes=1 << 30)
+    sink = HostArchive(tmp_path / "h.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30, limits=limits)
+    facts = stream(sink, raw)
+    assert re.search(says.replace("(", r"\("), facts.refused), facts
+    assert facts.manifest is None
+    assert facts.sha256 == hashlib.sha256((tmp_path / "h.tgz").read_bytes()).hexdigest()
+
+
+def test_X2_a_stream_the_check_cannot_even_parse_is_refused_not_trusted(tmp_path: Path) -> None:
+    """A PAX mtime of "inf" (an overflow, not a format error) still ends in a refusal by name."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("f")
+        info.pax_headers = {"mtime": "inf"}
+        tar.addfile(info, io.BytesIO(b""))
+    facts = stream(
+        HostArchive(tmp_path / "i.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30), out.getvalue()
+    )
+    assert facts.refused.startswith("bank refused on the host"), facts
+    assert facts.manifest is None
+
+
+# ---- from tests/test_load_without_lies.py: Issue 26: load without lies. A report says ``recorded`` only for a record known to have landed; a busy timeline waits for a call slot and is never read as unreadable (R15).
+
+
+def test_X7_a_lost_restore_record_is_reported_as_not_recorded() -> None:
+    """A best-effort restore record that never landed: the report and its data say so."""
+    timeline = RestoreRecordFails(lands=False)
+    store = parked(timeline)
+    box = FakeSandbox({})
+    out = resume("run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=box, clock=ManualClock())
+    assert out.restore is not None and out.restore.record.restored and not out.restore.must_record
+    assert restored_records(timeline) == []
+    assert not out.recorded
+    assert out.proceeds and box.files == FILES  # X7 as it was: that record decides nothing
+    data = outcome_data(out)
+    assert data["restore"]["recorded"] is False and data["proceeds"] is True
+    assert any("not written" in line for line in outcome_text(out))
+
+
+def test_X7_a_restore_record_that_landed_despite_an_error_is_recorded() -> None:
+    """An append that failed on the way back but landed: re-read, it is recorded."""
+    timeline = RestoreRecordFails(lands=True)
+    store = parked(timeline)
+    out = resume(
+        "run-1", ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({}), clock=ManualClock()
+    )
+    assert len(restored_records(timeline)) == 1
+    assert out.recorded and out.proceeds
+    assert out.claim is not None and out.claim.position == len(timeline.read("run-1"))
+    assert outcome_data(out)["restore"]["recorded"] is True
+
+
+# ---- from tests/rules/test_[TX]*.py: Issue 14 (X2, T6): the member cap is what a user may bank (2M: a million tiny files fits); the host's guard is the member log's temp-disk budget (``Limits.member_log_bytes``), refused by name before the temp disk fills, at bank time and at restore time alike.
+
+
+def test_X2_a_bank_past_the_old_200k_member_cap_is_accepted() -> None:
+    """200,001 members (and 201 implicit parents): accepted with the default limits."""
+    assert Limits().members >= 1_000_000
+    assert Limits().member_log_bytes == DEFAULT_BUDGET
+    reader = _read(_empty_files(OLD_CAP + 1), Limits())
+    try:
+        assert reader.log.count == OLD_CAP + 1
+        assert reader.log.manifest().entries == OLD_CAP + 1
+        assert reader.log.disk_bytes() < Limits().member_log_bytes
+    finally:
+        reader.log.close()
+
+
+def test_X2_a_bank_over_the_member_log_budget_is_refused_by_name() -> None:
+    """Far fewer members than the cap, but a member log past a (small) budget: refused,
+    naming the budget, while the log is still within a batch of it."""
+    budget = 1 << 20
+    reader = TarReader(Limits(member_log_bytes=budget))
+
+    def feed_all() -> None:
+        for piece in _empty_files(50_000):
+            reader.feed(piece)
+        reader.close()
+
+    with pytest.raises(HostileArchive, match=r"temp-disk budget \(1048576 bytes, Limits.member_log_bytes\)"):
+        feed_all()
+    assert reader.log.disk_bytes() < budget + (1 << 20)  # refused within one batch of the budget
+    assert reader.log.count < 50_000
+    reader.log.close()
+
+
+def test_X2_a_restored_trees_listing_past_the_budget_breaks_the_stream_by_name() -> None:
+    """The sandbox's listing lands in the same log: past twice the budget, StreamBroken
+    names it (a legitimate listing is smaller than the members' rows)."""
+    log = MemberLog(budget=1 << 20)
+    listing = io.BytesIO(b"".join(b'["d/f%09d", "file", 0]\n' % i for i in range(100_000)))
+    with pytest.raises(StreamBroken, match=r"temp-disk budget \(1048576 bytes"):
+        load_listing(log, listing)
+    log.close()
+
+
+def test_X2_a_listing_line_that_is_json_but_not_a_triple_breaks_the_stream_by_name() -> None:
+    """A listing line such as ``5`` or ``null`` is StreamBroken by name, never a raw TypeError (issue 24)."""
+    for line in (
+        b"5\n",
+        b"null\n",
+        b'["a", "file"]\n',
+        b'["a", "file", -1]\n',
+        b'["\\u00e9", "file", 1, 2]\n',
+    ):
+        log = MemberLog()
+        with pytest.raises(StreamBroken, match="unreadable listing line"):
+            load_listing(log, io.BytesIO(b'["a", "file", 0]\n' + line))
+        log.close()
+
+
+def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
+    """Issue 24 item 1: the listing is read in batches; a tree equal to the manifest is the same, one entry off is not."""
+    log = MemberLog()
+    log.add_implicit("d")
+    for i in range(5000):
+        log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+    lines = b"".join(b'["d/f%05d", "file", %d]\n' % (i, i) for i in range(5000))
+    assert load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + lines)).same
+    log.close()
+    log = MemberLog()
+    log.add_implicit("d")
+    for i in range(5000):
+        log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+    off = load_listing(
+        log,
+        io.BytesIO(
+            b'["d", "dir", 0]\n' + lines.replace(b'"d/f04999", "file", 4999', b'"d/f04999", "file", 1')
+        ),
+    )
+    assert (off.missing, off.unexpected) == (1, 1)
+    log.close()
+
+
+# ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
+
+
+def test_X1_the_bank_is_restored_before_the_first_node_and_recorded() -> None:
+    w = World()
+    w.park()
+    out, box = w.resume()
+    assert out.proceeds and box.files == FILES
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.restored and not rec.stale
+
+
+def test_X4_a_bank_that_is_gone_parks_scratch_not_portable_and_holds() -> None:
+    w = World()
+    w.park()
+    w.store.sweep("run-1")
+    out, _ = w.resume()
+    assert out.restore is not None and out.restore.park is not None
+    assert out.restore.park.code == SCRATCH_NOT_PORTABLE and out.restore.hold
+    assert fold(w.timeline.read("run-1")).hold is not None
+    out, box = w.resume(ACCEPT)
+    assert out.proceeds and box.files == {}
+    assert fold(w.timeline.read("run-1")).forsaken is not None
+
+
+def test_X4_a_resume_without_a_sandbox_on_purpose_parks_scratch_not_portable() -> None:
+    w = World()
+    w.park()
+    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, without_sandbox=True)
+    assert out.restore is not None and out.restore.park is not None
+    assert out.restore.park.code == SCRATCH_NOT_PORTABLE
+
+
+def test_X4_a_bank_replaced_without_its_record_is_never_restored_as_recorded() -> None:
+    """The banking process was killed between the upload and the record (N3)."""
+    w = World()
+    w.park()
+    w.timeline.append("run-1", [])
+    other = World()
+    other.park({"other": b"unrecorded"})
+    bank = fold(w.timeline.read("run-1")).bank
+    assert bank is not None and bank.record.object is not None
+    w.store.stored["run-1"][bank.record.object] = other.store.only("run-1") or b""  # changed in the store
+    out, box = w.resume()
+    assert out.restore is not None and out.restore.park is not None
+    assert "BANK_MISMATCH" in out.restore.record.reason and box.files == {}
+    w.store.sweep("run-1")
+    assert w.store.objects("run-1") == []  # swept with the run
+
+
+def test_X4_the_sandbox_refusing_the_bank_parks_with_the_code() -> None:
+    from scratchbank.domain.errors import RestoreRefused
+
+    w = World()
+    w.park()
+    box = FakeSandbox({})
+    box.faults["restore"] = [RestoreRefused("disk full")]
+    out, _ = w.resume(sandbox=box)
+    assert out.restore is not None and out.restore.park is not None
+    assert out.restore.park.code == SCRATCH_NOT_PORTABLE
+    assert "disk full" in out.restore.record.reason
+
+
+@pytest.mark.parametrize("fault", ["store", "stream"])
+def test_X5_a_failed_read_parks_without_a_code_and_consent_does_not_skip_it(fault: str) -> None:
+    w = World()
+    w.park()
+    box = FakeSandbox({})
+    for request in (ResumeRequest(), ACCEPT):
+        if fault == "store":
+            w.store.fetch = _failing_fetch  # type: ignore[method-assign]
+        else:
+            box.faults["restore"] = [StreamBroken("kubectl exited 0 short")]
+        out, _ = w.resume(request, sandbox=box)
+        assert out.restore is not None and out.restore.park is not None
+        assert out.restore.park.code is None and not out.proceeds
+
+
+def test_X2_a_partial_restore_is_refused_by_name() -> None:
+    class Lossy(FakeSandbox):
+        def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
+            return super().staged_lines(tree)[:-1]  # a file lost on the way
+
+    w = World()
+    w.park()
+    out, _ = w.resume(sandbox=Lossy({}))
+    assert out.restore is not None and out.restore.park is not None
+    assert "partial restore" in out.restore.record.reason
+
+
+def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Path) -> None:
+    w = World()
+    w.park()
+    target = tmp_path / "host-scratch"
+    out = resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None, host_directory=target
+    )
+    assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.host_backed
+    w.timeline.append("run-1", [node("edit", "agent")])
+    out2, _ = w.resume()
+    assert out2.decision.verdict is Verdict.GO_ON_WITHOUT and out2.decision.rule == "X6"
+
+
+def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> None:
+    w = World()
+    w.park()
+    w.timeline.append("run-1", [node("measure")])
+
+    class Failing(InMemoryTimeline):
+        calls = 0
+
+        def append(self, run_id, records, *, expected=None):  # type: ignore[no-untyped-def]
+            Failing.calls += 1
+            if Failing.calls > 1:
+                raise TimelineWriteFailed("down")
+            return w.timeline.append(run_id, records, expected=expected)
+
+        def read(self, run_id):  # type: ignore[no-untyped-def]
+            return w.timeline.read(run_id)
+
+    out = resume(
+        "run-1", ACCEPT, timeline=Failing(), store=w.store, sandbox=FakeSandbox({}), clock=ManualClock()
+    )
+    assert out.restore is not None and out.restore.must_record
+    assert not out.recorded and not out.proceeds
+    # the next resume restores the bank again: the stale restore was never recorded
+    out2, box = w.resume(ACCEPT)
+    assert out2.proceeds and box.files == FILES
+
+
+def test_X4_X5_a_failed_restores_record_names_what_failed() -> None:
+    """after_restore: each failed result writes a record whose reason leads with its own name,
+    one distinct reason per result (what an operator reads in the timeline)."""
+    decision = decide_resume(
+        fold([started(), node("clone", "tool", in_sandbox=True), banked()]), ResumeRequest()
+    )
+    assert decision.verdict is Verdict.RESTORE, decision
+    reasons: dict[RestoreResult, str] = {}
+    for result in RestoreResult:
+        if result is RestoreResult.RESTORED:
+            continue
+        out = after_restore(decision, RestoreAttempt(result, detail="why"))
+        assert out.record.reason == f"{result.name.lower()}: why", out.record
+        reasons[result] = out.record.reason
+    assert len(set(reasons.values())) == len(reasons)
+
+
+@pytest.mark.parametrize(("step", "store", "box", "code"), RESTORE_STEPS, ids=[s[0] for s in RESTORE_STEPS])
+def test_X3_X4_X5_a_fault_at_any_step_of_the_restore_ends_with_its_record_hold_and_park(
+    step: str, store: FaultyStore | None, box: FaultySandbox | None, code: str | None
+) -> None:
+    w = World()
+    w.park()
+    if store is not None:
+        store.banks = w.store.banks
+        w.store = store
+    out, _ = w.resume(sandbox=box if box is not None else FakeSandbox({}))
+    records = w.timeline.read("run-1")
+    assert isinstance(records[-2], RunResumed)
+    rec = records[-1]
+    assert isinstance(rec, ScratchRestored) and not rec.restored and rec.reason
+    assert out.restore is not None and out.restore.park is not None and out.restore.hold
+    assert out.restore.park.code == code and not out.proceeds
+    assert fold(records).hold is not None  # X3: the failed sandbox banks nothing over it
+
+
+def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_path: Path) -> None:
+    """X2/X4: like a sandbox's tar that cannot create the scratch, a host directory that
+    cannot be created is a refusal by name (DESTINATION_REFUSED), not a read to retry."""
+    w = World()
+    w.park()
+    (tmp_path / "a-file").write_text("not a directory")
+    target = tmp_path / "a-file" / "scratch"
+    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target)
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and not rec.restored and not rec.host_backed
+    assert (
+        out.restore is not None
+        and out.restore.park is not None
+        and out.restore.park.code == SCRATCH_NOT_PORTABLE
+    )
+    assert fold(w.timeline.read("run-1")).hold is not None
+
+
+# ---- from tests/test_runner_deliveries.py: The runner on the embedded default: deliveries, consents, refusals (C3-C8, R10-R12, L4).
+
+
+def test_X5_a_sandbox_that_will_not_start_is_delivered_again(tmp_path: Path) -> None:
+    """A failure a later try may cure: the delivery is nak'd, never acked, the lease let go."""
+    tl = InMemoryTimeline()
+    rig = make_rig(tmp_path, tl)
+    rig.provider = _NoSandboxes()  # type: ignore[assignment]
+    tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1")])
+    inbound = RecordingInbound(ResumeDelivery("run-1", "a1"))
+    handled = rig.runner().handle(inbound)
+    assert handled.handled is Handled.REDELIVER and "EXEC_FAILED" in handled.detail
+    assert not inbound.acked and inbound.naks
+    assert rig.lease.acquire("run-1", "runner-b") is not None
