@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from k8s_double import ApiDouble, running_double
 from kubernetes import client as k8s
+from rigs.k8s_provider import kubectl as rig_kubectl
 
 from scratchbank.adapters.k8s_sandbox import KubernetesSandbox, read_status
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
@@ -142,24 +142,7 @@ def test_status_parsing() -> None:
 
 
 def kubectl(d: ApiDouble, *args: str) -> subprocess.CompletedProcess[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as kc:
-        kc.write(
-            "apiVersion: v1\nkind: Config\n"
-            f'clusters: [{{name: double, cluster: {{server: "{d.url}"}}}}]\n'
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: c, context: {cluster: double, user: u, namespace: ns1}}]\n"
-            "current-context: c\n"
-        )
-    try:
-        return subprocess.run(
-            ["kubectl", "--kubeconfig", kc.name, *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        Path(kc.name).unlink()
+    return rig_kubectl(d, *args, ns="ns1")
 
 
 @pytest.mark.parametrize("code", [0, 7, 137])

@@ -60,6 +60,19 @@ class Cluster:
     queue: NatsDeliveryQueue
     procs: list[subprocess.Popen[bytes]] = attrs.Factory(list)
 
+    def close(self) -> None:
+        """End the runner processes (continued first if stopped), their sandboxes, the
+        connection, the timeline and the NATS server."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+            proc.wait(10)
+        _end_leftover_sandboxes(self.tmp / "sandboxes")
+        self.conn.close()
+        self.timeline.close()
+        self.nats.stop()
+
     def runner(self, holder: str, **opts: float) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.tmp / f"{holder}.log"
         held = any(name in opts for name in ("slow_put", "slow_fetch"))
@@ -126,15 +139,7 @@ def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        for proc in c.procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-            proc.wait(10)
-        _end_leftover_sandboxes(tmp_path / "sandboxes")
-        conn.close()
-        c.timeline.close()
-        server.stop()
+        c.close()
 
 
 def show(c: Cluster, run: str, *logs: Path) -> None:

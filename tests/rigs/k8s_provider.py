@@ -88,9 +88,9 @@ def _cycle(d: ApiDouble) -> None:
     assert left.pod not in {name for _, name in d.pods}  # type: ignore[attr-defined]
 
 
-def kubectl(d: ApiDouble, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl(d: ApiDouble, *args: str, ns: str = NS) -> subprocess.CompletedProcess[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as kc:
-        kc.write(kubeconfig(d))
+        kc.write(kubeconfig(d, ns))
     try:
         return subprocess.run(
             ["kubectl", "--kubeconfig", kc.name, *args],
@@ -103,12 +103,12 @@ def kubectl(d: ApiDouble, *args: str) -> subprocess.CompletedProcess[str]:
         Path(kc.name).unlink()
 
 
-def kubeconfig(d: ApiDouble) -> str:
+def kubeconfig(d: ApiDouble, ns: str = NS) -> str:
     return (
         "apiVersion: v1\nkind: Config\n"
         f'clusters: [{{name: double, cluster: {{server: "{d.url}"}}}}]\n'
         "users: [{name: u, user: {token: t}}]\n"
-        f"contexts: [{{name: c, context: {{cluster: double, user: u, namespace: {NS}}}}}]\n"
+        f"contexts: [{{name: c, context: {{cluster: double, user: u, namespace: {ns}}}}}]\n"
         "current-context: c\n"
     )
 

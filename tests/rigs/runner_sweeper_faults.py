@@ -6,8 +6,6 @@ in tests/rules/ and by the tests that stayed."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +17,6 @@ from nats_server import NatsServer, namespace
 from test_runner_faults import (
     WORKFLOW,
     Cluster,
-    _end_leftover_sandboxes,
     events,
 )
 
@@ -51,15 +48,7 @@ def swept(tmp_path: Path, postgres_url: str) -> Iterator[Swept]:
     try:
         yield c
     finally:
-        for proc in c.procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-            proc.wait(10)
-        _end_leftover_sandboxes(tmp_path / "sandboxes")
-        conn.close()
-        c.timeline.close()
-        server.stop()
+        c.close()
 
 
 def orphan(c: Cluster, name: str | None = None) -> str:
