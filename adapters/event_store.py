@@ -11,7 +11,7 @@ Every call has a deadline (``call_seconds``, T8): SQLite's busy timeout; on
 PostgreSQL the server's ``statement_timeout`` and ``lock_timeout`` (a held row or
 table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
 that stops forwarding (the server's own timeouts cannot reach us then), an alarm (one
-thread per process for every call: ``watchdog.ALARMS``) that shuts the call's socket down a grace
+thread per process for every call: ``_Alarms``) that shuts the call's socket down a grace
 after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
@@ -33,6 +33,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import heapq
+import itertools
 import json
 import math
 import os
@@ -56,7 +58,6 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from scratchbank.adapters.watchdog import ALARMS
 from scratchbank.application.cancellation import Deadline, caller_deadline
 from scratchbank.domain.errors import (
     ScratchbankError,
@@ -261,6 +262,63 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+class _Alarm:
+    """One store call's cut, armed on the process's ``_Alarms``: ``fired`` once it ran."""
+
+    __slots__ = ("at", "cut", "done", "fired", "lock")
+
+    def __init__(self, at: float, cut: Callable[[], None]) -> None:
+        self.at, self.cut = at, cut
+        self.fired = self.done = False
+        self.lock = threading.Lock()
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.fired = True
+        with contextlib.suppress(Exception):  # the connection may already be gone
+            self.cut()
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.done = True
+
+
+class _Alarms:
+    """Every store call's client-side cut on one thread (issue 26: a ``Watchdog`` per call
+    started a timer thread inside the call's slot, and under load every slot holder waited
+    for its thread to start). Disarmed alarms are dropped when their time comes."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Alarm]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, cut: Callable[[], None]) -> _Alarm:
+        alarm = _Alarm(time.monotonic() + seconds, cut)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():  # first call (or a forked child)
+                self._thread = threading.Thread(target=self._run, name="timeline-alarms", daemon=True)
+                self._thread.start()
+            heapq.heappush(self._heap, (alarm.at, next(self._order), alarm))
+            if self._heap[0][2] is alarm:
+                self._cond.notify()
+        return alarm
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                alarm = heapq.heappop(self._heap)[2]
+            alarm.fire()
+
+
+_ALARMS = _Alarms()
+
+
 class _Turn:
     """One waiter in line: woken when handed a slot (``granted``) or when its caller's
     run context is cancelled (``cancelled``)."""
@@ -437,7 +495,7 @@ class EventStoreTimeline:
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
-        alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+        alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
         try:
             return call()
         except PersistenceError as error:
@@ -694,7 +752,7 @@ class EventStoreTimeline:
         thread = threading.get_ident()
         self._take_slot("cannot list the queued runs")  # in line with every call (ADR 0010)
         try:
-            alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+            alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
             try:
                 return call()
             except Exception as error:  # any driver's error: sqlite3, psycopg

@@ -198,7 +198,7 @@ def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
 
 def test_R15_a_disarmed_alarm_never_cuts() -> None:
     """A call that ended before its deadline: its alarm is dropped when its time comes."""
-    from scratchbank.adapters.watchdog import ALARMS as _ALARMS
+    from scratchbank.adapters.event_store import _ALARMS
 
     done, live = threading.Event(), threading.Event()
     with _ALARMS._cond:  # the alarm thread cannot pop it between the two
