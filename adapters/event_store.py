@@ -10,8 +10,8 @@ failed write.
 Every call has a deadline (``call_seconds``, T8): SQLite's busy timeout; on
 PostgreSQL the server's ``statement_timeout`` and ``lock_timeout`` (a held row or
 table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
-that stops forwarding (the server's own timeouts cannot reach us then), an alarm (one
-thread per process for every call: ``_Alarms``) that shuts the call's socket down a grace
+that stops forwarding (the server's own timeouts cannot reach us then), an alarm (the
+process's one alarm thread: alarms.py) that shuts the call's socket down a grace
 after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
@@ -33,8 +33,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import heapq
-import itertools
 import json
 import math
 import os
@@ -71,6 +69,8 @@ from scratchbank.domain.records import Record, UnknownRecord
 from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
+
+from .alarms import ALARMS
 
 TOPIC_PREFIX = "scratchbank.wire:"
 APPEND_RETRIES = 30
@@ -262,63 +262,6 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Alarm:
-    """One store call's cut, armed on the process's ``_Alarms``: ``fired`` once it ran."""
-
-    __slots__ = ("at", "cut", "done", "fired", "lock")
-
-    def __init__(self, at: float, cut: Callable[[], None]) -> None:
-        self.at, self.cut = at, cut
-        self.fired = self.done = False
-        self.lock = threading.Lock()
-
-    def fire(self) -> None:
-        with self.lock:
-            if self.done:
-                return
-            self.fired = True
-        with contextlib.suppress(Exception):  # the connection may already be gone
-            self.cut()
-
-    def disarm(self) -> None:
-        with self.lock:
-            self.done = True
-
-
-class _Alarms:
-    """Every store call's client-side cut on one thread (issue 26: a ``Watchdog`` per call
-    started a timer thread inside the call's slot, and under load every slot holder waited
-    for its thread to start). Disarmed alarms are dropped when their time comes."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _Alarm]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def arm(self, seconds: float, cut: Callable[[], None]) -> _Alarm:
-        alarm = _Alarm(time.monotonic() + seconds, cut)
-        with self._cond:
-            if self._thread is None or not self._thread.is_alive():  # first call (or a forked child)
-                self._thread = threading.Thread(target=self._run, name="timeline-alarms", daemon=True)
-                self._thread.start()
-            heapq.heappush(self._heap, (alarm.at, next(self._order), alarm))
-            if self._heap[0][2] is alarm:
-                self._cond.notify()
-        return alarm
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-                alarm = heapq.heappop(self._heap)[2]
-            alarm.fire()
-
-
-_ALARMS = _Alarms()
-
-
 class _Turn:
     """One waiter in line: woken when handed a slot (``granted``) or when its caller's
     run context is cancelled (``cancelled``)."""
@@ -495,7 +438,7 @@ class EventStoreTimeline:
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
-        alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+        alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
         try:
             return call()
         except PersistenceError as error:
@@ -752,7 +695,7 @@ class EventStoreTimeline:
         thread = threading.get_ident()
         self._take_slot("cannot list the queued runs")  # in line with every call (ADR 0010)
         try:
-            alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+            alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
             try:
                 return call()
             except Exception as error:  # any driver's error: sqlite3, psycopg

@@ -79,17 +79,94 @@ def machine_jiffies() -> tuple[int, int]:
 CPU_BOUND = 0.9
 
 
-class CpuMeter:
-    """CPU utilisation over a stretch of wall time: this process and its waited-for
-    children per core, and the whole machine's busy share (``figures``)."""
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_stats() -> dict[int, tuple[int, float, float]]:
+    """Every process's (parent, own CPU s, CPU s of its waited-for children) from /proc."""
+    got: dict[int, tuple[int, float, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # ended since the listing
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+        ppid, utime, stime, cutime, cstime = int(fields[1]), *(int(x) for x in fields[11:15])
+        got[int(entry.name)] = (ppid, (utime + stime) / TICKS, (cutime + cstime) / TICKS)
+    return got
+
+
+class TreeCpu:
+    """The CPU of this process's descendants from /proc, sampled while they run (issue 26:
+    the runner processes, the sandboxes they start and those reparented away are no
+    waited-for children of ours, so ``RUSAGE_CHILDREN`` missed them). A process that ended
+    is counted in its waiting parent's children's time (in the tree, or ours); one that was
+    reparented out of the tree (its parent ended first) by its last sample in it."""
+
+    EVERY = 0.25
 
     def __init__(self) -> None:
+        self.me = os.getpid()
+        self._last: dict[int, tuple[int, float, float]] = {}
+        self._orphaned = 0.0
+        self.start = self._sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+        self._thread.start()
+
+    def _tree(self, stats: dict[int, tuple[int, float, float]]) -> dict[int, tuple[int, float, float]]:
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            kids.setdefault(ppid, []).append(pid)
+        tree, todo = {}, list(kids.get(self.me, []))
+        while todo:
+            pid = todo.pop()
+            tree[pid] = stats[pid]
+            todo += kids.get(pid, [])
+        return tree
+
+    def _sample(self) -> float:
+        """The tree's CPU so far (descendants only; ours is ``cpu_seconds``)."""
+        stats = proc_stats()
+        tree = self._tree(stats)
+        for pid, (ppid, own, waited) in self._last.items():
+            if pid not in tree and pid in stats and stats[pid][0] != ppid:
+                self._orphaned += own + waited  # reparented away: no parent of ours waits for it
+        self._last = tree
+        return sum(own + waited for _, own, waited in tree.values()) + self._orphaned
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.EVERY):
+            self._sample()
+
+    def seconds(self) -> float:
+        """The descendants' CPU since this meter started, less what we have waited for
+        (``RUSAGE_CHILDREN`` counts those)."""
+        return self._sample() - self.start
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class CpuMeter:
+    """CPU utilisation over a stretch of wall time: this process and its children per
+    core (``tree``: also every descendant still running, from /proc), and the whole
+    machine's busy share (``figures``)."""
+
+    def __init__(self, tree: bool = False) -> None:
+        self.tree = TreeCpu() if tree else None
         self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
 
     def figures(self) -> dict[str, Any]:
         wall = max(time.perf_counter() - self.t0, 1e-9)
         cores = os.cpu_count() or 1
         used = cpu_seconds() - self.cpu0
+        if self.tree is not None:
+            used += self.tree.seconds()
+            self.tree.stop()
         busy1, total1 = machine_jiffies()
         total = max(total1 - self.jiffies0[1], 1)
         util, machine_util = used / wall / cores, (busy1 - self.jiffies0[0]) / total
@@ -271,6 +348,15 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         old.append(box)
         new.append(LocalSandbox(work / f"new-{i}"))
     said: dict[str, list[str]] = {"banked": [], "restored": []}
+    #: the whole reason (with its cause chain) of the first few failures of each kind: the
+    #: figures name a failure in 160 characters, the cause is in the rest
+    whole: dict[str, list[str]] = {}
+
+    def keep(kind: str, reason: str) -> str:
+        seen = whole.setdefault(kind, [])
+        if len(seen) < 3:
+            seen.append(reason)
+        return kind
 
     def teardown(i: int) -> str:
         report = service.bank_at_teardown(runs[i], old[i], run_finished=False)
@@ -287,7 +373,8 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         if out.restore is None:
             return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
         if not out.proceeds:
-            return f"restore {out.restore.rule}: {out.restore.record.reason[:160]}"
+            reason = out.restore.record.reason
+            return keep(f"restore {out.restore.rule}: {reason[:160]}", reason)
         return "ok" if out.recorded else "restored, record not written"
 
     try:
@@ -304,6 +391,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         result["peak_mib"] = round(vm_hwm_mib(), 1)
         result["in_flight"] = timeline.in_flight
         result["store_call_errors"] = dict(store_errors)
+        result["failures"] = whole
         return result
     finally:
         for box in old + new:
@@ -375,12 +463,12 @@ def child_decide(url: str, full: bool) -> dict[str, Any]:
 
 def child_runner(backend: str, runners: int, n: int, work: Path) -> dict[str, Any]:
     """``n`` runs through ``runners`` runner processes (bench/runner_deliveries.py's rig); the
-    CPU of this process and its children (the runners, nats-server) once they are waited."""
+    CPU of this process and every descendant (the runners, nats-server, their sandboxes: /proc)."""
     sys.path.insert(0, str(HERE))
     from runner_deliveries import measure
 
     url = timeline_url(backend, work, "runner")
-    meter = CpuMeter()
+    meter = CpuMeter(tree=True)
     got = measure(runners, n, url, work, limit=300.0)
     ok = got["latencies"]
     return {
@@ -461,6 +549,8 @@ def runs_line(r: dict[str, Any]) -> str:
         f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
         f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
         f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
+    ) + "".join(
+        f"\n  failed: {reason[:1500]}" for seen in (r.get("failures") or {}).values() for reason in seen[:1]
     )
 
 

@@ -198,15 +198,55 @@ def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
 
 def test_R15_a_disarmed_alarm_never_cuts() -> None:
     """A call that ended before its deadline: its alarm is dropped when its time comes."""
-    from scratchbank.adapters.event_store import _ALARMS
+    from scratchbank.adapters.alarms import ALARMS
 
     done, live = threading.Event(), threading.Event()
-    with _ALARMS._cond:  # the alarm thread cannot pop it between the two
-        ended = _ALARMS.arm(0.0, done.set)
+    with ALARMS._cond:  # the alarm thread cannot pop it between the two
+        ended = ALARMS.arm(0.0, done.set)
         ended.disarm()
-    _ALARMS.arm(0.01, live.set)
+    ALARMS.arm(0.01, live.set)
     assert live.wait(60.0)
     assert not done.is_set() and not ended.fired
+
+
+def test_R15_a_thousand_cuts_armed_at_once_start_no_thread_of_their_own(tmp_path: Path) -> None:
+    """Watchdogs and the timeline's call cuts are alarms on the one alarm thread: a
+    thousand of each armed at once add at most that thread, and no Timer."""
+    import contextlib
+
+    from scratchbank.adapters.alarms import ALARMS
+    from scratchbank.adapters.watchdog import Watchdog
+
+    ALARMS.arm(3600.0, lambda: None).disarm()  # the alarm thread is up before counting
+    before = threading.active_count()
+    with contextlib.ExitStack() as armed:
+        dogs = [armed.enter_context(Watchdog(Deadline.after(3600.0), lambda: None)) for _ in range(1000)]
+        cuts = [ALARMS.arm(3600.0, lambda: None) for _ in range(1000)]
+        during = threading.active_count()
+        timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+    for cut in cuts:
+        cut.disarm()
+    assert during == before and timers == []
+    assert not any(dog.fired for dog in dogs)
+
+
+def test_R15_an_alarm_cuts_at_its_deadline_by_the_clock_it_was_given() -> None:
+    """A cut lands once its clock passes its deadline, not before (an injected clock)."""
+    from scratchbank.adapters.alarms import Alarms
+    from scratchbank.adapters.watchdog import Watchdog
+
+    clock = ManualClock()
+    alarms = Alarms(clock.monotonic)
+    cut, early = threading.Event(), threading.Event()
+    alarms.arm(5.0, cut.set)
+    with Watchdog(Deadline.after(3600.0), early.set, alarms=alarms) as dog:
+        clock.advance(4.0)
+        alarms.poke()
+        assert alarms.armed() == 2 and not cut.is_set()  # nothing came due: both still armed
+        clock.advance(1.0)
+        alarms.poke()
+        assert cut.wait(60.0)
+        assert not dog.fired and not early.is_set()
 
 
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).

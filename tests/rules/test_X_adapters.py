@@ -679,3 +679,26 @@ def test_X5_a_sandbox_that_will_not_start_is_delivered_again(tmp_path: Path) -> 
     assert handled.handled is Handled.REDELIVER and "EXEC_FAILED" in handled.detail
     assert not inbound.acked and inbound.naks
     assert rig.lease.acquire("run-1", "runner-b") is not None
+
+
+def test_X5_a_local_exec_whose_pipes_are_past_descriptor_1024_streams_whole(tmp_path: Path) -> None:
+    """200 restores at once with their store sockets hold over 1,024 descriptors: a local
+    exec's pipes numbered past select()'s FD_SETSIZE stream like any other, never X5's
+    STREAM_BROKEN ("filedescriptor out of range in select()")."""
+    from scratchbank.adapters.local_sandbox import LocalSandbox
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    held = [null]
+    try:
+        while held[-1] < 1100:  # the exec's pipes come after these
+            held.append(os.dup(null))
+        sandbox = LocalSandbox(tmp_path / "box", isolate=False)
+        try:
+            out = io.BytesIO()
+            done = sandbox.run("cat", [], stdin=io.BytesIO(b"x" * 300_000), stdout=out)
+        finally:
+            sandbox.destroy()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert done.exit_code == 0 and out.getvalue() == b"x" * 300_000
