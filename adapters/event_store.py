@@ -33,6 +33,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import heapq
+import itertools
 import json
 import math
 import os
@@ -263,15 +265,16 @@ class _Cutter:
 
 
 class _Turn:
-    """One waiter in line: woken when handed a slot (``granted``) or when its caller's
-    run context is cancelled (``cancelled``)."""
+    """One waiter in line, due by ``due`` (its caller's deadline or its own bound): woken
+    when handed a slot (``granted``) or when its caller's run context is cancelled
+    (``cancelled``); ``gone`` once it left the line without one."""
 
-    __slots__ = ("cancelled", "event", "granted")
+    __slots__ = ("cancelled", "due", "event", "gone", "granted")
 
-    def __init__(self) -> None:
+    def __init__(self, due: float) -> None:
+        self.due = due
         self.event = threading.Event()
-        self.granted = False
-        self.cancelled = False
+        self.granted = self.cancelled = self.gone = False
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -284,13 +287,18 @@ WAITED, DEADLINE, CANCELLED = "waited", "deadline", "cancelled"
 
 
 class _Slots:
-    """At most ``n`` holders at once; waiters are served in arrival order, each within
-    its own deadline (a plain semaphore could starve one caller past its deadline while
-    later ones run), and a waiter whose run context is cancelled leaves the line at once."""
+    """At most ``n`` holders at once; a freed slot goes to the waiter whose deadline is
+    nearest (arrival order among equals), each waiting within its own deadline: a plain
+    semaphore could starve one caller past its deadline while later ones run, and a line
+    in arrival order kept a claim with seconds left of its budget behind a crowd of fresh
+    reads that could each wait a minute (issue 26: 4 of 200 resumes refused TIMELINE_BUSY).
+    A waiter whose run context is cancelled leaves the line at once."""
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._queue: collections.deque[_Turn] = collections.deque()
+        self._line: list[tuple[float, int, _Turn]] = []  # a heap by (due, arrival)
+        self._waiting = 0
+        self._order = itertools.count()
         self._lock = threading.Lock()
 
     def acquire(self, timeout: float, deadline: Deadline | None = None) -> str:
@@ -300,15 +308,16 @@ class _Slots:
         if deadline is not None and deadline.left() < timeout:
             bound, why = deadline.left(), DEADLINE
         with self._lock:
-            if self._free and not self._queue:
+            if self._free and not self._waiting:
                 self._free -= 1
                 return ""
             if deadline is not None and deadline.cancelled():
                 return CANCELLED
             if bound <= 0:
                 return why
-            turn = _Turn()
-            self._queue.append(turn)
+            turn = _Turn(time.monotonic() + bound)
+            heapq.heappush(self._line, (turn.due, next(self._order), turn))
+            self._waiting += 1
         unhook = deadline.on_cancel(turn.cancel) if deadline is not None else (lambda: None)
         try:
             turn.event.wait(bound)
@@ -317,22 +326,26 @@ class _Slots:
         with self._lock:
             if turn.granted:  # handed a slot (perhaps just as the wait ended)
                 return ""
-            self._queue.remove(turn)
+            turn.gone = True  # dropped from the heap when it comes up
+            self._waiting -= 1
             return CANCELLED if turn.cancelled else why
 
     def release(self) -> None:
         with self._lock:
-            if self._queue:
-                turn = self._queue.popleft()  # the slot passes straight to the next in line
-                turn.granted = True
+            while self._line:
+                turn = heapq.heappop(self._line)[2]
+                if turn.gone:
+                    continue
+                turn.granted = True  # the slot passes straight to the nearest deadline
+                self._waiting -= 1
                 turn.event.set()
-            else:
-                self._free += 1
+                return
+            self._free += 1
 
     def waiting(self) -> int:
         """How many callers are in line (the tests wait on it, never on time)."""
         with self._lock:
-            return len(self._queue)
+            return self._waiting
 
 
 class EventStoreTimeline:

@@ -180,6 +180,27 @@ class CpuMeter:
         }
 
 
+class FdPeak:
+    """The most descriptors this process held at once (sampled every 50 ms): past 1,023,
+    anything still on ``select()`` fails (issue 26's STREAM_BROKEN at N=200)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fd-peak", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, len(os.listdir("/proc/self/fd")))
+            if self._stop.wait(0.05):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def percentile(xs: list[float], p: float) -> float | None:
     if not xs:
         return None
@@ -268,12 +289,13 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     for t in threads:
         t.start()
         sampler.watched.add(t.ident or 0)
-    meter, t0 = CpuMeter(), time.perf_counter()
+    meter, t0, fds = CpuMeter(), time.perf_counter(), FdPeak()
     if sample:
         sampler.__enter__()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    fds.stop()
     if sample:
         sampler.__exit__()
     ok = [took[i] for i in range(n) if ended[i] == "ok"]
@@ -285,6 +307,7 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
         "p95_s": percentile(ok, 95),
         **meter.figures(),
         "errors": dict(Counter(e for e in ended if e != "ok")),
+        "peak_fds": fds.peak,
         **({"samples": sampler.figures()} if sample else {}),
     }
 
@@ -548,7 +571,7 @@ def runs_line(r: dict[str, Any]) -> str:
         f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_util']:.2f} ({t['bound']}) | resume {s['per_s']:6.1f}/s "
         f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
         f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
-        f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
+        f"peak {r['peak_mib']} MiB, {t.get('peak_fds')}/{s.get('peak_fds')} fds; store calls {r.get('store_call_errors') or {}}"
     ) + "".join(
         f"\n  failed: {reason[:1500]}" for seen in (r.get("failures") or {}).values() for reason in seen[:1]
     )

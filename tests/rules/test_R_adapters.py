@@ -127,6 +127,35 @@ def test_R15_a_use_cases_budget_bounds_the_slot_wait(tmp_path: Path) -> None:
     assert isinstance(TimelineBusy("x"), RETRYABLE)
 
 
+def test_R15_the_slot_goes_to_the_waiter_whose_deadline_is_nearest() -> None:
+    """The line is served nearest deadline first: a claim with its budget running out goes
+    before a fresh read that may still wait a minute (issue 26: 200 resumes at once, every
+    first read ahead of the claims, 4 claims refused TIMELINE_BUSY)."""
+    from waiting import eventually
+
+    from scratchbank.adapters.event_store import _Slots
+
+    slots = _Slots(1)
+    assert slots.acquire(1.0) == ""  # another caller holds the only slot
+    served: list[str] = []
+
+    def wait(name: str, deadline: Deadline | None) -> None:
+        assert slots.acquire(60.0, deadline) == ""
+        served.append(name)
+        slots.release()
+
+    fresh = threading.Thread(target=wait, args=("fresh read", None))
+    fresh.start()
+    eventually(lambda: slots.waiting() == 1, what="the read in line")
+    claim = threading.Thread(target=wait, args=("claim", Deadline.after(30.0)))
+    claim.start()
+    eventually(lambda: slots.waiting() == 2, what="the claim in line")
+    slots.release()
+    fresh.join()
+    claim.join()
+    assert served == ["claim", "fresh read"]
+
+
 def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
     """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY."""
     timeline, before = held(tmp_path)
