@@ -380,6 +380,9 @@ class EventStoreTimeline:
         #: Records decoded from the store by this object (the bench and the tests count them).
         self.records_read = 0
         self._slots = _Slots(self.in_flight)
+        #: SQLite's one writer as a line of its own: an append waiting for it holds no slot
+        #: (the reads go on); None on PostgreSQL, whose writers run side by side.
+        self._writes: _Slots | None = _Slots(1) if self.sqlite else None
         #: The folded state of the runs this object appended to last (``_after_append``).
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
@@ -417,8 +420,17 @@ class EventStoreTimeline:
     # -- every store call goes through here ----------------------------------------------
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
-        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
-        self._take_slot(what)
+        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name.
+        A write on SQLite first waits its turn at the one writer (``_writes``), holding no slot."""
+        writer = self._writes is not None and fail is TimelineWriteFailed
+        if writer:
+            self._take_slot(what, writer=True)
+        try:
+            self._take_slot(what)
+        except BaseException:
+            if writer:
+                self._release_writer()
+            raise
         try:
             if self._quiet is not None and not self._quiet.holds:  # a writer came between calls
                 self._no_longer_quiet()
@@ -430,23 +442,30 @@ class EventStoreTimeline:
             return result
         finally:
             self._slots.release()
+            if writer:
+                self._release_writer()
 
-    def _take_slot(self, what: str) -> None:
-        """Wait in line for a call slot: at most ``wait_seconds``, and never past the
-        caller's deadline (``cancellation.calls_within``: the use case's budget, its run context's
-        cancellation). No slot by then: TimelineBusy, naming which bound ended the wait."""
-        ended = self._slots.acquire(self.wait_seconds, caller_deadline())
+    def _release_writer(self) -> None:
+        assert self._writes is not None
+        self._writes.release()
+
+    def _take_slot(self, what: str, *, writer: bool = False) -> None:
+        """Wait in line for a call slot (``writer``: for SQLite's one writer): at most
+        ``wait_seconds``, and never past the caller's deadline (``cancellation.calls_within``:
+        the use case's budget, its run context's cancellation). No slot by then:
+        TimelineBusy, naming which bound ended the wait."""
+        line, n, calls = (self._writes, 1, "write") if writer else (self._slots, self.in_flight, "calls")
+        assert line is not None
+        ended = line.acquire(self.wait_seconds, caller_deadline())
         if not ended:
             return
         if ended != WAITED:
             why = "the run context was cancelled" if ended == CANCELLED else "the caller's deadline passed"
             raise TimelineBusy(
-                f"{what}: {self.in_flight} timeline calls in flight in this process; "
-                f"{why} while waiting for one to end"
+                f"{what}: {n} timeline {calls} in flight in this process; {why} while waiting for one to end"
             )
         raise TimelineBusy(
-            f"{what}: {self.in_flight} timeline calls in flight in this process, "
-            f"none ended within {self.wait_seconds:g} s"
+            f"{what}: {n} timeline {calls} in flight in this process, none ended within {self.wait_seconds:g} s"
         )
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:

@@ -330,10 +330,10 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         """Counts every store call's named error (the use cases may retry or absorb it), and
         every call by kind with the seconds it waited for a slot and held one."""
 
-        def _take_slot(self, what: str) -> None:
+        def _take_slot(self, what: str, *, writer: bool = False) -> None:
             t0 = time.perf_counter()
             try:
-                super()._take_slot(what)
+                super()._take_slot(what, writer=writer)
             finally:
                 seconds["waited for a slot"] += time.perf_counter() - t0
 

@@ -156,6 +156,46 @@ def test_R15_the_slot_goes_to_the_waiter_whose_deadline_is_nearest() -> None:
     assert served == ["claim", "fresh read"]
 
 
+def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer: an append queued behind another holds no call slot, so a read
+    goes at once (issue 26: every slot held by appenders queued on the writer lock, ~140 ms
+    each, and the resumes behind them refused TIMELINE_BUSY)."""
+    from waiting import eventually
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", in_flight=2, wait_seconds=30.0)
+    for run in ("run-1", "run-2"):
+        timeline.append(run, [started()])
+    inside, go, real = [], threading.Event(), timeline._insert
+
+    def slow(stored: Any) -> None:  # a writer that takes its time (an fsync on a busy disk)
+        inside.append(stored)
+        go.wait(60.0)
+        real(stored)
+
+    monkeypatch.setattr(timeline, "_insert", slow)
+    appends = [
+        threading.Thread(target=timeline.append, args=(run, [node("clone")]), kwargs={"expected": 1})
+        for run in ("run-1", "run-2")
+    ]
+    for thread in appends:
+        thread.start()
+    writes = getattr(timeline, "_writes", None)
+    eventually(
+        lambda: len(inside) == 2 or (len(inside) == 1 and writes is not None and writes.waiting() == 1),
+        what="both appends in flight",
+    )
+    try:
+        with calls_within(Deadline.after(5.0)):
+            assert len(timeline.read("run-1")) == 1  # not TIMELINE_BUSY behind the writers
+    finally:
+        go.set()
+        for thread in appends:
+            thread.join()
+    assert [len(timeline.read(run)) for run in ("run-1", "run-2")] == [2, 2]
+
+
 def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
     """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY."""
     timeline, before = held(tmp_path)
