@@ -465,7 +465,8 @@ class EventStoreTimeline:
                 f"{what}: {n} timeline {calls} in flight in this process; {why} while waiting for one to end"
             )
         raise TimelineBusy(
-            f"{what}: {n} timeline {calls} in flight in this process, none ended within {self.wait_seconds:g} s"
+            f"{what}: {n} timeline {calls} in flight in this process, "
+            f"none ended within {self.wait_seconds:g} s"
         )
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:

@@ -165,8 +165,8 @@ def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
     from waiting import eventually
 
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", in_flight=2, wait_seconds=30.0)
-    for run in ("run-1", "run-2"):
-        timeline.append(run, [started()])
+    for name in ("run-1", "run-2"):
+        timeline.append(name, [started()])
     inside, go, real = [], threading.Event(), timeline._insert
 
     def slow(stored: Any) -> None:  # a writer that takes its time (an fsync on a busy disk)
@@ -176,8 +176,8 @@ def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
 
     monkeypatch.setattr(timeline, "_insert", slow)
     appends = [
-        threading.Thread(target=timeline.append, args=(run, [node("clone")]), kwargs={"expected": 1})
-        for run in ("run-1", "run-2")
+        threading.Thread(target=timeline.append, args=(name, [node("clone")]), kwargs={"expected": 1})
+        for name in ("run-1", "run-2")
     ]
     for thread in appends:
         thread.start()
@@ -193,7 +193,7 @@ def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
         go.set()
         for thread in appends:
             thread.join()
-    assert [len(timeline.read(run)) for run in ("run-1", "run-2")] == [2, 2]
+    assert [len(timeline.read(name)) for name in ("run-1", "run-2")] == [2, 2]
 
 
 def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
