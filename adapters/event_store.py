@@ -16,8 +16,10 @@ after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
-object (one process's worth); a call waits in line for a slot (``wait_seconds``, and never
-past its caller's deadline: ``cancellation.calls_within``, set by every ``retry_within`` try), and
+object (one process's worth; on SQLite a write first waits its turn at the one writer,
+holding no slot); a call waits in line for a slot, nearest deadline first (``wait_seconds``,
+and never past its caller's deadline: ``cancellation.calls_within``, set by every
+``retry_within`` try), and
 the connection pool is sized from the same number, so load queues here instead of timing
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
@@ -81,8 +83,9 @@ CALL_SECONDS = 10.0
 #: The client-side cut comes this long after the server's own timeouts would have.
 CUT_GRACE = 2.0
 #: Store calls in flight at once per timeline (``in_flight``, or ``?in_flight=N`` on the
-#: URL): SQLite has one writer, so a handful; PostgreSQL, its pool (ADR 0010).
-IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
+#: URL): SQLite has one writer (its writes wait in a line of one besides: ``_writes``) and
+#: its readers run beside it in WAL, so a handful; PostgreSQL, its pool (ADR 0010).
+IN_FLIGHT = {"sqlite": 8, "postgresql": 10}
 #: How long a call may wait in line for a slot (``wait_seconds``) before TimelineBusy:
 #: longer than a call's own deadline, since a line of 200 callers at a few tens of
 #: milliseconds each is load, not an outage.
