@@ -616,6 +616,55 @@ def decision_line(d: dict[str, Any]) -> str:
     )
 
 
+def goal(name: str, passed: bool, measured: str) -> dict[str, Any]:
+    return {"goal": name, "pass": passed, "line": f"  {'PASS' if passed else 'MISS'}  {name}: {measured}"}
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 26's goals, PASS/MISS, on what was measured: at each backend's largest N no
+    refusal and no false ``recorded``, each phase CPU-bound (``cpu_util`` >= 0.9, with the
+    machine's own share beside it: a busy machine cannot show it); the first decision at the
+    longest run under 100 ms and 64 MiB."""
+    out = []
+    for backend in sorted({r["backend"] for r in results["runs"]}):
+        done = [r for r in results["runs"] if r["backend"] == backend]
+        r = max(done, key=lambda r: r["n"])
+        if "failed" in r:
+            out.append(goal(f"runs on {backend} at N={r['n']}", False, "the child failed"))
+            continue
+        errors = sum(sum(r[p]["errors"].values()) for p in ("teardown", "resume"))
+        out.append(
+            goal(
+                f"0 refusals and 0 false `recorded` at N={r['n']} on {backend}",
+                errors == 0 and r["false_recorded"] == 0,
+                f"{errors} errors, {r['false_recorded']} false recorded",
+            )
+        )
+        for p in ("teardown", "resume"):
+            f = r[p]
+            out.append(
+                goal(
+                    f"{p}s CPU-bound at N={r['n']} on {backend} (cpu_util >= {CPU_BOUND})",
+                    f["cpu_util"] >= CPU_BOUND,
+                    f"{f['cpu_util']:.2f} (machine {f['machine_util']:.2f}: {f['bound']})",
+                )
+            )
+    for backend in sorted({d["backend"] for d in results["decisions"]}):
+        done = [d for d in results["decisions"] if d["backend"] == backend and "failed" not in d]
+        if not done:
+            out.append(goal(f"decisions on {backend}", False, "every child failed"))
+            continue
+        d = max(done, key=lambda d: d["records"])
+        out.append(
+            goal(
+                f"cold decision at {d['records']} records on {backend} < 100 ms and < 64 MiB",
+                d["cold_s"] < 0.1 and d["peak_mib"] < 64,
+                f"{d['cold_s'] * 1000:.1f} ms, {d['peak_mib']} MiB",
+            )
+        )
+    return out
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n")[0])
     parser.add_argument("--sections", default="runs,decisions,runner")
@@ -674,6 +723,9 @@ def main(argv: list[str]) -> int:
         decisions_section(plan, results, save)
     if "runner" in plan.sections:
         runner_section(plan, results, save)
+    results["goals"] = goals(results)
+    for goal in results["goals"]:
+        print(goal["line"], flush=True)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["load_at_end"] = os.getloadavg()
     save()
