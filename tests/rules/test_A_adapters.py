@@ -2,7 +2,7 @@
 A16, A17, A18 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import attrs
 import pytest
 from operator_rigs import RUN, cli, parked_run, tree_digest
 from rigs import lock_flows, runner_claims
-from rigs.lock_flows import NEW, OLD, WAIT, BlipTimeline, GatedSandbox, GatedStore, Rig, in_thread, objects
-from rigs.resume_use_case import ACCEPT, World, checksum
-from rigs.runner_claims import _AnotherExecutionDuringTheEngine, _parked_and_banked
-from rigs.snapshots import TAIL, long_run_refusing_whole_reads, long_run_with_tail
+from rigs.claiming_runner import _AnotherExecutionDuringTheEngine, _parked_and_banked
+from rigs.gated_runs import NEW, OLD, WAIT, BlipTimeline, GatedSandbox, GatedStore, Rig, in_thread, objects
+from rigs.long_timelines import TAIL, long_run_refusing_whole_reads, long_run_with_tail
+from rigs.resume_world import ACCEPT, World, checksum
 
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.memory import FakeSandbox
@@ -40,7 +40,8 @@ from scratchbank.testing.clocks import ManualClock
 def test_A15_following_the_hint_without_a_sandbox_is_refused_by_name_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    """Finding 1: --accept-scratch-loss with no --sandbox is NO_RESTORE_TARGET, nothing written."""
+    """Finding 1: --accept-scratch-loss with no --sandbox is NO_RESTORE_TARGET, nothing written.
+    Proves ``scratchbank.adapters.bootstrap.open_home``."""
     parked_run(tmp_path, stale=True)
     before = tree_digest(tmp_path)
     done = cli("resume", RUN, "--accept-scratch-loss", home=tmp_path)
@@ -51,7 +52,8 @@ def test_A15_following_the_hint_without_a_sandbox_is_refused_by_name_and_loses_n
 
 
 def test_A15_the_same_resume_into_a_named_sandbox_restores_the_bank(tmp_path: Path) -> None:
-    """Finding 1, the way out: name the target and the bank is restored there (R7)."""
+    """Finding 1, the way out: name the target and the bank is restored there (R7).
+    Proves ``scratchbank.adapters.bootstrap.open_home``."""
     parked_run(tmp_path / "home", stale=True)
     target = tmp_path / "box"
     target.mkdir()
@@ -75,7 +77,8 @@ def test_A15_the_same_resume_into_a_named_sandbox_restores_the_bank(tmp_path: Pa
 
 def test_A16_R10_an_engine_resume_is_refused_retryably_while_the_first_teardown_still_banks() -> None:
     """The first execution holds the lock until its teardown recorded: a resume meanwhile is
-    RUN_LOCKED (nothing written), never "go on without"; after the record it restores."""
+    RUN_LOCKED (nothing written), never "go on without"; after the record it restores.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     execution, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     rig.timeline.append(lock_flows.RUN, [node("clone", "tool")])
@@ -100,7 +103,8 @@ def test_A16_R10_an_engine_resume_is_refused_retryably_while_the_first_teardown_
 def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execution() -> None:
     """E1's teardown meets a blip; meanwhile E2 resumes, runs a node and banks. E1's
     teardown reads again within its budget, is superseded (named), stores and records
-    nothing; the next resume restores E2's bank, not E1's older scratch."""
+    nothing; the next resume restores E2's bank, not E1's older scratch.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     rig = Rig()
     rig.timeline = BlipTimeline()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
@@ -130,7 +134,8 @@ def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execu
 def test_A18_a_late_teardown_of_an_older_execution_is_superseded_and_never_reverts() -> None:
     """E1 banked and parked; E2 resumed (restored E1's bank). A second, slow teardown of
     E1's sandbox then banks nothing over the bank and records nothing; when E2's sandbox
-    is lost (``unknown``), the next resume restores the recorded bank, not E1's later files."""
+    is lost (``unknown``), the next resume restores the recorded bank, not E1's later files.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
@@ -155,7 +160,7 @@ def test_A18_a_late_teardown_of_an_older_execution_is_superseded_and_never_rever
 
 def test_A18_the_teardown_record_names_its_execution_and_older_records_keep_their_meaning() -> None:
     """The record carries the execution id; a record without one still reads as the latest
-    execution's (today's meaning)."""
+    execution's (today's meaning). Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     report = rig.teardown(OLD, e1, lock=rig.lock, grant=grant)
@@ -209,7 +214,8 @@ def test_A16_lock_less_resumes_in_one_process_are_excluded_for_the_call() -> Non
 def test_A16_R2_a_sandbox_lost_without_a_teardown_and_the_next_resume_under_the_lock() -> None:
     """E2 dies without a teardown (its lease lapses). The next resume takes the lock over,
     is not refused for the missing record, and still refuses by R2 (a node ran in the
-    sandbox after the bank), saying which execution's teardown it decided without."""
+    sandbox after the bank), saying which execution's teardown it decided without.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
@@ -231,7 +237,8 @@ def test_A16_R2_a_sandbox_lost_without_a_teardown_and_the_next_resume_under_the_
 
 def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resume(tmp_path: Path) -> None:
     """A resume into a host directory (X6) ends the banking window; the execution's
-    teardown skips (T1) and lets the lock go; the next resume goes on."""
+    teardown skips (T1) and lets the lock go; the next resume goes on.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
@@ -249,7 +256,8 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
 
 def test_A16_X3_a_failed_restores_hold_lets_the_lock_go_and_the_next_resume_restores() -> None:
     """A restore that fails parks the run and holds the bank (X3): the resume lets the lock
-    go; the failed sandbox's teardown banks nothing over the bank; the next resume restores."""
+    go; the failed sandbox's teardown banks nothing over the bank; the next resume restores.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
@@ -272,7 +280,8 @@ def test_A16_X3_a_failed_restores_hold_lets_the_lock_go_and_the_next_resume_rest
 
 def test_A16_a_runner_holding_the_lease_resumes_without_contending_and_others_are_locked_out() -> None:
     """The runner hands its lease grant in: its resume never contends with its own holder;
-    an engine-side resume elsewhere meets the live lease and is RUN_LOCKED."""
+    an engine-side resume elsewhere meets the live lease and is RUN_LOCKED.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
@@ -295,7 +304,7 @@ def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped
     """E1's lease lapses while its teardown's put is in flight (past its ceiling). E2
     takes the lock over and records that it decided without E1's teardown; E1's put lands
     but its record is superseded (named): the bytes stay in the store, nothing restores
-    them in silence, and E1 is fenced."""
+    them in silence, and E1 is fenced. Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     rig.store = GatedStore()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
@@ -353,7 +362,8 @@ def test_A16_status_shows_the_lock_and_breaking_it_fences_the_old_holder(tmp_pat
 
 def test_A16_a_cli_resume_lets_the_lock_go_when_its_service_closes(tmp_path: Path) -> None:
     """An operator CLI resume holds the execution's lock only until its service closes: the
-    next resume is not RUN_LOCKED for the rest of the lease."""
+    next resume is not RUN_LOCKED for the rest of the lease.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     from scratchbank.adapters.bootstrap import close
 
     rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
@@ -375,7 +385,8 @@ def test_A16_a_cli_resume_lets_the_lock_go_when_its_service_closes(tmp_path: Pat
 def test_A16_T3_a_run_is_deleted_under_its_lock_never_under_a_banking_teardown(tmp_path: Path) -> None:
     """Deleting a run (T3's sweep) takes the run's lock: while an execution's teardown still
     banks it is RUN_LOCKED and sweeps nothing; once the teardown recorded, it sweeps all
-    (before: ``old:T.read > delete:S.sweep > old:S.put > old:T.append`` left an object)."""
+    (before: ``old:T.read > delete:S.sweep > old:S.put > old:T.append`` left an object).
+    Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
     service = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
@@ -399,6 +410,8 @@ def test_A16_T3_a_run_is_deleted_under_its_lock_never_under_a_banking_teardown(t
 
 
 def test_A15_a_restore_with_no_target_is_refused_before_anything_is_written() -> None:
+    """A restore with no target is refused before anything is written:
+    ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
     before = checksum(w)
@@ -411,7 +424,8 @@ def test_A15_a_restore_with_no_target_is_refused_before_anything_is_written() ->
 
 
 def test_A15_without_a_restore_to_make_no_target_is_needed() -> None:
-    """Nothing to restore (no bank): a resume with no target goes on (T1)."""
+    """Nothing to restore (no bank): a resume with no target goes on (T1).
+    Proves ``scratchbank.application.resume.resume``."""
     w = World()
     out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store)
     assert out.proceeds and out.decision.verdict is Verdict.GO_ON_WITHOUT
@@ -422,7 +436,8 @@ def test_A15_without_a_restore_to_make_no_target_is_needed() -> None:
 
 def test_A18_the_runners_teardown_names_the_execution_its_resume_started(tmp_path: Path) -> None:
     """A runner execution's teardown names its own execution (A18): once a newer one
-    started, it is superseded and records nothing over the newer execution."""
+    started, it is superseded and records nothing over the newer execution.
+    Proves ``scratchbank.application.runner.Runner.run_once``."""
     tl, rig = _parked_and_banked(tmp_path)
     rig.engine = _AnotherExecutionDuringTheEngine(rig.engine, tl)  # type: ignore[assignment]
     handled = rig.runner().run_once(1)
@@ -437,7 +452,8 @@ def test_A18_the_runners_teardown_names_the_execution_its_resume_started(tmp_pat
 
 
 def test_A18_a_teardown_of_an_older_execution_is_still_superseded_from_the_snapshot(tmp_path: Path) -> None:
-    """Naming an execution that is not the latest: superseded by the newer one, as before."""
+    """Naming an execution that is not the latest: superseded by the newer one, as before.
+    Proves ``scratchbank.domain.objects.object_name``."""
     timeline, _, _, _ = long_run_with_tail(tmp_path)
     first = _first_read(timeline, "run-1", "@0", Budgets(), ManualClock(), [], snapshots=timeline)
     whole = _first_read(timeline, "run-1", "@0", Budgets(), ManualClock(), [])
@@ -462,7 +478,8 @@ def test_A18_the_check_before_each_store_write_reads_the_tail_only(tmp_path: Pat
 
 
 def test_A17_the_prune_after_a_record_reads_the_snapshot_and_the_tail(tmp_path: Path) -> None:
-    """prune on a long run: the old bank a record before the snapshot named goes, no whole read."""
+    """prune on a long run: the old bank a record before the snapshot named goes, no whole read.
+    Proves ``scratchbank.domain.objects.digest_of``."""
     timeline, store, old, new = long_run_refusing_whole_reads(tmp_path)
     record = attrs.evolve(banked(sha256=digest_of(new)), object=new)
     length = timeline.append("run-1", [record])
