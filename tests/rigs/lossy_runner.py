@@ -60,7 +60,7 @@ def store_under(request: pytest.FixtureRequest) -> Iterator[Timeline | None]:
     if request.param == "memory":
         yield None
         return
-    from rigs.runner_outbox import fresh_postgres
+    from rigs.outbox import fresh_postgres
     from scratchbank.adapters.event_store import EventStoreTimeline
 
     timeline = EventStoreTimeline(fresh_postgres(request.getfixturevalue("postgres_url")))

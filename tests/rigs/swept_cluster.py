@@ -21,7 +21,7 @@ from test_runner_faults import (
     events,
 )
 
-from rigs.runner_outbox import fresh_postgres
+from rigs.outbox import fresh_postgres
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.nats_queue import NatsConnection, NatsDeliveryQueue
 from scratchbank.domain.records import AttemptClaimed, AttemptQueued, OrphanSwept, RunStarted

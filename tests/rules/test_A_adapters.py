@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 from operator_rigs import RUN, cli, parked_run, tree_digest
-from rigs import lock_flows, runner_claims
+from rigs import claiming_runner, gated_runs
 from rigs.claiming_runner import _AnotherExecutionDuringTheEngine, _parked_and_banked
 from rigs.gated_runs import NEW, OLD, WAIT, BlipTimeline, GatedSandbox, GatedStore, Rig, in_thread, objects
 from rigs.long_timelines import TAIL, long_run_refusing_whole_reads, long_run_with_tail
@@ -80,8 +80,8 @@ def test_A16_R10_an_engine_resume_is_refused_retryably_while_the_first_teardown_
     RUN_LOCKED (nothing written), never "go on without"; after the record it restores.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    execution, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
-    rig.timeline.append(lock_flows.RUN, [node("clone", "tool")])
+    execution, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    rig.timeline.append(gated_runs.RUN, [node("clone", "tool")])
     box = GatedSandbox(dict(OLD))
     thread, _ = in_thread(lambda: rig.teardown(None, execution, sandbox=box, lock=rig.lock, grant=grant))
     assert box.begun.wait(WAIT)
@@ -107,13 +107,13 @@ def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execu
     Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     rig = Rig()
     rig.timeline = BlipTimeline()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     rig.lock.release(grant)  # E1's holder is gone (its lease let go); its teardown is late
 
     def e2() -> None:
         out = rig.resume()
         assert out.proceeds
-        rig.timeline.append(lock_flows.RUN, [node("fix", "agent")])
+        rig.timeline.append(gated_runs.RUN, [node("fix", "agent")])
         report = rig.teardown(NEW, out.execution, lock=rig.lock, grant=out.grant)
         assert report.recorded
 
@@ -137,7 +137,7 @@ def test_A18_a_late_teardown_of_an_older_execution_is_superseded_and_never_rever
     is lost (``unknown``), the next resume restores the recorded bank, not E1's later files.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     e2 = rig.resume(FakeSandbox({}))
     assert e2.proceeds
@@ -162,12 +162,12 @@ def test_A18_the_teardown_record_names_its_execution_and_older_records_keep_thei
     """The record carries the execution id; a record without one still reads as the latest
     execution's (today's meaning). Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     report = rig.teardown(OLD, e1, lock=rig.lock, grant=grant)
     assert isinstance(report.record, ScratchBanked)
     assert report.record.execution == e1
     unnamed = Rig()
-    unnamed.timeline.append(lock_flows.RUN, [RunResumed()])
+    unnamed.timeline.append(gated_runs.RUN, [RunResumed()])
     legacy = unnamed.teardown(OLD, None)
     assert legacy.recorded
     assert legacy.execution == "@0"
@@ -180,7 +180,7 @@ def test_A16_a_resume_while_another_restores_is_locked_out_and_one_run_resumed_i
     """A reads, claims and is restoring when B reads: B is RUN_LOCKED (before: B claimed a
     second ``run_resumed`` and A's restore record was refused RESUME_SUPERSEDED)."""
     rig = Rig(SqliteRunLock(tmp_path / "t.locks") if store == "sqlite" else None)
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     slow = GatedSandbox({}, gate="restore")
     thread, got = in_thread(lambda: rig.resume(slow))
@@ -199,7 +199,7 @@ def test_A16_a_resume_while_another_restores_is_locked_out_and_one_run_resumed_i
 def test_A16_lock_less_resumes_in_one_process_are_excluded_for_the_call() -> None:
     """The exported ``resume(...)`` without a lock takes this process's lock for its call."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     slow = GatedSandbox({}, gate="restore")
     thread, _ = in_thread(lambda: rig.resume(slow, lock=None))
@@ -217,11 +217,11 @@ def test_A16_R2_a_sandbox_lost_without_a_teardown_and_the_next_resume_under_the_
     sandbox after the bank), saying which execution's teardown it decided without.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     e2 = rig.resume(FakeSandbox({}))
-    rig.timeline.append(lock_flows.RUN, [node("fix", "agent", in_sandbox=True)])
-    held = rig.lock.holder(lock_flows.RUN)
+    rig.timeline.append(gated_runs.RUN, [node("fix", "agent", in_sandbox=True)])
+    held = rig.lock.holder(gated_runs.RUN)
     assert held is not None
     assert held.holder == e2.execution
     rig.clock.advance(120)  # E2's process is gone: nobody refreshes; its lease lapses
@@ -230,7 +230,7 @@ def test_A16_R2_a_sandbox_lost_without_a_teardown_and_the_next_resume_under_the_
     assert out.decision.verdict is Verdict.REFUSE
     assert out.decision.rule == "R2"
     assert rig.records() == before  # a refusal writes nothing
-    assert rig.lock.holder(lock_flows.RUN) is None  # and lets the lock go
+    assert rig.lock.holder(gated_runs.RUN) is None  # and lets the lock go
     with pytest.raises(LockLost):
         rig.lock.refresh(e2.grant, ttl=60)  # E2 is fenced
 
@@ -240,7 +240,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
     teardown skips (T1) and lets the lock go; the next resume goes on.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     out = rig.resume(None, host_directory=tmp_path / "host")
     assert out.proceeds
@@ -249,7 +249,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
         None, out.execution, sandbox=FakeSandbox({}, host_backed=True), lock=rig.lock, grant=out.grant
     )
     assert not report.recorded
-    assert rig.lock.holder(lock_flows.RUN) is None
+    assert rig.lock.holder(gated_runs.RUN) is None
     nxt = rig.resume(None, host_directory=tmp_path / "host")
     assert nxt.proceeds
 
@@ -259,7 +259,7 @@ def test_A16_X3_a_failed_restores_hold_lets_the_lock_go_and_the_next_resume_rest
     go; the failed sandbox's teardown banks nothing over the bank; the next resume restores.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     broken = FakeSandbox({})
     from scratchbank.domain.errors import StreamBroken
@@ -268,7 +268,7 @@ def test_A16_X3_a_failed_restores_hold_lets_the_lock_go_and_the_next_resume_rest
     failed = rig.resume(broken)
     assert not failed.proceeds
     assert failed.grant is None
-    assert rig.lock.holder(lock_flows.RUN) is None
+    assert rig.lock.holder(gated_runs.RUN) is None
     bank = objects(rig.store)
     held = rig.teardown({"work/a.txt": b"half"}, None)
     assert held.plan.rule == "X3"
@@ -283,13 +283,13 @@ def test_A16_a_runner_holding_the_lease_resumes_without_contending_and_others_ar
     an engine-side resume elsewhere meets the live lease and is RUN_LOCKED.
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     lease = InProcessLease(lapse=60.0)
-    lease_grant = lease.acquire(lock_flows.RUN, "runner-a")
+    lease_grant = lease.acquire(gated_runs.RUN, "runner-a")
     assert lease_grant is not None
     handed = HandedLock(lease, lease_grant)
-    mine = handed.acquire(lock_flows.RUN, "ignored", ttl=60)
+    mine = handed.acquire(gated_runs.RUN, "ignored", ttl=60)
     assert mine is not None
     target = FakeSandbox({})
     out = rig.resume(target, lock=handed, grant=mine)
@@ -297,7 +297,7 @@ def test_A16_a_runner_holding_the_lease_resumes_without_contending_and_others_ar
     assert target.files == OLD
     with pytest.raises(RunLocked):
         rig.resume(FakeSandbox({}), lock=HandedLock(lease))
-    assert lease.acquire(lock_flows.RUN, "runner-b") is None  # the resume left the runner's lease alone
+    assert lease.acquire(gated_runs.RUN, "runner-b") is None  # the resume left the runner's lease alone
 
 
 def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped() -> None:
@@ -307,7 +307,7 @@ def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped
     them in silence, and E1 is fenced. Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig()
     rig.store = GatedStore()
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     late_thread, late = in_thread(lambda: rig.teardown(OLD, e1))
     assert rig.store.begun.wait(WAIT)
     rig.clock.advance(120)  # past its ceiling nobody refreshes E1's lease: it lapses
@@ -322,11 +322,11 @@ def test_A16_A18_a_holder_past_its_ceiling_that_still_banks_is_found_not_dropped
     assert not report.recorded
     assert e2.execution in report.superseded
     assert not any(isinstance(r, ScratchBanked) for r in rig.records())
-    loose = rig.store.objects(lock_flows.RUN)
+    loose = rig.store.objects(gated_runs.RUN)
     assert len(loose) == 1  # the late bank is kept, not dropped ...
     assert loose[0].stamp is not None
     assert loose[0].stamp.execution == e1  # ... stamped with its execution (N3 finds it)
-    status = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock).status(lock_flows.RUN)
+    status = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock).status(gated_runs.RUN)
     assert status.unreferenced is not None
     listed = [*status.unreferenced.others, *status.unreferenced.unproven]
     assert status.unreferenced.record is None  # never recorded as E2's: it is E1's
@@ -342,8 +342,8 @@ def test_A16_status_shows_the_lock_and_breaking_it_fences_the_old_holder(tmp_pat
 
     rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
     service = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
-    execution, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
-    report = service.status(lock_flows.RUN)
+    execution, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    report = service.status(gated_runs.RUN)
     assert report.lock is not None
     assert (report.lock.holder, report.lock.token, report.lock.live) == (execution, grant.token, True)
     data = status_data(report)["lock"]
@@ -351,12 +351,12 @@ def test_A16_status_shows_the_lock_and_breaking_it_fences_the_old_holder(tmp_pat
     assert data["token"] == grant.token
     assert any(f"lock: held by {execution}" in line for line in status_text(report))
     before = rig.records()
-    broken = service.break_lock(lock_flows.RUN, by="test operator")
+    broken = service.break_lock(gated_runs.RUN, by="test operator")
     assert broken is not None
     assert broken.holder == execution
     with pytest.raises(LockLost):
         rig.lock.refresh(grant, ttl=60)
-    assert service.status(lock_flows.RUN).lock is None
+    assert service.status(gated_runs.RUN).lock is None
     assert rig.records() == before  # breaking a lock writes nothing on the run
 
 
@@ -367,17 +367,17 @@ def test_A16_a_cli_resume_lets_the_lock_go_when_its_service_closes(tmp_path: Pat
     from scratchbank.adapters.bootstrap import close
 
     rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
     cli = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
-    out = cli.resume(lock_flows.RUN, ResumeRequest(), Target(FakeSandbox({})))
+    out = cli.resume(gated_runs.RUN, ResumeRequest(), Target(FakeSandbox({})))
     assert out.proceeds
-    held = rig.lock.holder(lock_flows.RUN)
+    held = rig.lock.holder(gated_runs.RUN)
     assert held is not None and held.holder == out.execution  # held while the CLI runs
     close(cli)
-    assert rig.lock.holder(lock_flows.RUN) is None
+    assert rig.lock.holder(gated_runs.RUN) is None
     nxt = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
-    again = nxt.resume(lock_flows.RUN, ResumeRequest(), Target(FakeSandbox({})))  # before: RunLocked
+    again = nxt.resume(gated_runs.RUN, ResumeRequest(), Target(FakeSandbox({})))  # before: RunLocked
     assert again.decision.verdict is not None
     close(nxt)
 
@@ -389,21 +389,21 @@ def test_A16_T3_a_run_is_deleted_under_its_lock_never_under_a_banking_teardown(t
     Proves ``scratchbank.application.run_lock.start_run``."""
     rig = Rig(SqliteRunLock(tmp_path / "t.locks"))
     service = ScratchService(rig.timeline, rig.store, clock=rig.clock, lock=rig.lock)
-    e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
+    e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     slow = GatedSandbox(OLD, gate="archive")
     thread, got = in_thread(lambda: rig.teardown(None, e1, sandbox=slow, lock=rig.lock, grant=grant))
     assert slow.begun.wait(WAIT)
     before = objects(rig.store)
     with pytest.raises(RunLocked):
-        service.delete_run(lock_flows.RUN)
+        service.delete_run(gated_runs.RUN)
     assert objects(rig.store) == before  # the refusal swept nothing
     slow.go.set()
     thread.join(WAIT)
     assert not isinstance(got[0], BaseException) and got[0].recorded, got
-    assert list(rig.store.objects(lock_flows.RUN))  # the teardown's bank landed, after no sweep
-    service.delete_run(lock_flows.RUN)
-    assert list(rig.store.objects(lock_flows.RUN)) == []
-    assert rig.lock.holder(lock_flows.RUN) is None  # the deletion let its lock go
+    assert list(rig.store.objects(gated_runs.RUN))  # the teardown's bank landed, after no sweep
+    service.delete_run(gated_runs.RUN)
+    assert list(rig.store.objects(gated_runs.RUN)) == []
+    assert rig.lock.holder(gated_runs.RUN) is None  # the deletion let its lock go
 
 
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
@@ -442,10 +442,10 @@ def test_A18_the_runners_teardown_names_the_execution_its_resume_started(tmp_pat
     rig.engine = _AnotherExecutionDuringTheEngine(rig.engine, tl)  # type: ignore[assignment]
     handled = rig.runner().run_once(1)
     assert handled is not None and handled.teardown is not None, handled
-    ours = [r for r in tl.read(runner_claims.RUN) if isinstance(r, RunResumed)][-2]
+    ours = [r for r in tl.read(claiming_runner.RUN) if isinstance(r, RunResumed)][-2]
     assert ours.execution and handled.teardown.execution == ours.execution
     assert handled.teardown.superseded and not handled.teardown.recorded
-    assert tl.read(runner_claims.RUN)[-1] == RunResumed(attempt="cli", execution="the-newer-one")
+    assert tl.read(claiming_runner.RUN)[-1] == RunResumed(attempt="cli", execution="the-newer-one")
 
 
 # ---- from tests/test_snapshots.py: Snapshots of the fold on the event store: same decisions, faster on long histories.

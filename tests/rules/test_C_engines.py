@@ -15,7 +15,7 @@ import pytest
 from nats_server import nats_url  # noqa: F401 - a fixture
 from operator_rigs import RUN, TOKEN, served
 from race_workers import FILES
-from rigs import runner_exactly_once
+from rigs import lossy_runner
 from rigs.http_api import (
     AUTH,
     api,  # noqa: F401 - a fixture
@@ -145,12 +145,12 @@ def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(
     Proves ``scratchbank.domain.errors.TimelineWriteFailed``."""
     tl = LosesReply(AttemptClaimed, landed=True, inner=store_under)
     rig = make_rig(tmp_path, tl)
-    tl.append(runner_exactly_once.RUN, [RunStarted(), UNBANKED])
-    queue_resume(tl, rig.queue, runner_exactly_once.RUN, "a1", ACCEPT)
+    tl.append(lossy_runner.RUN, [RunStarted(), UNBANKED])
+    queue_resume(tl, rig.queue, lossy_runner.RUN, "a1", ACCEPT)
     handled = rig.runner().run_once(1)
     assert tl.fired
     assert handled is not None and handled.handled is Handled.RAN, handled and handled.detail
-    records = tl.read(runner_exactly_once.RUN)
+    records = tl.read(lossy_runner.RUN)
     assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
     assert not [r for r in records if isinstance(r, ResumeRefused)]
     accepted = [r for r in records if isinstance(r, ScratchRestored)]
@@ -165,15 +165,15 @@ def test_C4_a_claim_that_did_not_land_is_claimed_again_with_its_consent(
     Proves ``scratchbank.domain.errors.TimelineWriteFailed``."""
     tl = LosesReply(AttemptClaimed, landed=False, inner=store_under)
     rig = make_rig(tmp_path, tl)
-    tl.append(runner_exactly_once.RUN, [RunStarted(), UNBANKED])
-    queue_resume(tl, rig.queue, runner_exactly_once.RUN, "a1", ACCEPT)
+    tl.append(lossy_runner.RUN, [RunStarted(), UNBANKED])
+    queue_resume(tl, rig.queue, lossy_runner.RUN, "a1", ACCEPT)
     runner = rig.runner()
     first = runner.run_once(1)
     assert first is not None and first.handled is Handled.REDELIVER, first.detail
-    assert not [r for r in tl.read(runner_exactly_once.RUN) if isinstance(r, AttemptClaimed)]
+    assert not [r for r in tl.read(lossy_runner.RUN) if isinstance(r, AttemptClaimed)]
     second = runner.run_once(5)
     assert second is not None and second.handled is Handled.RAN, second.detail
-    accepted = [r for r in tl.read(runner_exactly_once.RUN) if isinstance(r, ScratchRestored)]
+    accepted = [r for r in tl.read(lossy_runner.RUN) if isinstance(r, ScratchRestored)]
     assert accepted and accepted[0].accepted
 
 
@@ -188,12 +188,12 @@ def test_C6_a_queue_judged_before_a_resume_claimed_queues_nothing() -> None:
     from scratchbank.domain.records import RunResumed
 
     tl = MovesBeforeQueue([RunResumed(attempt="other")])
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
     with pytest.raises(TimelineConflict):
-        service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
-    assert [r.WIRE for r in tl.read(runner_exactly_once.RUN)] == ["run_started", "run_resumed"]
+        service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
+    assert [r.WIRE for r in tl.read(lossy_runner.RUN)] == ["run_started", "run_resumed"]
     assert queue.fetch(0.01) is None
 
 
@@ -201,14 +201,14 @@ def test_C5_an_attempt_queued_whose_reply_was_lost_is_settled_by_reading_and_pub
     """attempt_queued committed but its reply was lost: read, found ours, published once.
     Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     tl = LosesReply(AttemptQueued, landed=True)
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
-    queued = service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+    queued = service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert tl.fired and queued.attempt == "a1"
     inbound = queue.fetch(0.01)
     assert inbound is not None and inbound.delivery.attempt == "a1"
-    assert [r.WIRE for r in tl.read(runner_exactly_once.RUN)] == ["run_started", "attempt_queued"]
+    assert [r.WIRE for r in tl.read(lossy_runner.RUN)] == ["run_started", "attempt_queued"]
 
 
 def test_C5_a_reused_attempt_id_is_refused_by_name_and_changes_nothing() -> None:
@@ -218,16 +218,16 @@ def test_C5_a_reused_attempt_id_is_refused_by_name_and_changes_nothing() -> None
     from scratchbank.domain.errors import AttemptReused
 
     tl = InMemoryTimeline()
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
-    service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+    service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert queue.fetch(0.01) is not None
-    before = checksum(tl, runner_exactly_once.RUN)
+    before = checksum(tl, lossy_runner.RUN)
     with pytest.raises(AttemptReused) as refused:
-        service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+        service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert refused.value.code == "ATTEMPT_REUSED"
-    assert checksum(tl, runner_exactly_once.RUN) == before and queue.fetch(0.01) is None
+    assert checksum(tl, lossy_runner.RUN) == before and queue.fetch(0.01) is None
 
 
 # ---- from tests/test_surface_queue.py: The operator surfaces publish resumes onto the runner's queue (issue #13 item 1).
