@@ -85,6 +85,30 @@ SLOW_FIRST = (
 )
 
 
+#: Files whose tests are independent chunks of one long job: under ``--dist loadfile`` each test
+#: of theirs is a unit of its own, so the chunks run on whichever workers are free.
+SPREAD = ("test_A_interleavings_sampled_engines",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` as it is, but in the collection's order (SLOW_FIRST: pytest-xdist's
+    default, ``--loadscope-reorder``, sorts the files by their number of tests instead, so a long
+    file of few tests started last), and with SPREAD's tests each a unit of its own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SlowestFirst(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            if Path(nodeid.split("::", 1)[0]).stem in SPREAD:
+                return nodeid
+            return str(super()._split_scope(nodeid))
+
+    config.option.loadscopereorder = False
+    return SlowestFirst(config, log)
+
+
 def tier_of(path: Path) -> str:
     if path.parent.name == "rules":  # tests/rules/test_T.py, test_T_adapters.py, test_T_engines.py
         return next((tier for tier in TIERS[1:] if path.stem.endswith(f"_{tier}")), "pure")

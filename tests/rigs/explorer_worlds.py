@@ -34,6 +34,7 @@ from scratchbank.testing.interleavings import (
     World,
     filesystem_world,
     run_one,
+    sample_scenarios,
 )
 
 SEED = 18
@@ -220,3 +221,13 @@ RUNNER_SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_RUNNER_SCHEDULES", "
 
 #: the random sample's schedules (tests/rules/test_A_interleavings_sampled_engines.py)
 SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SCHEDULES", "10000"))
+
+
+def sample_chunk(root: Path, k: int, *, schedules: int = SCHEDULES, seed: int = SEED) -> Exploration:
+    """THREE[k]'s share of the random sample, in this process: the very schedules
+    ``sample_in_parallel(root, THREE, schedules=..., seed=..., workers=2)`` draws for it
+    (its share, and the seed of its place: worker ``k % 2``, ``k // 2``-th of that worker's
+    scenarios), so that the chunks, run by any workers in any order, cover that sample."""
+    share = -(-schedules // len(THREE))
+    with filesystem_world(root / f"s{k}", memory=True) as world:
+        return sample_scenarios(world, [THREE[k]], schedules=share, seed=seed + 100 * (k % 2) + k // 2)
