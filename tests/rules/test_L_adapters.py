@@ -114,7 +114,8 @@ def test_L4_the_sweepers_publication_is_tried_again_within_its_budget(tmp_path: 
 
 def test_L4_a_queue_down_past_the_budget_leaves_the_sweep_recorded_and_named(tmp_path: Path) -> None:
     """Down for good: the tries stop within PUBLISH_SECONDS on the sweep's clock, the sweep
-    stays recorded (aged to the park) and the reason names QUEUE_UNAVAILABLE."""
+    stays recorded (aged to the park) and the reason names QUEUE_UNAVAILABLE.
+    Proves ``scratchbank.application.orphans.sweep_orphans``."""
     from scratchbank.application.orphans import PUBLISH_SECONDS
 
     clock, tl, rig = _queued_and_lost(tmp_path)
