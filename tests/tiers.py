@@ -32,6 +32,7 @@ PURE = {
     "test_surface_clocks",
     "test_teardown_use_case",
     "test_terminal",
+    "test_tiers",
     "test_traceability",
     "test_wire",
     "test_canonical_header",
