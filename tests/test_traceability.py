@@ -163,7 +163,10 @@ def test_every_rule_test_names_the_product_function_it_proves() -> None:
     adapter's class) it proves, ``scratchbank.``-dotted or by a bare name the product defines, so
     a reader goes from the rule to the code in one step."""
     silent = rule_tests_without_a_named_function()
-    assert silent == [], f"rule tests whose docstring names no product function ({len(silent)}): {silent}"
+    assert silent == [], (
+        f"rule tests whose docstring names no product function ({len(silent)}): {silent}; add the one it"
+        " proves, e.g. 'Proves ``scratchbank.application.resume.resume``.'"
+    )
 
 
 def test_the_docstring_check_tells_a_name_from_a_word() -> None:
