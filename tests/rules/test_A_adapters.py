@@ -18,6 +18,7 @@ from rigs.resume_use_case import ACCEPT, World, checksum
 from rigs.runner_claims import _AnotherExecutionDuringTheEngine, _parked_and_banked
 from rigs.snapshots import TAIL, long_run_refusing_whole_reads, long_run_with_tail
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.adapters.run_lock import HandedLock, SqliteRunLock
@@ -235,7 +236,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
     rig = Rig()
     e1, grant = start_run(lock_flows.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
-    out = rig.resume(None, host_directory=tmp_path / "host")
+    out = rig.resume(None, host_directory=HostDirectory(tmp_path / "host"))
     assert out.proceeds
     assert out.grant is not None
     report = rig.teardown(
@@ -243,7 +244,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
     )
     assert not report.recorded
     assert rig.lock.holder(lock_flows.RUN) is None
-    nxt = rig.resume(None, host_directory=tmp_path / "host")
+    nxt = rig.resume(None, host_directory=HostDirectory(tmp_path / "host"))
     assert nxt.proceeds
 
 

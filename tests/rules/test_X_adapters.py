@@ -45,6 +45,7 @@ from rigs.resume_use_case import ACCEPT, RESTORE_STEPS, FaultySandbox, FaultySto
 from rigs.runner_deliveries import _NoSandboxes
 from runner_rigs import RecordingInbound, make_rig
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
 from scratchbank.adapters.present import outcome_data, outcome_text
 from scratchbank.application.bank_format.gunzip import GzipReader
@@ -574,7 +575,12 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     w.park()
     target = tmp_path / "host-scratch"
     out = resume(
-        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None, host_directory=target
+        "run-1",
+        ResumeRequest(),
+        timeline=w.timeline,
+        store=w.store,
+        sandbox=None,
+        host_directory=HostDirectory(target),
     )
     assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
     rec = w.last()
@@ -654,7 +660,9 @@ def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_
     w.park()
     (tmp_path / "a-file").write_text("not a directory")
     target = tmp_path / "a-file" / "scratch"
-    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target)
+    out = resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=HostDirectory(target)
+    )
     rec = w.last()
     assert isinstance(rec, ScratchRestored) and not rec.restored and not rec.host_backed
     assert (
