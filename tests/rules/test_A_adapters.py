@@ -472,3 +472,26 @@ def test_A17_the_prune_after_a_record_reads_the_snapshot_and_the_tail(tmp_path: 
     gone = prune(store, timeline, Claim("run-1", length), ManualClock(), notes, snapshots=timeline)
     assert timeline.handed <= TAIL + 2 and notes == []
     assert gone == (old,) and {o.name for o in store.objects("run-1")} == {new}
+
+
+def test_A16_the_product_carries_no_test_only_keep_alive_and_the_explorer_refreshes_nothing() -> None:
+    """HeldLock always refreshes (no ``keep_alive`` flag in the product, issue 22 item 4);
+    the explorer's services (testing kit: StillHeldLock) hold a handed grant with no thread."""
+    import inspect
+    import threading
+
+    from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+    from scratchbank.application.run_lock import HeldLock, MemoryRunLock
+    from scratchbank.testing import interleavings
+
+    assert "keep_alive" not in inspect.signature(HeldLock).parameters
+    assert "keep_alive" not in inspect.signature(ScratchService.hand_over).parameters
+    lock = MemoryRunLock(ManualClock())
+    grant = lock.acquire("run-1", "x-1", ttl=60)
+    assert grant is not None
+    mine = interleavings.service(InMemoryTimeline(), InMemoryBankStore(), lock=lock)
+    threads = threading.active_count()
+    interleavings.hand(mine, grant)
+    assert threading.active_count() == threads  # nothing refreshes it
+    mine.let_go()
+    assert lock.holder("run-1") is None
