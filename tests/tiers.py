@@ -53,7 +53,6 @@ ADAPTERS = {
     "test_k8s_real",
     "test_load_without_lies",
     "test_readme",
-    "test_restore_target_contract",
     "test_resume_use_case",
     "test_runner_claims",
     "test_runner_deliveries",

@@ -27,7 +27,9 @@ service over ports (``scratchbank.application``), and the adapters and the boots
 
 The lower-level functions are here too: ``bank_at_teardown(run_id, timeline=..., store=...,
 sandbox=..., run_finished=...)``, ``resume(run_id, request, timeline=..., store=...,
-sandbox=...)``, ``check_resume``, ``fold``, ``decide_resume``, ``plan_teardown``.
+sandbox=...)`` (or ``host_directory=``: a ``RestoreTarget`` such as ``HostDirectory(path)``,
+or a path this package builds one from), ``check_resume``, ``fold``, ``decide_resume``,
+``plan_teardown``.
 """
 
 import os

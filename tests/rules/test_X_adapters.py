@@ -590,6 +590,22 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     assert out2.decision.verdict is Verdict.GO_ON_WITHOUT and out2.decision.rule == "X6"
 
 
+def test_X6_the_public_resume_still_takes_a_host_directory_as_a_path(tmp_path: Path) -> None:
+    """``scratchbank.resume(..., host_directory=PATH)``: the thin convenience builds the
+    HostDirectory adapter (the use case takes the port); the scratch is handed over."""
+    import scratchbank
+
+    w = World()
+    w.park()
+    target = tmp_path / "host-scratch"
+    out = scratchbank.resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target
+    )
+    assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.host_backed
+
+
 def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> None:
     w = World()
     w.park()
