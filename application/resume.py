@@ -1,4 +1,6 @@
-"""The resume use case (R1-R15, X1-X7, C7): the gate, the claim, the restore, its record.
+"""The resume use case (R1-R15, X1-X7, C7): the gate, the claim, the restore, its record,
+and ``Target``, where a resume restores (a sandbox, a host directory's RestoreTarget, or
+nowhere on purpose: A15).
 
 The gate reads the timeline with its version, folds it and asks the domain. A resume
 that goes on claims the run: it appends its ``run_resumed`` and the decision's

@@ -1,7 +1,9 @@
 """The explorer's scenarios and its model of the rules (issue 18, item 5).
 
-Actors drive the public service (``ScratchService``) over real adapters (an SQLite or
-PostgreSQL ``EventStoreTimeline``, a ``FilesystemBankStore``) and ``FakeSandbox``es,
+Actors drive the public service (``ScratchService``, as ``ExplorerService``: the grants it
+holds are ``StillHeldLock``s, which no thread refreshes, the clocks standing still) over
+real adapters (an SQLite or PostgreSQL ``EventStoreTimeline``, a ``FilesystemBankStore``)
+and ``FakeSandbox``es,
 each port wrapped by the explorer (``scratchbank.testing.explorer``). Every schedule runs
 on a run of its own (a fresh run id in the same timeline and store), from a preset:
 
