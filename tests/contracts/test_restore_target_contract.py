@@ -53,9 +53,11 @@ class _CutOnFetch(ForwardingBankStore):
             self.cancel.cut("the lease was lost")
 
 
-def _decision(stored: bytes, recorded: bytes | None = None) -> tuple[ResumeDecision, InMemoryBankStore]:
+def _decision(
+    stored: bytes, recorded: bytes | None = None, manifest_bytes: int | None = None
+) -> tuple[ResumeDecision, InMemoryBankStore]:
     """A restore decision whose record is ``recorded``'s (default: what is stored)."""
-    record = record_for(recorded if recorded is not None else stored)
+    record = record_for(recorded if recorded is not None else stored, manifest_bytes)
     assert isinstance(record, ScratchBanked)
     store = InMemoryBankStore()
     store.banks[RUN] = stored
@@ -108,6 +110,15 @@ class RestoreTargetContract:
         tampered = gz(ustar(member("top", size=1), b"T") + end())  # a valid bank, not the recorded one
         got = self._restore(target, tampered, recorded=GOOD)
         assert got.result is RestoreResult.REFUSED_ON_HOST, got
+        assert self.checksum(target) == before
+
+    def test_a_bank_larger_than_the_room_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
+        """X2, X6: a bank declaring more bytes than the target has free: refused first."""
+        target = self.make(tmp_path)
+        before = self.checksum(target)
+        decision, store = _decision(GOOD, manifest_bytes=1 << 60)
+        got = restore_bank(RUN, decision, store=store, into=target)
+        assert got.result in (RestoreResult.REFUSED_ON_HOST, RestoreResult.REFUSED_IN_SANDBOX), got
         assert self.checksum(target) == before
 
     def test_a_restore_cut_midway_is_lease_lost_and_changes_nothing(self, tmp_path: Path) -> None:
