@@ -373,7 +373,7 @@ class RestoreTarget(Protocol):
     (``restore.SandboxTarget`` over the Sandbox port's restore calls) or a host directory
     (``adapters.host_directory.HostDirectory``). The use cases hold one and never the Path.
 
-    Contract (tests/contracts/test_restore_target_contract.py, every target):
+    Contract (``scratchbank.testing.contracts.RestoreTargetContract``, every target):
     - ``restore`` fetches exactly the object the record names (A17) from ``store``, never
       more than ``cap`` bytes, checks it (size and digest as recorded, gunzip, the
       allow-list, the manifest) and puts its tree in place; it answers RESTORED with the

@@ -1,135 +1,29 @@
-"""The RestoreTarget contract (application/ports.py) on a sandbox's scratch and on a host
-directory: the same cases where they share behaviour (X1-X6, L5), one subclass per target.
+"""The RestoreTarget contract (application/ports.py; the suite is the kit's
+``scratchbank.testing.contracts.RestoreTargetContract``) on a sandbox's scratch (the fake
+and the local sandbox, through ``SandboxTarget``) and on a host directory
+(``HostDirectory``): the same cases where they share behaviour (X1-X6, L5).
 
 Each target starts holding an old tree. A checked bank is restored as its manifest; a
-refusal (a hostile member, bytes not as recorded, a cut run context) leaves the target
-byte for byte as it was."""
+refusal (a hostile member, bytes not as recorded, more than the room, a cut run context)
+leaves the target byte for byte as it was."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import stat
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile import end, gz, member, record_for, ustar
 
 from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore
+from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.bank_format.manifest_line import line_of
-from scratchbank.application.cancellation import Cancel
-from scratchbank.application.ports import ForwardingBankStore, RestoreTarget
-from scratchbank.application.restore import SandboxTarget, restore_bank
-from scratchbank.domain.fold import Bank, Evidence
-from scratchbank.domain.records import ScratchBanked
-from scratchbank.domain.restore import RestoreAttempt, RestoreResult
-from scratchbank.domain.resume_gate import ResumeDecision, Verdict
-
-RUN = "run-t"
-GOOD = gz(
-    ustar(member("./", tarfile.DIRTYPE, mode=0o755))
-    + ustar(member("sub", tarfile.DIRTYPE, mode=0o755))
-    + ustar(member("sub/f", size=3), b"abc")
-    + ustar(member("top", size=1), b"t")
-    + end()
-)
-EXPECTED = sorted([line_of("sub", "dir", 0), line_of("sub/f", "file", 3), line_of("top", "file", 1)])
-HOSTILE = gz(ustar(member("ok", size=1), b"o") + ustar(member("../escape", size=1), b"x") + end())
-
-
-class _CutOnFetch(ForwardingBankStore):
-    """A store whose fetch cuts the run context first (the lease lost mid-restore, L5)."""
-
-    def __init__(self, inner: InMemoryBankStore, cancel: Cancel) -> None:
-        super().__init__(inner)
-        self.cancel = cancel
-
-    def before(self, call: str, run_id: str) -> None:
-        if call == "fetch":
-            self.cancel.cut("the lease was lost")
-
-
-def _decision(
-    stored: bytes, recorded: bytes | None = None, manifest_bytes: int | None = None
-) -> tuple[ResumeDecision, InMemoryBankStore]:
-    """A restore decision whose record is ``recorded``'s (default: what is stored)."""
-    record = record_for(recorded if recorded is not None else stored, manifest_bytes)
-    assert isinstance(record, ScratchBanked)
-    store = InMemoryBankStore()
-    store.banks[RUN] = stored
-    bank = Bank(Evidence(1, ScratchBanked.WIRE), record, 1)
-    return ResumeDecision(Verdict.RESTORE, "X1", "restore", bank=bank), store
-
-
-class RestoreTargetContract:
-    """The cases every restore target passes; a subclass says how to make and read one."""
-
-    hands_over: bool
-
-    def make(self, tmp: Path) -> RestoreTarget:  # pragma: no cover - abstract
-        """A target holding an old tree."""
-        raise NotImplementedError
-
-    def listing(self, target: RestoreTarget) -> list[str]:  # pragma: no cover - abstract
-        """What stands at the target, as sorted manifest lines."""
-        raise NotImplementedError
-
-    def checksum(self, target: RestoreTarget) -> str:  # pragma: no cover - abstract
-        """Everything the target can see, byte for byte (staged and leftover trees too)."""
-        raise NotImplementedError
-
-    def _restore(self, target: RestoreTarget, stored: bytes, recorded: bytes | None = None) -> RestoreAttempt:
-        decision, store = _decision(stored, recorded)
-        return restore_bank(RUN, decision, store=store, into=target)
-
-    def test_a_checked_bank_is_restored_as_its_manifest(self, tmp_path: Path) -> None:
-        """X1, X6: restore_bank through the port: RESTORED with the bank's bytes, the tree its manifest."""
-        target = self.make(tmp_path)
-        got = self._restore(target, GOOD)
-        assert got.result is RestoreResult.RESTORED, got
-        assert got.bytes == len(GOOD) and got.into_host_dir is self.hands_over
-        assert self.listing(target) == EXPECTED
-        assert target.hands_over is self.hands_over
-
-    def test_a_hostile_bank_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
-        """X3, X6: a member leading out of the tree: refused on the host, the target as it was."""
-        target = self.make(tmp_path)
-        before = self.checksum(target)
-        got = self._restore(target, HOSTILE)
-        assert got.result is RestoreResult.REFUSED_ON_HOST, got
-        assert self.checksum(target) == before
-
-    def test_a_bank_not_as_recorded_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
-        """X3: stored bytes whose size and digest are not the record's: refused, the target as it was."""
-        target = self.make(tmp_path)
-        before = self.checksum(target)
-        tampered = gz(ustar(member("top", size=1), b"T") + end())  # a valid bank, not the recorded one
-        got = self._restore(target, tampered, recorded=GOOD)
-        assert got.result is RestoreResult.REFUSED_ON_HOST, got
-        assert self.checksum(target) == before
-
-    def test_a_bank_larger_than_the_room_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
-        """X2, X6: a bank declaring more bytes than the target has free: refused first."""
-        target = self.make(tmp_path)
-        before = self.checksum(target)
-        decision, store = _decision(GOOD, manifest_bytes=1 << 60)
-        got = restore_bank(RUN, decision, store=store, into=target)
-        assert got.result in (RestoreResult.REFUSED_ON_HOST, RestoreResult.REFUSED_IN_SANDBOX), got
-        assert self.checksum(target) == before
-
-    def test_a_restore_cut_midway_is_lease_lost_and_changes_nothing(self, tmp_path: Path) -> None:
-        """L5: the run context cut once the fetch began: LEASE_LOST, nothing moved into place."""
-        target = self.make(tmp_path)
-        before = self.checksum(target)
-        decision, store = _decision(GOOD)
-        cancel = Cancel()
-        got = restore_bank(RUN, decision, store=_CutOnFetch(store, cancel), into=target, cancel=cancel)
-        assert got.result is not RestoreResult.RESTORED and "LEASE_LOST" in got.detail, got
-        assert self.checksum(target) == before
+from scratchbank.application.ports import RestoreTarget
+from scratchbank.application.restore import SandboxTarget
+from scratchbank.testing.contracts import RestoreTargetContract
 
 
 class TestSandboxTarget(RestoreTargetContract):
