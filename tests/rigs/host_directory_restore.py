@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hostile import end, gz, member, record_for, ustar
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.resume import ResumeOutcome, resume
 from scratchbank.domain import ResumeRequest
@@ -60,7 +61,12 @@ def restore_into(data: bytes, target: Path, *, manifest_bytes: int | None = None
     timeline.append("run-x", [started(), record])
     store.banks["run-x"] = data
     return resume(
-        "run-x", ResumeRequest(), timeline=timeline, store=store, sandbox=None, host_directory=target
+        "run-x",
+        ResumeRequest(),
+        timeline=timeline,
+        store=store,
+        sandbox=None,
+        host_directory=HostDirectory(target),
     )
 
 

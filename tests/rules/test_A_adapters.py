@@ -18,6 +18,7 @@ from rigs.gated_runs import NEW, OLD, WAIT, BlipTimeline, GatedSandbox, GatedSto
 from rigs.long_timelines import TAIL, long_run_refusing_whole_reads, long_run_with_tail
 from rigs.resume_world import ACCEPT, World, checksum
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.adapters.run_lock import HandedLock, SqliteRunLock
@@ -242,7 +243,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
     rig = Rig()
     e1, grant = start_run(gated_runs.RUN, timeline=rig.timeline, lock=rig.lock, clock=rig.clock)
     assert rig.teardown(OLD, e1, lock=rig.lock, grant=grant).recorded
-    out = rig.resume(None, host_directory=tmp_path / "host")
+    out = rig.resume(None, host_directory=HostDirectory(tmp_path / "host"))
     assert out.proceeds
     assert out.grant is not None
     report = rig.teardown(
@@ -250,7 +251,7 @@ def test_A16_X6_a_host_backed_scratch_never_banks_and_never_blocks_the_next_resu
     )
     assert not report.recorded
     assert rig.lock.holder(gated_runs.RUN) is None
-    nxt = rig.resume(None, host_directory=tmp_path / "host")
+    nxt = rig.resume(None, host_directory=HostDirectory(tmp_path / "host"))
     assert nxt.proceeds
 
 
@@ -488,3 +489,26 @@ def test_A17_the_prune_after_a_record_reads_the_snapshot_and_the_tail(tmp_path: 
     gone = prune(store, timeline, Claim("run-1", length), ManualClock(), notes, snapshots=timeline)
     assert timeline.handed <= TAIL + 2 and notes == []
     assert gone == (old,) and {o.name for o in store.objects("run-1")} == {new}
+
+
+def test_A16_the_product_carries_no_test_only_keep_alive_and_the_explorer_refreshes_nothing() -> None:
+    """HeldLock always refreshes (no ``keep_alive`` flag in the product, issue 22 item 4);
+    the explorer's services (testing kit: StillHeldLock) hold a handed grant with no thread."""
+    import inspect
+    import threading
+
+    from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
+    from scratchbank.application.run_lock import HeldLock, MemoryRunLock
+    from scratchbank.testing import interleavings
+
+    assert "keep_alive" not in inspect.signature(HeldLock).parameters
+    assert "keep_alive" not in inspect.signature(ScratchService.hand_over).parameters
+    lock = MemoryRunLock(ManualClock())
+    grant = lock.acquire("run-1", "x-1", ttl=60)
+    assert grant is not None
+    mine = interleavings.service(InMemoryTimeline(), InMemoryBankStore(), lock=lock)
+    threads = threading.active_count()
+    interleavings.hand(mine, grant)
+    assert threading.active_count() == threads  # nothing refreshes it
+    mine.let_go()
+    assert lock.holder("run-1") is None

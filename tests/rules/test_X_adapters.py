@@ -45,6 +45,7 @@ from rigs.tar_reader import (
 )
 from runner_rigs import RecordingInbound, make_rig
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
 from scratchbank.adapters.present import outcome_data, outcome_text
 from scratchbank.application.bank_format.gunzip import GzipReader
@@ -633,7 +634,12 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     w.park()
     target = tmp_path / "host-scratch"
     out = resume(
-        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None, host_directory=target
+        "run-1",
+        ResumeRequest(),
+        timeline=w.timeline,
+        store=w.store,
+        sandbox=None,
+        host_directory=HostDirectory(target),
     )
     assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
     rec = w.last()
@@ -641,6 +647,22 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     w.timeline.append("run-1", [node("edit", "agent")])
     out2, _ = w.resume()
     assert out2.decision.verdict is Verdict.GO_ON_WITHOUT and out2.decision.rule == "X6"
+
+
+def test_X6_the_public_resume_still_takes_a_host_directory_as_a_path(tmp_path: Path) -> None:
+    """``scratchbank.resume(..., host_directory=PATH)``: the thin convenience builds the
+    HostDirectory adapter (the use case takes the port); the scratch is handed over."""
+    import scratchbank
+
+    w = World()
+    w.park()
+    target = tmp_path / "host-scratch"
+    out = scratchbank.resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target
+    )
+    assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.host_backed
 
 
 def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> None:
@@ -718,7 +740,9 @@ def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_
     w.park()
     (tmp_path / "a-file").write_text("not a directory")
     target = tmp_path / "a-file" / "scratch"
-    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target)
+    out = resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=HostDirectory(target)
+    )
     rec = w.last()
     assert isinstance(rec, ScratchRestored) and not rec.restored and not rec.host_backed
     assert (

@@ -1,8 +1,16 @@
-"""X6: a checked bank restored into a host directory, never following a link.
+"""X6: the host directory as a restore target (``HostDirectory``, the RestoreTarget port
+of application/ports.py, as a sandbox's scratch is one): a checked bank restored into a
+directory of this host, never following a link.
+
+The order (ADR 0002, ADR 0004): fetch the bank (within the cap) and check it WHOLE first
+(size, digest, manifest, the allow-list, link containment); refuse by name a destination
+without the room the bank declares (NoSpaceAtDestination) or with a mount point inside
+its old tree (DestinationRefused); only then write, into a fresh sibling of the
+destination, and swap it in. Every refusal comes before anything is created or moved.
 
 No ``tarfile.extractall``: every entry is created here under directory file
 descriptors (``os.open``/``os.mkdir``/``os.link``/``os.symlink`` with ``dir_fd``,
-``O_NOFOLLOW``, ``O_EXCL``), into a fresh sibling of the destination:
+``O_NOFOLLOW``, ``O_EXCL``), into the fresh sibling:
 
 - directories are walked component by component with ``O_NOFOLLOW | O_DIRECTORY``;
   files are created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (nothing there is reused);
@@ -11,16 +19,16 @@ descriptors (``os.open``/``os.mkdir``/``os.link``/``os.symlink`` with ``dir_fd``
   modes and times, deepest first; modes as banked, setid bits cleared;
 - the fresh tree is swapped into place atomically: ``renameat2`` with
   ``RENAME_EXCHANGE`` when something stands at the destination (the old tree is then
-  removed, never across a mount point: a destination with a mount point inside is
-  refused by name before anything is created; read-only directories of the old tree
-  are made writable first; a removal that still fails is a note, the restore being
-  done), ``RENAME_NOREPLACE`` when nothing does. The destination is handled by
-  name: a symlink standing there is replaced, the directory it pointed to untouched.
+  removed, never across a mount point; read-only directories of the old tree are made
+  writable first; a removal that still fails is a note, the restore being done),
+  ``RENAME_NOREPLACE`` when nothing does. The destination is handled by name: a symlink
+  standing there is replaced, the directory it pointed to untouched.
+- a cut run context (L5) stops the restore at its next member or chunk, or before the
+  swap: LEASE_LOST, the fresh sibling removed, the destination as it was.
 
 Symlink containment is decided by the reader (``Limits(host_directory=True)``) against
-the tree as it will stand with all of the bank's links (bank_format/link_containment.py), before any
-entry is created. Free space at the destination is checked against the declared total
-first (NoSpaceAtDestination).
+the tree as it will stand with all of the bank's links (bank_format/link_containment.py),
+before any entry is created.
 """
 
 from __future__ import annotations
@@ -36,23 +44,26 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import attrs
 
+from scratchbank.application.bank_format.bank_check import BankCheck
+from scratchbank.application.bank_format.members import DIR, FILE, HARDLINK, SYMLINK, Member
+from scratchbank.application.bank_format.reader import Limits
+from scratchbank.application.bank_format.spill_log import MemberLog
+from scratchbank.application.cancellation import Cancel
+from scratchbank.application.ports import BankStore, Progress
+from scratchbank.application.restore import lease_cut, unless_cut
 from scratchbank.domain.errors import DestinationRefused, NoSpaceAtDestination
 from scratchbank.domain.fold import Bank
-
-from .bank_format.bank_check import BankCheck
-from .bank_format.members import DIR, FILE, HARDLINK, SYMLINK, Member
-from .bank_format.reader import Limits
-from .bank_format.spill_log import MemberLog
-from .ports import BankStore
+from scratchbank.domain.restore import RestoreAttempt, RestoreResult
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 IMPLICIT_MODE = 0o755
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -356,9 +367,38 @@ class HostRestore:
     note: str = ""
 
 
+@attrs.frozen
+class HostDirectory:
+    """The host directory at ``path`` as a RestoreTarget (X6): the scratch is handed over
+    (it will never bank again). Built by the caller that names a directory:
+    ``Target(host_directory=HostDirectory(path))``."""
+
+    path: Path
+
+    @property
+    def hands_over(self) -> bool:
+        return True
+
+    def restore(
+        self,
+        run_id: str,
+        bank: Bank,
+        *,
+        store: BankStore,
+        cap: int,
+        progress: Progress | None = None,
+        cancel: Cancel | None = None,
+    ) -> RestoreAttempt:
+        """Fetch, check whole, write fresh beside, swap in (module docstring)."""
+        got = restore_into_host_directory(run_id, bank, self.path, store=store, cap=cap, cancel=cancel)
+        if progress is not None:
+            progress("restored", got.bytes, got.bytes)
+        return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
+
+
 # -- the whole X6 restore ----------------------------------------------------------------------
 def restore_into_host_directory(
-    run_id: str, bank: Bank, target: Path, *, store: BankStore, cap: int
+    run_id: str, bank: Bank, target: Path, *, store: BankStore, cap: int, cancel: Cancel | None = None
 ) -> HostRestore:
     """Fetch, check whole, then write into a fresh sibling and swap it in.
 
@@ -370,22 +410,30 @@ def restore_into_host_directory(
         store.fetch(
             run_id, fetched, max_bytes=cap, name=bank.record.object
         )  # A17: the object the record names
-        total = _passes(bank, fetched, limits, cap)
+        total = _passes(bank, fetched, limits, cap, cancel=cancel)
         check_free_space(target, max(bank.record.manifest_bytes or 0, total))
         refuse_mount_points(target)
         with opened_destination(target) as dest:
-            fresh = _write_fresh(bank, fetched, limits, cap, dest, target)
+            fresh = _write_fresh(bank, fetched, limits, cap, dest, target, cancel)
             note = remove_old_tree(dest, fresh, target) if fresh else ""
     return HostRestore(bank.record.bytes, note)
 
 
 def _write_fresh(
-    bank: Bank, fetched: BinaryIO, limits: Limits, cap: int, dest: Destination, target: Path
+    bank: Bank,
+    fetched: BinaryIO,
+    limits: Limits,
+    cap: int,
+    dest: Destination,
+    target: Path,
+    cancel: Cancel | None,
 ) -> str:
     """Write the tree into a fresh sibling and swap it in: the old tree's name now, or ""."""
     fresh = make_fresh(dest)
     try:
-        _passes(bank, fetched, limits, cap, into=(dest, fresh))
+        _passes(bank, fetched, limits, cap, into=(dest, fresh), cancel=cancel)
+        if cancel is not None and cancel.is_set():  # L5: never swapped in once cut
+            raise lease_cut(cancel)
         exchanged = swap_into_place(dest, fresh)
     except BaseException as error:
         with contextlib.suppress(OSError, RecursionError):
@@ -397,7 +445,13 @@ def _write_fresh(
 
 
 def _passes(
-    bank: Bank, fetched: BinaryIO, limits: Limits, cap: int, *, into: tuple[Destination, str] | None = None
+    bank: Bank,
+    fetched: BinaryIO,
+    limits: Limits,
+    cap: int,
+    *,
+    into: tuple[Destination, str] | None = None,
+    cancel: Cancel | None = None,
 ) -> int:
     """Check the fetched bank whole (and, ``into`` a fresh directory, write its tree)."""
     root_fd = open_dir(*into) if into is not None else None
@@ -406,8 +460,8 @@ def _passes(
         bank.record,
         limits=limits,
         cap=cap,
-        on_member=tree.member if tree else None,
-        on_data=tree.data if tree else None,
+        on_member=_guarded(cancel, tree.member if tree else None),
+        on_data=_guarded(cancel, tree.data if tree else None),
     )
     try:
         fetched.seek(0)
@@ -423,6 +477,18 @@ def _passes(
             tree.close()
         if root_fd is not None:
             os.close(root_fd)
+
+
+def _guarded(cancel: Cancel | None, call: Callable[[T], None] | None) -> Callable[[T], None] | None:
+    """The reader's callback, refusing LEASE_LOST once the run context is cut (L5); the
+    check-only pass writes nothing and, uncut, needs no callback at all."""
+    if cancel is None:
+        return call
+    return unless_cut(cancel, call if call is not None else _ignore)
+
+
+def _ignore(_: object) -> None:
+    """The check-only pass's callback: nothing is written."""
 
 
 def _feed(src: BinaryIO, write: Callable[[bytes], int]) -> None:
