@@ -134,7 +134,8 @@ def test_R15_a_use_cases_budget_bounds_the_slot_wait(tmp_path: Path) -> None:
 def test_R15_the_slot_goes_to_the_waiter_whose_deadline_is_nearest() -> None:
     """The line is served nearest deadline first: a claim with its budget running out goes
     before a fresh read that may still wait a minute (issue 26: 200 resumes at once, every
-    first read ahead of the claims, 4 claims refused TIMELINE_BUSY)."""
+    first read ahead of the claims, 4 claims refused TIMELINE_BUSY).
+    Proves ``scratchbank.adapters.event_store._Slots.acquire``."""
     from waiting import eventually
 
     from scratchbank.adapters.event_store import _Slots
@@ -165,7 +166,8 @@ def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
 ) -> None:
     """SQLite has one writer: an append queued behind another holds no call slot, so a read
     goes at once (issue 26: every slot held by appenders queued on the writer lock, ~140 ms
-    each, and the resumes behind them refused TIMELINE_BUSY)."""
+    each, and the resumes behind them refused TIMELINE_BUSY).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
     from waiting import eventually
 
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", in_flight=2, wait_seconds=30.0)
@@ -288,7 +290,8 @@ def test_R15_a_disarmed_alarm_never_cuts() -> None:
 
 def test_R15_a_thousand_cuts_armed_at_once_start_no_thread_of_their_own(tmp_path: Path) -> None:
     """Watchdogs and the timeline's call cuts are alarms on the one alarm thread: a
-    thousand of each armed at once add at most that thread, and no Timer."""
+    thousand of each armed at once add at most that thread, and no Timer.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``, ``scratchbank.adapters.watchdog.Watchdog``."""
     import contextlib
 
     from scratchbank.adapters.alarms import ALARMS
@@ -308,7 +311,8 @@ def test_R15_a_thousand_cuts_armed_at_once_start_no_thread_of_their_own(tmp_path
 
 
 def test_R15_an_alarm_cuts_at_its_deadline_by_the_clock_it_was_given() -> None:
-    """A cut lands once its clock passes its deadline, not before (an injected clock)."""
+    """A cut lands once its clock passes its deadline, not before (an injected clock).
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
     from scratchbank.adapters.alarms import Alarms
     from scratchbank.adapters.watchdog import Watchdog
 
