@@ -48,8 +48,15 @@ class Alarm:
             self.cut()
 
     def disarm(self) -> None:
+        """The call ended: the cut will not run. It lets go of the cut (and so of the
+        transport the cut closes over) now, not when its time would have come."""
         with self.lock:
             self.done = True
+            self.cut = _nothing
+
+
+def _nothing() -> None:
+    """A disarmed alarm's cut."""
 
 
 class Alarms:

@@ -310,6 +310,28 @@ def test_R15_a_thousand_cuts_armed_at_once_start_no_thread_of_their_own(tmp_path
     assert not any(dog.fired for dog in dogs)
 
 
+def test_R15_a_disarmed_alarm_lets_go_of_its_transport_at_once() -> None:
+    """A call that ended long before its deadline (an hour's exec) leaves nothing of its
+    transport held by the alarm heap until that hour passes.
+    Proves ``scratchbank.adapters.alarms.Alarm.disarm``."""
+    import gc
+    import weakref
+
+    from scratchbank.adapters.alarms import ALARMS
+
+    class Transport:
+        def cut(self) -> None:
+            pass
+
+    transport = Transport()
+    gone = weakref.ref(transport)
+    alarm = ALARMS.arm(3600.0, transport.cut)
+    alarm.disarm()
+    del transport
+    gc.collect()
+    assert gone() is None, "the disarmed alarm still holds its transport"
+
+
 def test_R15_an_alarm_cuts_at_its_deadline_by_the_clock_it_was_given() -> None:
     """A cut lands once its clock passes its deadline, not before (an injected clock).
     Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
