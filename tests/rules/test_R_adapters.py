@@ -626,3 +626,48 @@ def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
         for line in lines:
             for rule in re.findall(r"\b([TSRXCLNA]\d{1,2})\b", line):
                 assert f"{rule}: {RULES[rule].title}" in line, line
+
+
+def test_R15_a_quiet_reader_reopening_never_closes_the_store_under_another_call(tmp_path: Path) -> None:
+    """A read-only timeline whose quiet file gains a writer reopens the plain way; a read
+    already in flight on the store it opened first still ends with its records, never
+    TIMELINE_UNREADABLE (the first store is not closed under it).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
+    from scratchbank.testing.builders import node, started
+
+    url = f"sqlite:///{tmp_path}/timeline.db"
+    first = EventStoreTimeline(url)
+    first.append("run-q", [started()])
+    first.close()
+    reader = EventStoreTimeline(url, read_only=True, in_flight=2)
+    entered, go = threading.Event(), threading.Event()
+    on_first_store = reader._select
+
+    def in_flight(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert go.wait(60.0)
+        return on_first_store(*args, **kwargs)
+
+    reader._select = in_flight
+    got: list[object] = []
+    slow = threading.Thread(target=lambda: got.append(_read_or_error(reader, "run-q")))
+    slow.start()
+    assert entered.wait(60.0)
+    writer = EventStoreTimeline(url)
+    try:
+        writer.append("run-q", [node("late", "tool")])  # the file is no longer quiet
+        assert len(reader.read("run-q")) == 2  # this read reopens the plain way
+        go.set()
+        slow.join(60.0)
+        assert isinstance(got[0], tuple) and len(got[0]) >= 1, got
+    finally:
+        go.set()
+        writer.close()
+        reader.close()
+
+
+def _read_or_error(timeline: EventStoreTimeline, run_id: str) -> object:
+    try:
+        return timeline.read(run_id)
+    except Exception as error:  # the test shows what the read raised
+        return error
