@@ -43,6 +43,20 @@ def _mode_kind(mode_hex: str) -> str:
     return {0o100000: "file", 0o040000: "dir", 0o120000: "symlink", 0o010000: "fifo"}.get(fmt, "other")
 
 
+#: GNU find's %y letters (restore.sh's one-walk ":TYPE SIZE" lines); any other is "other"
+_LETTER_KINDS = {b":f": "file", b":d": "dir", b":l": "symlink", b":p": "fifo"}
+_OTHER_LETTERS = frozenset({b":s", b":c", b":b", b":D", b":U", b":?"})
+
+
+def _letter_kind(word: bytes) -> str:
+    kind = _LETTER_KINDS.get(word)
+    if kind is None:
+        if word not in _OTHER_LETTERS:
+            raise ValueError(word)
+        kind = "other"
+    return kind
+
+
 # -- the restore script's framing and listing ------------------------------------------------
 _PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+,=@")
 
@@ -73,9 +87,13 @@ def commit_notes(done: ExecResult) -> str:
 
 class FramedStream:
     """``src`` as restore.sh reads it: "data N\\n" + N bytes per frame, then
-    "end COUNT SHA256\\n" once ``src`` ends (so no EOF is needed; v4 cannot send one)."""
+    "end COUNT SHA256\\n" once ``src`` ends (so no EOF is needed; v4 cannot send one).
 
-    FRAME = 1 << 20
+    Its SHA-256 is the host's one digest of the stream (the canonical writer takes none
+    for a sandbox: issue 24). 4 MiB frames: the sandbox runs one ``dd`` per frame (a
+    1 GB stream was ~1,000 processes at 1 MiB, 256 now)."""
+
+    FRAME = 1 << 22
 
     def __init__(self, src: BinaryIO) -> None:
         self._src = src
@@ -315,7 +333,7 @@ def _manifest_line(stat_line: bytes, name: bytes) -> str:
     if len(words) != 2 or not name.startswith(b"./") or not words[1].isdigit():
         raise StreamBroken(f"unreadable listing entry {stat_line[:60]!r} {name[:60]!r}")
     try:
-        kind = _mode_kind(words[0].decode("ascii"))
+        kind = _letter_kind(words[0]) if words[0][:1] == b":" else _mode_kind(words[0].decode("ascii"))
     except ValueError:
         raise StreamBroken(f"unreadable mode in the listing: {stat_line[:60]!r}") from None
     path = name[2:].decode("utf-8", "surrogateescape")

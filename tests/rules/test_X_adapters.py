@@ -479,6 +479,48 @@ def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
     log.close()
 
 
+def _listed(raw_listing: bytes) -> list[str]:
+    import tempfile
+
+    from scratchbank.adapters.restore_wire import write_listing
+
+    with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
+        raw.write(raw_listing)
+        raw.seek(0)
+        write_listing(raw, lines)
+        lines.seek(0)
+        return lines.read().decode("ascii").splitlines()
+
+
+def test_X2_a_one_walk_listing_reads_find_type_letters_and_an_unknown_letter_breaks_the_stream() -> None:
+    """Issue 24: restore.sh's one-walk ":TYPE SIZE" lines (GNU find's %y) read as stat's do; any other is StreamBroken."""
+    stats = b":d 4096\n:f 3\n:l 3\n:p 0\n:s 0\n81a4 7\n"
+    names = b"./d\0./d/f\0./l\0./p\0./s\0./n\nx\0"
+    got = _listed(b"%d %d\n" % (len(stats), len(names)) + stats + names)
+    assert got == [
+        '["d", "dir", 0]',
+        '["d/f", "file", 3]',
+        '["l", "symlink", 3]',
+        '["p", "fifo", 0]',
+        '["s", "other", 0]',
+        '["n\\nx", "file", 7]',
+    ]
+    for bad in (b":z 1\n", b":ff 1\n", b": 1\n", b":f\n"):
+        with pytest.raises(StreamBroken, match="unreadable"):
+            _listed(b"%d 4\n" % len(bad) + bad + b"./a\0")
+
+
+def test_X2_the_stream_into_a_sandbox_goes_in_4_MiB_frames() -> None:
+    """Issue 24: one ``dd`` per frame in the sandbox; 4 MiB frames (a 1 GB stream: 256 of them, not ~1,000)."""
+    from scratchbank.adapters.restore_wire import FramedStream
+
+    framed = FramedStream(io.BytesIO(b"x" * (9 << 20)))
+    wire = framed.read()
+    heads = re.findall(rb"data (\d+)\n", wire)
+    assert [int(n) for n in heads] == [4 << 20, 4 << 20, 1 << 20]
+    assert wire.endswith(b"end %d %s\n" % (9 << 20, hashlib.sha256(b"x" * (9 << 20)).hexdigest().encode()))
+
+
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
 
 
