@@ -50,6 +50,7 @@ from scratchbank.adapters.present import outcome_data, outcome_text
 from scratchbank.application.bank_format.gunzip import GzipReader
 from scratchbank.application.bank_format.host_archive import HostArchive
 from scratchbank.application.bank_format.listing import load_listing
+from scratchbank.application.bank_format.manifest_line import parse_line
 from scratchbank.application.bank_format.members import Member
 from scratchbank.application.bank_format.reader import Limits, TarReader
 from scratchbank.application.bank_format.spill_log import DEFAULT_BUDGET, MemberLog
@@ -477,6 +478,94 @@ def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
     )
     assert (off.missing, off.unexpected) == (1, 1)
     log.close()
+
+
+def _compared(lines: bytes, *, decode_all: bool = False) -> tuple[int, int] | str:
+    """load_listing's comparison of ``lines`` with a small manifest, or its refusal's name."""
+    from scratchbank.application.bank_format import listing as listing_module
+
+    log = MemberLog()
+    log.add_implicit("d")
+    log.add(Member("d/a b", "file", 3, 0o644, 0))
+    log.add(Member('d/q"\\\n\t\x7f', "file", 4, 0o644, 0))
+    log.add(Member("e", "dir", 0, 0o755, 0))
+    log.add(Member("d/\u00e9", "file", 2, 0o644, 0))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            if decode_all:  # the path every line took before issue 24: parse_line, then line_of
+                patch.setattr(listing_module, "_CANONICAL", re.compile(b"(?!)"))
+            got = load_listing(log, io.BytesIO(lines))
+        return (got.missing, got.unexpected)
+    except StreamBroken as error:
+        return type(error).__name__
+    finally:
+        log.close()
+
+
+_LISTED = [
+    b'["d", "dir", 0]\n',
+    b'["e", "dir", 0]\n',
+    b'["d/a b", "file", 3]\n',
+    b'["d/q\\"\\\\\\n\\t\\u007f", "file", 4]\n',
+    b'["d/\\u00e9", "file", 2]\n',
+]
+_VARIANTS = [
+    b'["d/a\\u0020b", "file", 3]\n',  # the same path, not canonical
+    b'["d\\/a b", "file", 3]\n',
+    b'[ "d/a b", "file", 3]\n',
+    b'["d/a b", "file", 03]\n',
+    b'["d/a b", "file", -3]\n',
+    b'["d/a b", "file", 3.0]\n',
+    b'["d/a b", "file", 99999999999999999999]\n',
+    b'["d/a b", "File", 3]\n',
+    b'["d/a b", "file", 3]',
+    b'["d/a\tb", "file", 3]\n',  # a raw control byte: not JSON
+    b'["d/a\\qb", "file", 3]\n',  # an escape JSON has not
+    b'["d/a b", "file", 3] \n',
+    b'["d/x", "symlink", 0]\n',
+    b'["d/x", "fifo", 0]\n',
+    b'["d/x", "other", 7]\n',
+    b'["d/\xc3\xa9", "file", 2]\n',
+    b"5\n",
+    b"\n",
+]
+
+
+def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again() -> None:
+    """Issue 24 item 1: a line exactly as line_of writes it (not a directory's) skips parse_line."""
+    from scratchbank.application.bank_format import listing as listing_module
+
+    decoded: list[bytes] = []
+
+    def counting(raw: bytes) -> tuple[str, str, int]:
+        decoded.append(raw)
+        return parse_line(raw)
+
+    files = b"".join(b'["d/f%05d", "file", %d]\n' % (i, i) for i in range(5000))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(listing_module, "parse_line", counting)
+        log = MemberLog()
+        for i in range(5000):
+            log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+        log.add_implicit("d")
+        got = load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + files + b'["d\\/f00001", "file", 1]\n'))
+        log.close()
+    assert (got.missing, got.unexpected) == (0, 0)  # "d\\/f00001" is d/f00001's line, once decoded
+    assert decoded == [b'["d", "dir", 0]\n', b'["d\\/f00001", "file", 1]\n']
+
+
+def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> None:
+    """Issue 24 item 1, differential: canonical lines skip the JSON, and every comparison and refusal stays as it was."""
+    assert _compared(b"".join(_LISTED)) == (0, 0)
+    assert (
+        _compared(b'["d/a b", "file", 99999999999999999999]\n') == "StreamBroken"
+    )  # was a raw OverflowError
+    for i, line in enumerate(_LISTED):
+        without = b"".join(_LISTED[:i] + _LISTED[i + 1 :])
+        assert _compared(without) == _compared(without, decode_all=True), line
+    for variant in _VARIANTS:
+        for lines in (b"".join(_LISTED) + variant, variant + b"".join(_LISTED[1:])):
+            assert _compared(lines) == _compared(lines, decode_all=True), variant
 
 
 def _listed(raw_listing: bytes) -> list[str]:
