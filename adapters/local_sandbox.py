@@ -93,7 +93,7 @@ class _LocalExec:
         while self._open:
             ready, _, _ = select.select([*self._open, self._wake_r], [], [])
             if self._wake_r in ready:
-                return None
+                return self._left_over()
             for fd in ready:
                 try:
                     data = os.read(fd, CHUNK)
@@ -102,6 +102,20 @@ class _LocalExec:
                 if data:
                     return self._open[fd], data
                 del self._open[fd]
+        return None
+
+    def _left_over(self) -> tuple[int, bytes] | None:
+        """Cut: what the pipes already hold is still the exec's output (a bank's quiesce
+        report, written before its tar was cut). Each pipe is read once, without waiting:
+        a detached child that keeps writing never holds the call."""
+        while self._open:
+            fd, channel = self._open.popitem()
+            try:
+                data = os.read(fd, CHUNK)
+            except OSError:  # nothing buffered (BlockingIOError) or the pipe is gone
+                continue
+            if data:
+                return channel, data
         return None
 
     def cut(self) -> None:

@@ -23,7 +23,6 @@ import json
 import signal
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
@@ -181,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             handling = runner.run_once(0.5)
         except Exception as error:  # a queue outage: say it, wait, try again
             log.say(event="error", error=f"{type(error).__name__}: {error}")
-            time.sleep(0.5)
+            stop.wait(0.5)  # a SIGTERM during the wait ends the process at once
             continue
         if handling is not None:
             _said(log, handling)

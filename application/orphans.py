@@ -22,9 +22,8 @@ deliveries all met a held lease, or that nobody ever delivered is found.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
-from typing import Protocol
+from collections.abc import Iterable
+from datetime import timedelta
 
 import attrs
 
@@ -42,7 +41,17 @@ from scratchbank.domain.orphans import OrphanVerdict, Sweep, judge_orphan
 from scratchbank.domain.records import OrphanSwept
 
 from .fencing import LOST_REPLY, settle_append
-from .ports import Clock, DeliveryQueue, Lease, LeaseGrant, ResumeDelivery, SystemClock, Timeline
+from .ports import (
+    Clock,
+    DeliveryQueue,
+    Lease,
+    LeaseGrant,
+    OutboxListing,
+    ResumeDelivery,
+    SystemClock,
+    Timeline,
+)
+from .retry import Budget, Pauses, retry_within
 
 #: The sweeper's lease key (a name no run id can take: run ids start with a letter or digit
 #: and the key lives in a bucket of its own).
@@ -110,25 +119,19 @@ def _sweep_one(
 
 
 def _publish(queue: DeliveryQueue, delivery: ResumeDelivery, clock: Clock) -> str | None:
-    """Hand the delivery to the queue within PUBLISH_SECONDS (the same message id each try:
-    a try that landed unseen is de-duplicated); None once it did, else why not."""
-    end = clock.monotonic() + PUBLISH_SECONDS
-    pause = 0.2
-    while True:
-        try:
-            queue.publish(delivery)
-            return None
-        except QueueUnavailable as error:
-            if end - clock.monotonic() <= pause:
-                return f"{error.code}: {error.message}"
-            clock.sleep(pause)
-            pause = min(pause * 2, 2.0)
-
-
-class OutboxListing(Protocol):
-    """The timeline's outbox: runs queued and unclaimed since at or before ``before``."""
-
-    def queued_unclaimed(self, before: datetime) -> Sequence[str]: ...
+    """Hand the delivery to the queue within PUBLISH_SECONDS on the one retry helper (the
+    same message id each try: a try that landed unseen is de-duplicated); None once it
+    did, else why not."""
+    try:
+        retry_within(
+            Budget.start(clock, PUBLISH_SECONDS),
+            lambda _deadline: queue.publish(delivery),
+            retry_on=(QueueUnavailable,),
+            pauses=Pauses(first=0.2, cap=2.0),
+        )
+    except QueueUnavailable as error:
+        return f"{error.code}: {error.message}"
+    return None
 
 
 @attrs.frozen

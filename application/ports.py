@@ -527,6 +527,12 @@ class LeaseGrant:
     revision: int
 
 
+class OutboxListing(Protocol):
+    """The timeline's outbox: runs queued and unclaimed since at or before ``before``."""
+
+    def queued_unclaimed(self, before: datetime) -> Sequence[str]: ...
+
+
 class Lease(Protocol):
     """One holder per run at a time; an unrefreshed lease lapses.
 

@@ -14,12 +14,13 @@ from scratchbank.adapters.inprocess import InProcessLease, InProcessQueue
 from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.adapters.reference_engine import Node, ReferenceEngine
 from scratchbank.adapters.sandbox_provider import LocalSandboxProvider
-from scratchbank.application.orphans import OutboxListing, Sweeper, SweepReport
+from scratchbank.application.orphans import Sweeper, SweepReport
 from scratchbank.application.ports import (
     BankStore,
     Clock,
     DeliveryQueue,
     Lease,
+    OutboxListing,
     ResumeDelivery,
     SystemClock,
     Timeline,

@@ -81,6 +81,48 @@ def test_L4_the_sweeper_publishes_an_unclaimed_attempt_again_and_a_runner_carrie
     assert later[0].verdict is not None and later[0].verdict.sweep is Sweep.LEAVE  # claimed: left
 
 
+class _Flaky:
+    """A queue whose first ``fails`` publications raise QueueUnavailable (a NATS restart)."""
+
+    def __init__(self, queue: object, fails: int) -> None:
+        self.queue, self.fails, self.tries = queue, fails, 0
+
+    def publish(self, delivery: ResumeDelivery) -> bool:
+        from scratchbank.domain.errors import QueueUnavailable
+
+        self.tries += 1
+        if self.tries <= self.fails:
+            raise QueueUnavailable("the server went away (test)")
+        return bool(self.queue.publish(delivery))  # type: ignore[attr-defined]
+
+
+def test_L4_the_sweepers_publication_is_tried_again_within_its_budget(tmp_path: Path) -> None:
+    """A queue down for a moment: the republication is tried again on the one retry helper's
+    doubling pauses (on the sweep's clock) and lands; ``orphans._publish``."""
+    clock, tl, rig = _queued_and_lost(tmp_path)
+    clock.advance(CUTOFF)
+    flaky = _Flaky(rig.queue, fails=3)
+    [swept] = sweep_orphans([RUN], timeline=tl, queue=flaky, cutoff=CUTOFF, clock=clock)  # type: ignore[arg-type]
+    assert swept.acted and flaky.tries == 4, swept.detail
+    assert clock.slept == [0.2, 0.4, 0.8]
+    assert rig.queue.fetch(1) is not None
+
+
+def test_L4_a_queue_down_past_the_budget_leaves_the_sweep_recorded_and_named(tmp_path: Path) -> None:
+    """Down for good: the tries stop within PUBLISH_SECONDS on the sweep's clock, the sweep
+    stays recorded (aged to the park) and the reason names QUEUE_UNAVAILABLE."""
+    from scratchbank.application.orphans import PUBLISH_SECONDS
+
+    clock, tl, rig = _queued_and_lost(tmp_path)
+    clock.advance(CUTOFF)
+    down = _Flaky(rig.queue, fails=10**6)
+    started = clock.monotonic()
+    [swept] = sweep_orphans([RUN], timeline=tl, queue=down, cutoff=CUTOFF, clock=clock)  # type: ignore[arg-type]
+    assert not swept.acted and "QUEUE_UNAVAILABLE" in swept.detail and "recorded" in swept.detail
+    assert clock.monotonic() - started <= PUBLISH_SECONDS and down.tries > 3
+    assert types(tl.read(RUN))[-1] == "orphan_swept"
+
+
 def test_L4_the_sweeper_parks_when_the_republished_attempt_goes_unclaimed_too(tmp_path: Path) -> None:
     """The republication is lost as well: a cutoff after it the run is parked; a late
     delivery of that attempt is acked with nothing written; the sweeper leaves it."""

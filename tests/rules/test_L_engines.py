@@ -234,6 +234,55 @@ def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_conti
         box.destroy()
 
 
+def test_L5_T14_what_an_exec_wrote_before_its_cut_still_reaches_its_sink(tmp_path: Path) -> None:
+    """A cut ends the exec at once, yet what it had already written (a bank's quiesce report,
+    ahead of its tar) is still read into the sink: ``_LocalExec.receive`` drains the pipes once."""
+    from scratchbank.adapters.local_sandbox import LocalSandbox
+    from scratchbank.adapters.scripted import Exec
+    from scratchbank.domain.errors import StreamBroken
+
+    box = LocalSandbox(tmp_path / "box", isolate=False)
+    go, written = tmp_path / "go", tmp_path / "written"
+    first, release = threading.Event(), threading.Event()
+    got = bytearray()
+
+    class HeldSink:  # holds the pump on its first chunk until the cut has happened
+        def write(self, data: bytes) -> int:
+            got.extend(data)
+            first.set()
+            release.wait(30)
+            return len(data)
+
+    cancel = Cancel()
+    source = (
+        'printf first; while [ ! -e "$1" ]; do sleep 0.01; done; printf second; : > "$2"; exec sleep 1000'
+    )
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            box.call(
+                Exec(source, [str(go), str(written)], stdout=HeldSink(), deadline=Deadline.after(60, cancel))
+            )
+        except BaseException as error:
+            raised.append(error)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        assert first.wait(30), "the exec never wrote"
+        go.touch()
+        eventually(written.exists, timeout=30, what="the second write, left in the pipe")
+        cancel.cut("the refresh failed (LEASE_LOST): the run context is cancelled (L5)")
+        release.set()
+        caller.join(30)  # a bound for the test: an uncut exec sleeps 1000 s
+        assert not caller.is_alive(), "the cut did not end the call"
+    finally:
+        release.set()
+    assert bytes(got) == b"firstsecond"
+    assert len(raised) == 1 and isinstance(raised[0], StreamBroken)
+
+
 def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() -> None:
     """The record does not ride the run context: a stored bank is recorded (the fence alone
     refuses it once a newer holder wrote), and the sandbox is not left."""
