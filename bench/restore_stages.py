@@ -56,13 +56,13 @@ def _traced(box: engines.Box, stages: list[tuple[str, list[tuple[str, float]]]],
 def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -> dict[str, Any]:
     box = engines.make(engine, trees.tree(tree_name))
     stages: list[tuple[str, list[tuple[str, float]]]] = []
-    side = ["restore"]
+    current = ["restore"]
     try:
         rig = Rig(box, "fs", work / tree_name, Budgets())
         why = rig.try_bank()
         assert not why, why
         rig.fetch_bank()
-        _traced(box, stages, side)
+        _traced(box, stages, current)
         ratios, restore_s, bare_s, old_ratios = [], [], [], []
         order = [("restore", rig.settle, rig.restore), ("bare", rig.bare_prepare, rig.bare_extract)]
         if old:  # the same restore with another restore.sh (before/after in the same minute)
@@ -71,7 +71,7 @@ def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -
             took = {}
             for name, prepare, side in order[i % len(order) :] + order[: i % len(order)]:
                 prepare()
-                side[0] = name
+                current[0] = name
                 t0 = time.monotonic()
                 side()
                 took[name] = time.monotonic() - t0
