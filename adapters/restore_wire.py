@@ -7,6 +7,7 @@ and its exit codes.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import threading
@@ -98,7 +99,8 @@ class FramedStream:
     def __init__(self, src: BinaryIO) -> None:
         self._src = src
         self._digest = hashlib.sha256()
-        self._out = bytearray()
+        self._pending: collections.deque[bytes] = collections.deque()  # a frame's head and payload
+        self._at = 0  # into the first pending piece
         self._ended = False
         self.sent = 0
 
@@ -107,26 +109,41 @@ class FramedStream:
         return self._digest.hexdigest()
 
     def read(self, n: int = -1) -> bytes:
-        while not self._ended and (n < 0 or len(self._out) < n):
+        """Up to ``n`` bytes (all with ``n`` < 0), b"" once the end frame is out: a piece
+        of a frame as read, never the frame copied into a buffer and cut from its front
+        (that cost a 4 MiB frame 3.7x a 1 MiB one's host CPU)."""
+        if n < 0:
+            return b"".join(iter(lambda: self.read(1 << 30), b""))
+        while not self._pending and not self._ended:
             self._next_frame()
-        size = len(self._out) if n < 0 else min(n, len(self._out))
-        data = bytes(self._out[:size])
-        del self._out[:size]
-        return data
+        if not self._pending:
+            return b""
+        head = self._pending[0]
+        if self._at == 0 and len(head) <= n:
+            return self._pending.popleft()
+        piece = head[self._at : self._at + n]
+        self._at += len(piece)
+        if self._at >= len(head):
+            self._pending.popleft()
+            self._at = 0
+        return piece
 
     def _next_frame(self) -> None:
-        payload = bytearray()
-        while len(payload) < self.FRAME:
-            chunk = self._src.read(self.FRAME - len(payload))
+        chunks, size = [], 0
+        while size < self.FRAME:
+            chunk = self._src.read(self.FRAME - size)
             if not chunk:
                 break
-            payload += chunk
-        if payload:
-            self._digest.update(payload)
-            self.sent += len(payload)
-            self._out += b"data %d\n" % len(payload) + payload
+            chunks.append(chunk)
+            size += len(chunk)
+        if size:
+            for chunk in chunks:
+                self._digest.update(chunk)
+            self.sent += size
+            self._pending.append(b"data %d\n" % size)
+            self._pending.extend(chunks)
         else:
-            self._out += b"end %d %s\n" % (self.sent, self.sha256.encode())
+            self._pending.append(b"end %d %s\n" % (self.sent, self.sha256.encode()))
             self._ended = True
 
 
