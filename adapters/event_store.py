@@ -10,14 +10,16 @@ failed write.
 Every call has a deadline (``call_seconds``, T8): SQLite's busy timeout; on
 PostgreSQL the server's ``statement_timeout`` and ``lock_timeout`` (a held row or
 table lock), libpq's ``connect_timeout`` and the pool's wait, and, for a network
-that stops forwarding (the server's own timeouts cannot reach us then), an alarm (one
-thread per process for every call: ``_Alarms``) that shuts the call's socket down a grace
+that stops forwarding (the server's own timeouts cannot reach us then), an alarm (the
+process's one alarm thread: alarms.py) that shuts the call's socket down a grace
 after the deadline. A call past it raises
 TimelineUnreadable (a read) or TimelineWriteFailed (an append), never hangs.
 
 Backpressure (ADR 0010): at most ``in_flight`` store calls run at once per timeline
-object (one process's worth); a call waits in line for a slot (``wait_seconds``, and never
-past its caller's deadline: ``cancellation.calls_within``, set by every ``retry_within`` try), and
+object (one process's worth; on SQLite a write first waits its turn at the one writer,
+holding no slot); a call waits in line for a slot, nearest deadline first (``wait_seconds``,
+and never past its caller's deadline: ``cancellation.calls_within``, set by every
+``retry_within`` try), and
 the connection pool is sized from the same number, so load queues here instead of timing
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
@@ -72,6 +74,8 @@ from scratchbank.domain.runs import check_run_id
 from scratchbank.domain.snapshot import state_from_data, state_to_data
 from scratchbank.domain.wire import decode, encode
 
+from .alarms import ALARMS
+
 TOPIC_PREFIX = "scratchbank.wire:"
 APPEND_RETRIES = 30
 #: Each read or append ends within this (configurable per timeline: ``call_seconds``).
@@ -79,8 +83,9 @@ CALL_SECONDS = 10.0
 #: The client-side cut comes this long after the server's own timeouts would have.
 CUT_GRACE = 2.0
 #: Store calls in flight at once per timeline (``in_flight``, or ``?in_flight=N`` on the
-#: URL): SQLite has one writer, so a handful; PostgreSQL, its pool (ADR 0010).
-IN_FLIGHT = {"sqlite": 4, "postgresql": 10}
+#: URL): SQLite has one writer (its writes wait in a line of one besides: ``_writes``) and
+#: its readers run beside it in WAL, so a handful; PostgreSQL, its pool (ADR 0010).
+IN_FLIGHT = {"sqlite": 8, "postgresql": 10}
 #: How long a call may wait in line for a slot (``wait_seconds``) before TimelineBusy:
 #: longer than a call's own deadline, since a line of 200 callers at a few tens of
 #: milliseconds each is load, not an outage.
@@ -262,73 +267,17 @@ class _Cutter:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Alarm:
-    """One store call's cut, armed on the process's ``_Alarms``: ``fired`` once it ran."""
-
-    __slots__ = ("at", "cut", "done", "fired", "lock")
-
-    def __init__(self, at: float, cut: Callable[[], None]) -> None:
-        self.at, self.cut = at, cut
-        self.fired = self.done = False
-        self.lock = threading.Lock()
-
-    def fire(self) -> None:
-        with self.lock:
-            if self.done:
-                return
-            self.fired = True
-        with contextlib.suppress(Exception):  # the connection may already be gone
-            self.cut()
-
-    def disarm(self) -> None:
-        with self.lock:
-            self.done = True
-
-
-class _Alarms:
-    """Every store call's client-side cut on one thread (issue 26: a ``Watchdog`` per call
-    started a timer thread inside the call's slot, and under load every slot holder waited
-    for its thread to start). Disarmed alarms are dropped when their time comes."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _Alarm]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def arm(self, seconds: float, cut: Callable[[], None]) -> _Alarm:
-        alarm = _Alarm(time.monotonic() + seconds, cut)
-        with self._cond:
-            if self._thread is None or not self._thread.is_alive():  # first call (or a forked child)
-                self._thread = threading.Thread(target=self._run, name="timeline-alarms", daemon=True)
-                self._thread.start()
-            heapq.heappush(self._heap, (alarm.at, next(self._order), alarm))
-            if self._heap[0][2] is alarm:
-                self._cond.notify()
-        return alarm
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
-                alarm = heapq.heappop(self._heap)[2]
-            alarm.fire()
-
-
-_ALARMS = _Alarms()
-
-
 class _Turn:
-    """One waiter in line: woken when handed a slot (``granted``) or when its caller's
-    run context is cancelled (``cancelled``)."""
+    """One waiter in line, due by ``due`` (its caller's deadline or its own bound): woken
+    when handed a slot (``granted``) or when its caller's run context is cancelled
+    (``cancelled``); ``gone`` once it left the line without one."""
 
-    __slots__ = ("cancelled", "event", "granted")
+    __slots__ = ("cancelled", "due", "event", "gone", "granted")
 
-    def __init__(self) -> None:
+    def __init__(self, due: float) -> None:
+        self.due = due
         self.event = threading.Event()
-        self.granted = False
-        self.cancelled = False
+        self.granted = self.cancelled = self.gone = False
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -341,13 +290,18 @@ WAITED, DEADLINE, CANCELLED = "waited", "deadline", "cancelled"
 
 
 class _Slots:
-    """At most ``n`` holders at once; waiters are served in arrival order, each within
-    its own deadline (a plain semaphore could starve one caller past its deadline while
-    later ones run), and a waiter whose run context is cancelled leaves the line at once."""
+    """At most ``n`` holders at once; a freed slot goes to the waiter whose deadline is
+    nearest (arrival order among equals), each waiting within its own deadline: a plain
+    semaphore could starve one caller past its deadline while later ones run, and a line
+    in arrival order kept a claim with seconds left of its budget behind a crowd of fresh
+    reads that could each wait a minute (issue 26: 4 of 200 resumes refused TIMELINE_BUSY).
+    A waiter whose run context is cancelled leaves the line at once."""
 
     def __init__(self, n: int) -> None:
         self._free = n
-        self._queue: collections.deque[_Turn] = collections.deque()
+        self._line: list[tuple[float, int, _Turn]] = []  # a heap by (due, arrival)
+        self._waiting = 0
+        self._order = itertools.count()
         self._lock = threading.Lock()
 
     def acquire(self, timeout: float, deadline: Deadline | None = None) -> str:
@@ -357,15 +311,16 @@ class _Slots:
         if deadline is not None and deadline.left() < timeout:
             bound, why = deadline.left(), DEADLINE
         with self._lock:
-            if self._free and not self._queue:
+            if self._free and not self._waiting:
                 self._free -= 1
                 return ""
             if deadline is not None and deadline.cancelled():
                 return CANCELLED
             if bound <= 0:
                 return why
-            turn = _Turn()
-            self._queue.append(turn)
+            turn = _Turn(time.monotonic() + bound)
+            heapq.heappush(self._line, (turn.due, next(self._order), turn))
+            self._waiting += 1
         unhook = deadline.on_cancel(turn.cancel) if deadline is not None else (lambda: None)
         try:
             turn.event.wait(bound)
@@ -374,22 +329,26 @@ class _Slots:
         with self._lock:
             if turn.granted:  # handed a slot (perhaps just as the wait ended)
                 return ""
-            self._queue.remove(turn)
+            turn.gone = True  # dropped from the heap when it comes up
+            self._waiting -= 1
             return CANCELLED if turn.cancelled else why
 
     def release(self) -> None:
         with self._lock:
-            if self._queue:
-                turn = self._queue.popleft()  # the slot passes straight to the next in line
-                turn.granted = True
+            while self._line:
+                turn = heapq.heappop(self._line)[2]
+                if turn.gone:
+                    continue
+                turn.granted = True  # the slot passes straight to the nearest deadline
+                self._waiting -= 1
                 turn.event.set()
-            else:
-                self._free += 1
+                return
+            self._free += 1
 
     def waiting(self) -> int:
         """How many callers are in line (the tests wait on it, never on time)."""
         with self._lock:
-            return len(self._queue)
+            return self._waiting
 
 
 class EventStoreTimeline:
@@ -424,6 +383,9 @@ class EventStoreTimeline:
         #: Records decoded from the store by this object (the bench and the tests count them).
         self.records_read = 0
         self._slots = _Slots(self.in_flight)
+        #: SQLite's one writer as a line of its own: an append waiting for it holds no slot
+        #: (the reads go on); None on PostgreSQL, whose writers run side by side.
+        self._writes: _Slots | None = _Slots(1) if self.sqlite else None
         #: The folded state of the runs this object appended to last (``_after_append``).
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
@@ -461,8 +423,17 @@ class EventStoreTimeline:
     # -- every store call goes through here ----------------------------------------------
 
     def _within(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
-        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name."""
-        self._take_slot(what)
+        """Run one store call in a slot, within the deadline; a driver error (or the cut) by name.
+        A write on SQLite first waits its turn at the one writer (``_writes``), holding no slot."""
+        writer = self._writes is not None and fail is TimelineWriteFailed
+        if writer:
+            self._take_slot(what, writer=True)
+        try:
+            self._take_slot(what)
+        except BaseException:
+            if writer:
+                self._release_writer()
+            raise
         try:
             if self._quiet is not None and not self._quiet.holds:  # a writer came between calls
                 self._no_longer_quiet()
@@ -474,28 +445,36 @@ class EventStoreTimeline:
             return result
         finally:
             self._slots.release()
+            if writer:
+                self._release_writer()
 
-    def _take_slot(self, what: str) -> None:
-        """Wait in line for a call slot: at most ``wait_seconds``, and never past the
-        caller's deadline (``cancellation.calls_within``: the use case's budget, its run context's
-        cancellation). No slot by then: TimelineBusy, naming which bound ended the wait."""
-        ended = self._slots.acquire(self.wait_seconds, caller_deadline())
+    def _release_writer(self) -> None:
+        assert self._writes is not None
+        self._writes.release()
+
+    def _take_slot(self, what: str, *, writer: bool = False) -> None:
+        """Wait in line for a call slot (``writer``: for SQLite's one writer): at most
+        ``wait_seconds``, and never past the caller's deadline (``cancellation.calls_within``:
+        the use case's budget, its run context's cancellation). No slot by then:
+        TimelineBusy, naming which bound ended the wait."""
+        line, n, calls = (self._writes, 1, "write") if writer else (self._slots, self.in_flight, "calls")
+        assert line is not None
+        ended = line.acquire(self.wait_seconds, caller_deadline())
         if not ended:
             return
         if ended != WAITED:
             why = "the run context was cancelled" if ended == CANCELLED else "the caller's deadline passed"
             raise TimelineBusy(
-                f"{what}: {self.in_flight} timeline calls in flight in this process; "
-                f"{why} while waiting for one to end"
+                f"{what}: {n} timeline {calls} in flight in this process; {why} while waiting for one to end"
             )
         raise TimelineBusy(
-            f"{what}: {self.in_flight} timeline calls in flight in this process, "
+            f"{what}: {n} timeline {calls} in flight in this process, "
             f"none ended within {self.wait_seconds:g} s"
         )
 
     def _cut_at_deadline(self, call: Callable[[], T], fail: Callable[[str], Exception], what: str) -> T:
         thread = threading.get_ident()
-        alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+        alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
         try:
             return call()
         except PersistenceError as error:
@@ -752,7 +731,7 @@ class EventStoreTimeline:
         thread = threading.get_ident()
         self._take_slot("cannot list the queued runs")  # in line with every call (ADR 0010)
         try:
-            alarm = _ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
+            alarm = ALARMS.arm(self.call_seconds + CUT_GRACE, lambda: self._cutter.cut(thread))
             try:
                 return call()
             except Exception as error:  # any driver's error: sqlite3, psycopg

@@ -44,6 +44,15 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+def _poll(wanted: dict[int, int]) -> list[int]:
+    """The descriptors of ``wanted`` (fd: events) that are ready (or hung up, or failed):
+    blocks until one is. Any descriptor number (``select.select`` stops at 1,023)."""
+    poller = select.poll()
+    for fd, events in wanted.items():
+        poller.register(fd, events)
+    return [fd for fd, _ in poller.poll()]
+
+
 class _LocalExec:
     """One local command as the exec pump drives it (adapters/exec_pump.py): its pipes
     are read and written without blocking, beside a wake pipe that ``cut`` and
@@ -69,8 +78,10 @@ class _LocalExec:
         fd = self.proc.stdin.fileno()
         view = memoryview(chunk)
         while view:
-            ready, _, _ = select.select([self._wake_r, self._stop_r], [fd], [])
-            if ready:
+            # poll, not select: a process with 200 calls at once holds descriptors past
+            # select()'s 1,024 (ValueError, once reported as a broken stream: issue 26)
+            ready = _poll({self._wake_r: select.POLLIN, self._stop_r: select.POLLIN, fd: select.POLLOUT})
+            if self._wake_r in ready or self._stop_r in ready:
                 raise InputClosed("cut")
             try:
                 view = view[os.write(fd, view) :]
@@ -91,7 +102,7 @@ class _LocalExec:
 
     def receive(self) -> tuple[int, bytes] | None:
         while self._open:
-            ready, _, _ = select.select([*self._open, self._wake_r], [], [])
+            ready = _poll({**dict.fromkeys(self._open, select.POLLIN), self._wake_r: select.POLLIN})
             if self._wake_r in ready:
                 return self._left_over()
             for fd in ready:

@@ -9,6 +9,8 @@ riding a run context is cut the same way the moment that context is cancelled (L
 
 Execs do not use it directly: the exec pump (exec_pump.py) rides a ``CancelScope``,
 which owns the deadline, the cancel and the feeding thread. The stores' streams do.
+A watchdog starts no thread: its cut is an alarm on the process's one alarm thread
+(alarms.py), the one the timeline's store calls use.
 """
 
 from __future__ import annotations
@@ -19,18 +21,20 @@ from collections.abc import Callable
 
 from scratchbank.application.cancellation import Deadline
 
+from .alarms import ALARMS, Alarm, Alarms
+
 
 class Watchdog:
     """Calls ``cut`` once when ``deadline`` passes, unless the call ended first."""
 
-    def __init__(self, deadline: Deadline, cut: Callable[[], None]) -> None:
+    def __init__(self, deadline: Deadline, cut: Callable[[], None], *, alarms: Alarms = ALARMS) -> None:
         self.deadline = deadline
         self.fired = False
         self._cut = cut
         self._lock = threading.Lock()
         self._done = False
-        self._timer = threading.Timer(deadline.left(), self._fire)
-        self._timer.daemon = True
+        self._alarms = alarms
+        self._alarm: Alarm | None = None
         self._unhook: Callable[[], None] = lambda: None
 
     def _fire(self) -> None:
@@ -47,13 +51,14 @@ class Watchdog:
             self._cut()
 
     def __enter__(self) -> Watchdog:
-        self._timer.start()
+        self._alarm = self._alarms.arm(self.deadline.left(), self._fire)
         self._unhook = self.deadline.on_cancel(self._fire)  # L5: a cancel cuts at once
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """However the block ended: the timer stops, a cut after this is no one's."""
+        """However the block ended: the alarm is disarmed, a cut after this is no one's."""
         with self._lock:
             self._done = True
-        self._timer.cancel()
+        if self._alarm is not None:
+            self._alarm.disarm()
         self._unhook()

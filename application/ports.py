@@ -4,9 +4,10 @@ every adapter passes.
 Ports are Protocols so that an engine can implement one over what it already has
 (its own event log, its own object store) without inheriting from us. Here: the
 timeline and snapshot store, the bank store, the sandbox (and its quiesced pass,
-``quiesce_and_archive``, the helper the contracts and the teardown share), the run
-lock; the runner's ports (a delivery queue, a lease, a sandbox provider, an engine);
-the clock; the gzip compressor; a restore's progress callback.
+``quiesce_and_archive``, the helper the contracts and the teardown share), the restore
+target a resume restores into (a sandbox's scratch or a host directory), the run lock;
+the runner's ports (a delivery queue, a lease, a sandbox provider, an engine); the clock;
+the gzip compressor; a restore's progress callback.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import attrs
 from scratchbank.domain.admission import Consents
 from scratchbank.domain.checkpoints import Checkpoint
 from scratchbank.domain.errors import ArchiveFailed, ExecFailed, SandboxGone, ScratchbankError, StreamBroken
+from scratchbank.domain.fold import Bank
 from scratchbank.domain.objects import BankStamp, StoredObject
 from scratchbank.domain.records import Record
+from scratchbank.domain.restore import RestoreAttempt
 
-from .cancellation import Deadline
+from .cancellation import Cancel, Deadline
 
 
 class Timeline(Protocol):
@@ -363,6 +366,39 @@ class RestoresInOneExec(Protocol):
         None when unknown) bounds the listing the sandbox may send: past it,
         OutputOverBound (a refusal in the sandbox)."""
         ...
+
+
+class RestoreTarget(Protocol):
+    """Where a resume restores a checked bank (X1-X6): a sandbox's scratch
+    (``restore.SandboxTarget`` over the Sandbox port's restore calls) or a host directory
+    (``adapters.host_directory.HostDirectory``). The use cases hold one and never the Path.
+
+    Contract (``scratchbank.testing.contracts.RestoreTargetContract``, every target):
+    - ``restore`` fetches exactly the object the record names (A17) from ``store``, never
+      more than ``cap`` bytes, checks it (size and digest as recorded, gunzip, the
+      allow-list, the manifest) and puts its tree in place; it answers RESTORED with the
+      bank's bytes and a note on anything left behind ("" when none).
+    - A refusal (a named error raised, or an attempt that is not RESTORED) leaves the
+      target byte for byte as it was: nothing is moved into place before the verdict.
+    - ``cancel`` cut (L5): the restore stops at its next member or chunk, LEASE_LOST, and
+      nothing is moved into place.
+    - ``hands_over``: the restored tree leaves scratchbank's care (a host directory: X6,
+      the scratch will never bank again); False for a sandbox.
+    """
+
+    @property
+    def hands_over(self) -> bool: ...
+
+    def restore(
+        self,
+        run_id: str,
+        bank: Bank,
+        *,
+        store: BankStore,
+        cap: int,
+        progress: Progress | None = None,
+        cancel: Cancel | None = None,
+    ) -> RestoreAttempt: ...
 
 
 # ---- The run's lock (A16, ADR 0007) ----------------------------------------------------

@@ -1,4 +1,8 @@
-"""The restore (X1-X6): bring a bank back safely, into a sandbox or a host directory.
+"""The restore (X1-X6): bring a bank back safely into a RestoreTarget (application/ports.py):
+a sandbox's scratch (``SandboxTarget``, here) or a host directory (the adapter
+adapters/host_directory.py: checked whole first, then written under directory fds into
+a fresh sibling and swapped into place). ``restore_bank`` turns whatever a target meets
+into a named RestoreAttempt (``attempt_of``: the one table for restore and resume).
 
 Into a sandbox, as ONE pipeline (issue 14 item 2): the store streams the bank into
 the host check (size and digest as recorded, gunzip, the allow-list), whose accepted
@@ -12,9 +16,6 @@ the staged tree's listing equals the manifest (compared on the host, on disk). A
 refusal met mid-stream ends the stream and discards the staging directory, and is
 reported REFUSED_ON_HOST, never as a broken stream. Any refusal leaves the scratch
 byte for byte as it was.
-
-Into a host directory (X6), see host_directory.py: checked whole first, then written
-under directory fds into a fresh sibling and swapped into place.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import BinaryIO, TypeVar, cast
 
 import attrs
@@ -57,10 +57,9 @@ from .bank_format.reader import Limits
 from .bank_format.spill_log import Manifest
 from .bank_format.writer import CanonicalWriter, dir_modes
 from .cancellation import Cancel
-from .host_directory import restore_into_host_directory
-from .ports import BankStore, Decide, Progress, RestoresInOneExec, Sandbox, StagedRestore
+from .ports import BankStore, Decide, Progress, RestoresInOneExec, RestoreTarget, Sandbox, StagedRestore
 
-__all__ = ["restore_bank"]
+__all__ = ["SandboxTarget", "restore_bank"]
 
 T = TypeVar("T")
 
@@ -76,8 +75,8 @@ def restore_bank(
     decision: ResumeDecision,
     *,
     store: BankStore,
-    sandbox: Sandbox | None,
-    host_directory: Path | None = None,
+    sandbox: Sandbox | None = None,
+    into: RestoreTarget | None = None,
     cap: int = CAP_BYTES,
     progress: Progress | None = None,
     gzip_level: int | None = STREAM_GZIP_LEVEL,
@@ -85,32 +84,57 @@ def restore_bank(
 ) -> RestoreAttempt:
     """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6).
 
+    ``into``: the restore target (a host directory's adapter, a sandbox's SandboxTarget);
+    ``sandbox``: the same as ``into=SandboxTarget(sandbox, gzip_level)`` when ``into`` is None.
     ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
     member or chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
     nothing is fetched.
     """
     assert decision.bank is not None
-    if sandbox is None and host_directory is None:
+    if into is None and sandbox is not None:
+        into = SandboxTarget(sandbox, gzip_level)
+    if into is None:
         return RestoreAttempt(RestoreResult.NO_SANDBOX, detail="the resume runs without a sandbox")
     if cancel is not None and cancel.is_set():
-        return attempt_of(_cut(cancel))
+        return attempt_of(lease_cut(cancel))
     try:
-        if host_directory is not None:
-            got = restore_into_host_directory(run_id, decision.bank, host_directory, store=store, cap=cap)
-            return RestoreAttempt(RestoreResult.RESTORED, got.bytes, into_host_dir=True, detail=got.note)
-        assert sandbox is not None
+        return into.restore(run_id, decision.bank, store=store, cap=cap, progress=progress, cancel=cancel)
+    except ScratchbankError as error:
+        return attempt_of(error)
+
+
+@attrs.frozen
+class SandboxTarget:
+    """A sandbox's scratch as a RestoreTarget: the one pipeline of this module's docstring
+    (``gzip_level``: the canonical stream's, None a plain tar)."""
+
+    sandbox: Sandbox
+    gzip_level: int | None = STREAM_GZIP_LEVEL
+
+    @property
+    def hands_over(self) -> bool:
+        return False
+
+    def restore(
+        self,
+        run_id: str,
+        bank: Bank,
+        *,
+        store: BankStore,
+        cap: int,
+        progress: Progress | None = None,
+        cancel: Cancel | None = None,
+    ) -> RestoreAttempt:
         return _into_sandbox(
             run_id,
-            decision.bank,
-            sandbox,
+            bank,
+            self.sandbox,
             store=store,
             cap=cap,
             progress=progress,
-            gzip_level=gzip_level,
+            gzip_level=self.gzip_level,
             cancel=cancel,
         )
-    except ScratchbankError as error:
-        return attempt_of(error)
 
 
 #: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).
@@ -186,11 +210,11 @@ class _Produced:
     bytes: int = 0
 
 
-def _cut(cancel: Cancel) -> LeaseLost:
+def lease_cut(cancel: Cancel) -> LeaseLost:
     return LeaseLost(f"the restore was cut: {cancel.why or 'the run context was cancelled'}")
 
 
-def _unless_cut(cancel: Cancel | None, call: Callable[[T], None]) -> Callable[[T], None]:
+def unless_cut(cancel: Cancel | None, call: Callable[[T], None]) -> Callable[[T], None]:
     """``call``, refusing (LEASE_LOST) once the run context is cut (L5): the check's member
     and data callbacks ride it, so the bank's stream stops at its next member or chunk."""
     if cancel is None:
@@ -198,7 +222,7 @@ def _unless_cut(cancel: Cancel | None, call: Callable[[T], None]) -> Callable[[T
 
     def guarded(item: T) -> None:
         if cancel.is_set():
-            raise _cut(cancel)
+            raise lease_cut(cancel)
         call(item)
 
     return guarded
@@ -243,8 +267,8 @@ def _pipeline(
         bank.record,
         limits=Limits(),
         cap=cap,
-        on_member=_unless_cut(cancel, writer.member),
-        on_data=_unless_cut(cancel, writer.data),
+        on_member=unless_cut(cancel, writer.member),
+        on_data=unless_cut(cancel, writer.data),
         progress=progress,
     )
     result = _Produced()
@@ -286,7 +310,7 @@ def _into_sandbox(
             thread.join()  # the stream has ended: the producer has too
             verdict = _verdict(result, out, None, staged)
             if verdict is None and cancel is not None and cancel.is_set():  # L5: never committed once cut
-                verdict = attempt_of(_cut(cancel))
+                verdict = attempt_of(lease_cut(cancel))
             if verdict is None:
                 comparison = load_listing(check.log, listing)
                 if comparison.same:

@@ -1,4 +1,6 @@
-"""The resume use case (R1-R15, X1-X7, C7): the gate, the claim, the restore, its record.
+"""The resume use case (R1-R15, X1-X7, C7): the gate, the claim, the restore, its record,
+and ``Target``, where a resume restores (a sandbox, a host directory's RestoreTarget, or
+nowhere on purpose: A15).
 
 The gate reads the timeline with its version, folds it and asks the domain. A resume
 that goes on claims the run: it appends its ``run_resumed`` and the decision's
@@ -13,7 +15,7 @@ without its record.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import attrs
 
@@ -47,6 +49,7 @@ from .ports import (
     Clock,
     LockGrant,
     Progress,
+    RestoreTarget,
     RunLock,
     Sandbox,
     SnapshotStore,
@@ -54,7 +57,7 @@ from .ports import (
     Timeline,
 )
 from .recording import RETRYABLE, Claim, append_at, landed
-from .restore import attempt_of, restore_bank
+from .restore import SandboxTarget, attempt_of, restore_bank
 from .retry import Budget
 from .run_lock import LOCAL, LOCK_TTL, LOCK_WAIT, new_execution, take
 
@@ -136,15 +139,31 @@ class ResumeOutcome:
 @attrs.frozen
 class Target:
     """Where a resume restores: a sandbox, a host directory, or (an engine's explicit
-    choice only, A15) nowhere on purpose."""
+    choice only, A15) nowhere on purpose. ``host_directory`` is a RestoreTarget, the
+    port object and never a Path: ``HostDirectory(path)`` (adapters/host_directory.py)."""
 
     sandbox: Sandbox | None = None
-    host_directory: Path | None = None
+    host_directory: RestoreTarget | None = None
     without_sandbox: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        """A Path where the port belongs: refused at once, naming the adapter."""
+        if isinstance(self.host_directory, str | os.PathLike):
+            raise TypeError(
+                f"host_directory={self.host_directory!r} is a path: pass the restore target, "
+                "HostDirectory(path) from scratchbank.adapters.host_directory (or scratchbank.HostDirectory)"
+            )
 
     @property
     def exists(self) -> bool:
         return self.sandbox is not None or self.host_directory is not None or self.without_sandbox
+
+    @property
+    def restore_target(self) -> RestoreTarget | None:
+        """The port the restore goes through: the host directory first (X6), else the sandbox's."""
+        if self.host_directory is not None:
+            return self.host_directory
+        return SandboxTarget(self.sandbox) if self.sandbox is not None else None
 
     def check(self, decision: ResumeDecision) -> None:
         """A15: a restore with no target at all is refused before anything is written."""
@@ -160,7 +179,7 @@ def resume(
     timeline: Timeline,
     store: BankStore,
     sandbox: Sandbox | None = None,
-    host_directory: Path | None = None,
+    host_directory: RestoreTarget | None = None,
     workflow: Workflow = NO_WORKFLOW,
     attempt: str | None = None,
     clock: Clock | None = None,
@@ -395,8 +414,7 @@ def _restore_guarded(
             run_id,
             decision,
             store=store,
-            sandbox=target.sandbox,
-            host_directory=target.host_directory,
+            into=target.restore_target,
             progress=progress,
             cancel=cancel,  # L5: a holder that lost its lease stops its restore at once
         )

@@ -81,16 +81,18 @@ class HeldLock:
     on the next tick while the lease still runs.
     """
 
-    def __init__(
-        self, lock: RunLock, grant: LockGrant, *, ttl: float = LOCK_TTL, keep_alive: bool = True
-    ) -> None:
+    def __init__(self, lock: RunLock, grant: LockGrant, *, ttl: float = LOCK_TTL) -> None:
         self.lock, self.grant, self.ttl = lock, grant, ttl
         self.lost = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if keep_alive:  # False: nobody refreshes it (a test whose clocks stand still)
-            self._thread = threading.Thread(target=self._loop, name=f"run-lock-{grant.run_id}", daemon=True)
-            self._thread.start()
+        self._keep_alive()
+
+    def _keep_alive(self) -> None:
+        """Start the refresh thread (the testing kit's explorer, whose clocks stand still,
+        holds its grants with a subclass that starts none)."""
+        self._thread = threading.Thread(target=self._loop, name=f"run-lock-{self.grant.run_id}", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.ttl / 3):

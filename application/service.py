@@ -324,7 +324,7 @@ class ScratchService:
             if self.lock is None:  # LOCAL: this process only; nothing to refresh across processes
                 lock.release(kept)
             else:
-                self._held[run_id] = (outcome.execution, HeldLock(lock, kept, ttl=self.lock_ttl))
+                self._held[run_id] = (outcome.execution, self._hold(lock, kept))
         verdict = f"{outcome.decision.verdict.value} ({outcome.decision.rule})"
         log.info("run %s: %s, %s", run_id, verdict, "goes on" if outcome.proceeds else "does not go on")
         return outcome
@@ -395,17 +395,18 @@ class ScratchService:
         finally:
             lock.release(grant)
 
-    def hand_over(self, grant: LockGrant, *, keep_alive: bool = True) -> None:
+    def hand_over(self, grant: LockGrant) -> None:
         """Hold ``grant`` (an execution's: its holder is the execution id) as though this
         service had started that execution, as an engine hands its execution's grant to
-        that execution's teardown: the teardown lets it go once recorded (A16).
-        ``keep_alive`` False: nothing refreshes it (a caller whose clocks stand still)."""
+        that execution's teardown: the teardown lets it go once recorded (A16)."""
         if self.lock is None:
             raise TypeError("hand_over needs the service's run lock (lock=...)")
-        self._held[grant.run_id] = (
-            grant.holder,
-            HeldLock(self.lock, grant, ttl=self.lock_ttl, keep_alive=keep_alive),
-        )
+        self._held[grant.run_id] = (grant.holder, self._hold(self.lock, grant))
+
+    def _hold(self, lock: RunLock, grant: LockGrant) -> HeldLock:
+        """How this service keeps an execution's grant alive until its teardown: refreshed
+        in the background (the testing kit's explorer overrides it: its clocks stand still)."""
+        return HeldLock(lock, grant, ttl=self.lock_ttl)
 
     def drop_holds(self) -> dict[str, LockGrant]:
         """Stop keeping this service's grants alive WITHOUT letting them go, as a process

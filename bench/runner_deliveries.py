@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,17 @@ def one_side(runners: int, n: int, url: str, base: Path) -> float:
     return float(measure(runners, n, url, base)["seconds"])
 
 
-def measure(runners: int, n: int, url: str, base: Path, limit: float = 600.0) -> dict[str, Any]:
+def measure(
+    runners: int,
+    n: int,
+    url: str,
+    base: Path,
+    limit: float = 600.0,
+    window: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """``one_side`` with each run's time from the first publication to its end (seen by
-    polling every 50 ms), how each ended by name (exactly once: ``ok``), and its claims."""
+    polling every 50 ms), how each ended by name (exactly once: ``ok``), and its claims.
+    ``window("start")`` and ``window("end")`` bracket the deliveries (the runners are up)."""
     nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
     port, store = free_port(), base / f"nats-{runners}"
     server = subprocess.Popen(
@@ -114,6 +123,7 @@ def measure(runners: int, n: int, url: str, base: Path, limit: float = 600.0) ->
         runs = [f"bench-{runners}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
         for run in runs:
             timeline.append(run, [RunStarted()])
+        window("start")
         started = time.monotonic()  # every runner is ready: publishing is part of the path
         for run in runs:
             service.queue_resume(run)
@@ -125,6 +135,7 @@ def measure(runners: int, n: int, url: str, base: Path, limit: float = 600.0) ->
                 left.discard(run)
             time.sleep(0.05)
         seconds = time.monotonic() - started
+        window("end")
         outcomes = Counter(ended(timeline, r) or f"not over within {limit:g} s" for r in runs)
         claims = sum(isinstance(x, AttemptClaimed) for r in runs for x in timeline.read(r))
         conn.close()

@@ -79,17 +79,94 @@ def machine_jiffies() -> tuple[int, int]:
 CPU_BOUND = 0.9
 
 
-class CpuMeter:
-    """CPU utilisation over a stretch of wall time: this process and its waited-for
-    children per core, and the whole machine's busy share (``figures``)."""
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_stats() -> dict[int, tuple[int, float, float]]:
+    """Every process's (parent, own CPU s, CPU s of its waited-for children) from /proc."""
+    got: dict[int, tuple[int, float, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # ended since the listing
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+        ppid, utime, stime, cutime, cstime = int(fields[1]), *(int(x) for x in fields[11:15])
+        got[int(entry.name)] = (ppid, (utime + stime) / TICKS, (cutime + cstime) / TICKS)
+    return got
+
+
+class TreeCpu:
+    """The CPU of this process's descendants from /proc, sampled while they run (issue 26:
+    the runner processes, the sandboxes they start and those reparented away are no
+    waited-for children of ours, so ``RUSAGE_CHILDREN`` missed them). A process that ended
+    is counted in its waiting parent's children's time (in the tree, or ours); one that was
+    reparented out of the tree (its parent ended first) by its last sample in it."""
+
+    EVERY = 0.25
 
     def __init__(self) -> None:
+        self.me = os.getpid()
+        self._last: dict[int, tuple[int, float, float]] = {}
+        self._orphaned = 0.0
+        self.start = self._sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+        self._thread.start()
+
+    def _tree(self, stats: dict[int, tuple[int, float, float]]) -> dict[int, tuple[int, float, float]]:
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            kids.setdefault(ppid, []).append(pid)
+        tree, todo = {}, list(kids.get(self.me, []))
+        while todo:
+            pid = todo.pop()
+            tree[pid] = stats[pid]
+            todo += kids.get(pid, [])
+        return tree
+
+    def _sample(self) -> float:
+        """The tree's CPU so far (descendants only; ours is ``cpu_seconds``)."""
+        stats = proc_stats()
+        tree = self._tree(stats)
+        for pid, (ppid, own, waited) in self._last.items():
+            if pid not in tree and pid in stats and stats[pid][0] != ppid:
+                self._orphaned += own + waited  # reparented away: no parent of ours waits for it
+        self._last = tree
+        return sum(own + waited for _, own, waited in tree.values()) + self._orphaned
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.EVERY):
+            self._sample()
+
+    def seconds(self) -> float:
+        """The descendants' CPU since this meter started, less what we have waited for
+        (``RUSAGE_CHILDREN`` counts those)."""
+        return self._sample() - self.start
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class CpuMeter:
+    """CPU utilisation over a stretch of wall time: this process and its children per
+    core (``tree``: also every descendant still running, from /proc), and the whole
+    machine's busy share (``figures``)."""
+
+    def __init__(self, tree: bool = False) -> None:
+        self.tree = TreeCpu() if tree else None
         self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
 
     def figures(self) -> dict[str, Any]:
         wall = max(time.perf_counter() - self.t0, 1e-9)
         cores = os.cpu_count() or 1
-        used = cpu_seconds() - self.cpu0
+        used = waited = cpu_seconds() - self.cpu0
+        if self.tree is not None:
+            used += self.tree.seconds()
+            self.tree.stop()
         busy1, total1 = machine_jiffies()
         total = max(total1 - self.jiffies0[1], 1)
         util, machine_util = used / wall / cores, (busy1 - self.jiffies0[0]) / total
@@ -98,9 +175,31 @@ class CpuMeter:
             "cpu_per_wall": round(used / wall, 2),
             "cores": cores,
             "cpu_util": round(util, 3),
+            **({"cpu_util_waited_only": round(waited / wall / cores, 3)} if self.tree is not None else {}),
             "machine_util": round(machine_util, 3),
             "bound": bound,
         }
+
+
+class FdPeak:
+    """The most descriptors this process held at once (sampled every 50 ms): past 1,023,
+    anything still on ``select()`` fails (issue 26's STREAM_BROKEN at N=200)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fd-peak", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, len(os.listdir("/proc/self/fd")))
+            if self._stop.wait(0.05):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def percentile(xs: list[float], p: float) -> float | None:
@@ -191,12 +290,13 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     for t in threads:
         t.start()
         sampler.watched.add(t.ident or 0)
-    meter, t0 = CpuMeter(), time.perf_counter()
+    meter, t0, fds = CpuMeter(), time.perf_counter(), FdPeak()
     if sample:
         sampler.__enter__()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    fds.stop()
     if sample:
         sampler.__exit__()
     ok = [took[i] for i in range(n) if ended[i] == "ok"]
@@ -208,6 +308,7 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
         "p95_s": percentile(ok, 95),
         **meter.figures(),
         "errors": dict(Counter(e for e in ended if e != "ok")),
+        "peak_fds": fds.peak,
         **({"samples": sampler.figures()} if sample else {}),
     }
 
@@ -230,10 +331,10 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         """Counts every store call's named error (the use cases may retry or absorb it), and
         every call by kind with the seconds it waited for a slot and held one."""
 
-        def _take_slot(self, what: str) -> None:
+        def _take_slot(self, what: str, *, writer: bool = False) -> None:
             t0 = time.perf_counter()
             try:
-                super()._take_slot(what)
+                super()._take_slot(what, writer=writer)
             finally:
                 seconds["waited for a slot"] += time.perf_counter() - t0
 
@@ -271,6 +372,15 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         old.append(box)
         new.append(LocalSandbox(work / f"new-{i}"))
     said: dict[str, list[str]] = {"banked": [], "restored": []}
+    #: the whole reason (with its cause chain) of the first few failures of each kind: the
+    #: figures name a failure in 160 characters, the cause is in the rest
+    whole: dict[str, list[str]] = {}
+
+    def keep(kind: str, reason: str) -> str:
+        seen = whole.setdefault(kind, [])
+        if len(seen) < 3:
+            seen.append(reason)
+        return kind
 
     def teardown(i: int) -> str:
         report = service.bank_at_teardown(runs[i], old[i], run_finished=False)
@@ -287,7 +397,8 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         if out.restore is None:
             return f"no restore ({out.decision.verdict.value} {out.decision.rule})"
         if not out.proceeds:
-            return f"restore {out.restore.rule}: {out.restore.record.reason[:160]}"
+            reason = out.restore.record.reason
+            return keep(f"restore {out.restore.rule}: {reason[:160]}", reason)
         return "ok" if out.recorded else "restored, record not written"
 
     try:
@@ -304,6 +415,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         result["peak_mib"] = round(vm_hwm_mib(), 1)
         result["in_flight"] = timeline.in_flight
         result["store_call_errors"] = dict(store_errors)
+        result["failures"] = whole
         return result
     finally:
         for box in old + new:
@@ -375,13 +487,22 @@ def child_decide(url: str, full: bool) -> dict[str, Any]:
 
 def child_runner(backend: str, runners: int, n: int, work: Path) -> dict[str, Any]:
     """``n`` runs through ``runners`` runner processes (bench/runner_deliveries.py's rig); the
-    CPU of this process and its children (the runners, nats-server) once they are waited."""
+    CPU of this process and every descendant (the runners, nats-server, their sandboxes: /proc)."""
     sys.path.insert(0, str(HERE))
     from runner_deliveries import measure
 
     url = timeline_url(backend, work, "runner")
-    meter = CpuMeter()
-    got = measure(runners, n, url, work, limit=300.0)
+    meters: dict[str, Any] = {}
+
+    def window(edge: str) -> None:
+        """The deliveries only (not the runners' start): the runners are running, no
+        waited-for children of ours yet, so their CPU comes from /proc (``TreeCpu``)."""
+        if edge == "start":
+            meters["meter"] = CpuMeter(tree=True)
+        else:
+            meters["figures"] = meters["meter"].figures()
+
+    got = measure(runners, n, url, work, limit=300.0, window=window)
     ok = got["latencies"]
     return {
         "runners": runners,
@@ -390,7 +511,7 @@ def child_runner(backend: str, runners: int, n: int, work: Path) -> dict[str, An
         "deliveries_per_s": round(got["outcomes"].get("ok", 0) / got["seconds"], 2),
         "p50_s": percentile(ok, 50),
         "p95_s": percentile(ok, 95),
-        **meter.figures(),
+        **meters["figures"],
         "errors": {k: v for k, v in got["outcomes"].items() if k != "ok"},
         "claims": got["claims"],
         "peak_mib": round(vm_hwm_mib(), 1),
@@ -460,7 +581,9 @@ def runs_line(r: dict[str, Any]) -> str:
         f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_util']:.2f} ({t['bound']}) | resume {s['per_s']:6.1f}/s "
         f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
         f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
-        f"peak {r['peak_mib']} MiB; store calls {r.get('store_call_errors') or {}}"
+        f"peak {r['peak_mib']} MiB, {t.get('peak_fds')}/{s.get('peak_fds')} fds; store calls {r.get('store_call_errors') or {}}"
+    ) + "".join(
+        f"\n  failed: {reason[:1500]}" for seen in (r.get("failures") or {}).values() for reason in seen[:1]
     )
 
 
@@ -491,6 +614,55 @@ def decision_line(d: dict[str, Any]) -> str:
         f"({d['cold_records_read']} read), warm {d['warm_s'] * 1000:6.1f} ms, peak {d['peak_mib']} MiB"
         f"{full} (filled at {d['fill'].get('records_per_s')} records/s)"
     )
+
+
+def goal(name: str, passed: bool, measured: str) -> dict[str, Any]:
+    return {"goal": name, "pass": passed, "line": f"  {'PASS' if passed else 'MISS'}  {name}: {measured}"}
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 26's goals, PASS/MISS, on what was measured: at each backend's largest N no
+    refusal and no false ``recorded``, each phase CPU-bound (``cpu_util`` >= 0.9, with the
+    machine's own share beside it: a busy machine cannot show it); the first decision at the
+    longest run under 100 ms and 64 MiB."""
+    out = []
+    for backend in sorted({r["backend"] for r in results["runs"]}):
+        done = [r for r in results["runs"] if r["backend"] == backend]
+        r = max(done, key=lambda r: r["n"])
+        if "failed" in r:
+            out.append(goal(f"runs on {backend} at N={r['n']}", False, "the child failed"))
+            continue
+        errors = sum(sum(r[p]["errors"].values()) for p in ("teardown", "resume"))
+        out.append(
+            goal(
+                f"0 refusals and 0 false `recorded` at N={r['n']} on {backend}",
+                errors == 0 and r["false_recorded"] == 0,
+                f"{errors} errors, {r['false_recorded']} false recorded",
+            )
+        )
+        for p in ("teardown", "resume"):
+            f = r[p]
+            out.append(
+                goal(
+                    f"{p}s CPU-bound at N={r['n']} on {backend} (cpu_util >= {CPU_BOUND})",
+                    f["cpu_util"] >= CPU_BOUND,
+                    f"{f['cpu_util']:.2f} (machine {f['machine_util']:.2f}: {f['bound']})",
+                )
+            )
+    for backend in sorted({d["backend"] for d in results["decisions"]}):
+        done = [d for d in results["decisions"] if d["backend"] == backend and "failed" not in d]
+        if not done:
+            out.append(goal(f"decisions on {backend}", False, "every child failed"))
+            continue
+        d = max(done, key=lambda d: d["records"])
+        out.append(
+            goal(
+                f"cold decision at {d['records']} records on {backend} < 100 ms and < 64 MiB",
+                d["cold_s"] < 0.1 and d["peak_mib"] < 64,
+                f"{d['cold_s'] * 1000:.1f} ms, {d['peak_mib']} MiB",
+            )
+        )
+    return out
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -551,6 +723,9 @@ def main(argv: list[str]) -> int:
         decisions_section(plan, results, save)
     if "runner" in plan.sections:
         runner_section(plan, results, save)
+    results["goals"] = goals(results)
+    for goal in results["goals"]:
+        print(goal["line"], flush=True)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     results["load_at_end"] = os.getloadavg()
     save()

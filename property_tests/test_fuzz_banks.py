@@ -32,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from scratchbank.adapters.host_directory import restore_into_host_directory
 from scratchbank.adapters.memory import InMemoryBankStore
 from scratchbank.application.bank_format.gunzip import GzipReader
 from scratchbank.application.bank_format.reader import Limits, TarReader
 from scratchbank.application.bank_format.writer import CanonicalWriter
-from scratchbank.application.host_directory import restore_into_host_directory
 from scratchbank.domain.errors import HostileArchive
 from scratchbank.domain.fold import Bank, Evidence
 from scratchbank.domain.records import ScratchBanked

@@ -95,6 +95,57 @@ def test_the_bank_format_contract_names_every_use_case_module() -> None:
     assert {f"scratchbank.application.{m}" for m in use_cases} <= set(contract["forbidden_modules"])
 
 
+#: What writes a host directory's tree (adapters/host_directory.py): none of it is the
+#: application's (issue 22: the host directory is a restore-target adapter).
+HOST_DIRECTORY_IO = ("ctypes", "renameat2", "statvfs", "mountinfo", "dir_fd", "O_NOFOLLOW", "rmdir")
+
+
+def host_directory_io(source: str, filename: str = "<src>") -> list[str]:
+    """Every import of ctypes and every name of the host-directory writer in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )
+            found += [f"{filename}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "ctypes"]
+            found += [f"{filename}:{node.lineno}: imports {n}" for n in names if n.endswith("host_directory")]
+        elif isinstance(node, ast.Attribute | ast.Name | ast.keyword | ast.Constant):
+            name = getattr(node, "attr", None) or getattr(node, "id", None) or getattr(node, "arg", None)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value
+            if isinstance(name, str) and any(
+                word == name or f"/{word}" in name for word in HOST_DIRECTORY_IO
+            ):
+                found.append(f"{filename}:{node.lineno}: {name}")
+    return found
+
+
+def test_the_application_does_no_host_directory_io() -> None:
+    """The use cases hold the RestoreTarget port: no module under application/ imports
+    ctypes or the adapter, nor creates a tree under directory fds (issue 22 item 1)."""
+    files = sorted((ROOT / "application").glob("**/*.py"))
+    found = [v for f in files for v in host_directory_io(f.read_text(), f.name)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "import ctypes",
+        "from ctypes import CDLL",
+        "from scratchbank.adapters.host_directory import HostDirectory",
+        "from .host_directory import restore_into_host_directory",
+        "libc.renameat2(1, b'a', 1, b'b', 2)",
+        "os.mkdir(name, 0o700, dir_fd=fd)",
+        "st = os.statvfs(probe)",
+        "open('/proc/self/mountinfo')",
+    ],
+)
+def test_the_host_directory_check_catches_planted_io(planted: str) -> None:
+    assert host_directory_io(planted) != []
+
+
 def test_installed_distribution_claims_only_scratchbank() -> None:
     """No generic top-level names (domain, adapters, application) leak into site-packages."""
     import importlib.util

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rigs.cli_explain import run
+from rigs.cli_process import run
 
 from scratchbank.adapters.jsonl import write_timeline_file
 from scratchbank.domain.records import UnknownRecord

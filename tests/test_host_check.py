@@ -6,7 +6,7 @@ import gzip
 import io
 
 import pytest
-from rigs.host_check import check
+from rigs.tar_reader import check
 
 from scratchbank.application.bank_format.reader import Limits, TarReader
 from scratchbank.application.bank_format.spill_log import Manifest

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rigs.resume_use_case import World, checksum
+from rigs.resume_world import World, checksum
 
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.resume import resume

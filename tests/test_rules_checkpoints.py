@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from rigs.rules_checkpoints import ACCEPT, C1, C2, C3, C4, bank_at, checkpoints_run, stamped
+from rigs.checkpoint_stamps import ACCEPT, C1, C2, C3, C4, bank_at, checkpoints_run, stamped
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.resume import resume

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rigs.rules_resume import decide
+from rigs.resume_decisions import decide
 
 from scratchbank.domain import (
     Verdict,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rigs.runner_claims import RUN, _parked_and_banked, _WritesFirst
+from rigs.claiming_runner import RUN, _parked_and_banked, _WritesFirst
 from runner_rigs import RecordingInbound, checksum, types
 
 from scratchbank.adapters.memory import InMemoryTimeline

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from rigs.snapshots import long_run
+from rigs.long_timelines import long_run
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.application.resume import SNAPSHOT_EVERY, current_state

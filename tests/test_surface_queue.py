@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from operator_rigs import TOKEN, cli, served
-from rigs.surface_queue import (
+from rigs.queue_deployment import (
     _append,
     _checksum,
     _published,

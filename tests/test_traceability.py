@@ -106,3 +106,79 @@ def test_every_rule_test_is_filed_in_its_familys_file() -> None:
         and not re.match(rf"tests/rules/test_{where.split('::')[1][5]}(_\w+)?\.py::", where)
     ]
     assert misfiled == [], f"rule tests outside their family's file in tests/rules/: {sorted(set(misfiled))}"
+
+
+#: The product's packages (pyproject's package-dir): a rule test's docstring names one of their
+#: functions or classes. scratchbank.testing is the tests' own kit, not the product.
+PRODUCT_DIRS = ("domain", "application", "adapters", "src/scratchbank")
+#: A name in a docstring: ``scratchbank.x.y`` dotted, or a bare identifier (in backticks or
+#: called, ``name()``, or shaped like code: snake_case or CamelCase, so an English word such as
+#: "resume" is not taken for the function of that name).
+NAME_IN_PROSE = re.compile(r"(`{1,2})?\b(scratchbank(?:\.\w+)+|[A-Za-z_]\w*)\b(\(\))?")
+
+
+@functools.cache
+def product_names() -> frozenset[str]:
+    """Every function, method and class the product defines (by reading its files)."""
+    names: set[str] = set()
+    for folder in PRODUCT_DIRS:
+        for path in (ROOT / folder).rglob("*.py"):
+            if "testing" in path.relative_to(ROOT / folder).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                defined = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                if defined and not node.name.startswith("__"):
+                    names.add(node.name)
+    return frozenset(names)
+
+
+def names_a_product_function(doc: str, names: frozenset[str] = frozenset()) -> bool:
+    """``doc`` names a function or class of the product (see NAME_IN_PROSE)."""
+    names = names or product_names()
+    for match in NAME_IN_PROSE.finditer(doc):
+        tick, name, call = match.groups()
+        if name.startswith("scratchbank.") and name.rsplit(".", 1)[-1] in names:
+            return True
+        code_shaped = "_" in name.strip("_") or any(c.isupper() for c in name[1:])
+        if name in names and (tick or call or code_shaped):
+            return True
+    return False
+
+
+def rule_tests_without_a_named_function() -> list[str]:
+    """The rule tests of tests/rules/ whose docstring names no function or class of the product."""
+    silent = []
+    for path in sorted((ROOT / "tests" / "rules").glob("test_*.py")):
+        for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+            is_rule_test = isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and LEADING_IDS.match(
+                fn.name
+            )
+            if is_rule_test and not names_a_product_function(ast.get_docstring(fn) or ""):
+                silent.append(f"{path.relative_to(ROOT)}::{fn.name}")
+    return silent
+
+
+def test_every_rule_test_names_the_product_function_it_proves() -> None:
+    """Issue 22 item 3: a rule test's docstring names the domain or application function (or the
+    adapter's class) it proves, ``scratchbank.``-dotted or by a bare name the product defines, so
+    a reader goes from the rule to the code in one step."""
+    silent = rule_tests_without_a_named_function()
+    assert silent == [], (
+        f"rule tests whose docstring names no product function ({len(silent)}): {silent}; add the one it"
+        " proves, e.g. 'Proves ``scratchbank.application.resume.resume``.'"
+    )
+
+
+def test_the_docstring_check_tells_a_name_from_a_word() -> None:
+    """The check can fail: an English word is not a name; backticks, a call or code shape are."""
+    names = frozenset({"decide_resume", "Consents", "ResumeRequest", "resume"})
+    assert not names_a_product_function("A resume is refused.", names)
+    assert not names_a_product_function("", names)
+    assert names_a_product_function("``resume`` refuses.", names)
+    assert names_a_product_function("resume() refuses.", names)
+    assert names_a_product_function("decide_resume refuses.", names)
+    assert not names_a_product_function("Consents name it.", names)  # a sentence's first word
+    assert names_a_product_function("``Consents`` name it.", names)
+    assert names_a_product_function("A ResumeRequest names it.", names)
+    assert names_a_product_function("scratchbank.domain.decide_resume refuses.", names)
+    assert not names_a_product_function("scratchbank.domain.no_such_thing refuses.", names)

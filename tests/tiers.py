@@ -32,6 +32,7 @@ PURE = {
     "test_surface_clocks",
     "test_teardown_use_case",
     "test_terminal",
+    "test_tiers",
     "test_traceability",
     "test_wire",
     "test_canonical_header",
@@ -61,28 +62,73 @@ ADAPTERS = {
     "test_fuzz_banks",
 }
 TIERS = ("pure", "adapters", "engines")
-#: The slowest files, slowest first (pytest --durations=0 of the whole suite, 3 workers, on
-#: this machine): they are collected first, so that pytest-xdist's ``--dist loadfile`` hands
-#: each to a worker at the start and the short files fill in around them (a long file that
-#: starts last bounds the wall time). Measured at load ~20 (s of setup+call+teardown): the
-#: 10,000 schedules 2,253, the rest of test_interleavings 636, then 437 down to 206.
+#: The slowest files, slowest first (the sum of their tests' setup, call and teardown, in s, of a
+#: whole-suite run with 3 workers at load ~12: /work/dur.xml of 2026-12-02, 3,712 s in all): they
+#: are collected first, and pytest_xdist_make_scheduler below keeps that order, so that each
+#: starts on the first free worker and the short files fill in around them (a long file that
+#: starts last bounds the wall time). The sampled explorer's six chunks (SPREAD) go where their
+#: size puts them.
 SLOW_FIRST = (
-    "test_A_interleavings_sampled_engines",
-    "test_A_interleavings_engines",
-    "test_guarantees",
-    "test_sandboxes",
-    "test_surface_errors",
-    "test_hostile_sandbox",
-    "test_runner_faults",
-    "test_P_engines",
-    "test_surface_core_install",
-    "test_A_engines",
-    "test_cli_operators",
-    "test_surface_operator_findings",
-    "test_sandbox_contract",
-    "test_run_machine",
-    "test_surface_queue",
+    "test_A_interleavings_engines",  # 353
+    "test_T_engines",  # 298
+    "test_H_engines",  # 219
+    "test_P_engines",  # 189
+    "test_guarantees",  # 163
+    "test_runner_faults",  # 163
+    "test_X_engines",  # 157
+    "test_A_engines",  # 144
+    "test_surface_core_install",  # 116
+    "test_surface_operator_findings",  # 98
+    "test_C_engines",  # 95
+    "test_cli_operators",  # 91
+    "test_surface_errors",  # 90
+    "test_checkpoints",  # 89
+    "test_surface_queue",  # 84
+    "test_A_interleavings_sampled_engines",  # 380 (six chunks of ~75)
+    "test_end_to_end",  # 72
+    "test_sandbox_contract",  # 68
+    "test_X_restore_one_exec_engines",  # 65
+    "test_C_interleavings_engines",  # 63
+    "test_header_grammar",  # 58
+    "test_cli_sandboxes",  # 48
+    "test_R_engines",  # 47
+    "test_fuzz_sandbox_output",  # 41
+    "test_fuzz_banks",  # 37
+    "test_run_machine",  # 36
+    "test_hostile_sandbox",  # 32
+    "test_R_adapters",  # 30
+    "test_L_engines",  # 28
+    "test_teardown_machine",  # 26
+    "test_runner_story",  # 26
+    "test_X_escape_staged_contract_engines",  # 25
+    "test_R_load_without_lies_adapters",  # 22
+    "test_X_adapters",  # 21
+    "test_http_api",  # 19
 )
+
+
+#: Files whose tests are independent chunks of one long job: under ``--dist loadfile`` each test
+#: of theirs is a unit of its own, so the chunks run on whichever workers are free.
+SPREAD = ("test_A_interleavings_sampled_engines",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` as it is, but in the collection's order (SLOW_FIRST: pytest-xdist's
+    default, ``--loadscope-reorder``, sorts the files by their number of tests instead, so a long
+    file of few tests started last), and with SPREAD's tests each a unit of its own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SlowestFirst(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            if Path(nodeid.split("::", 1)[0]).stem in SPREAD:
+                return nodeid
+            return str(super()._split_scope(nodeid))
+
+    config.option.loadscopereorder = False
+    return SlowestFirst(config, log)
 
 
 def tier_of(path: Path) -> str:

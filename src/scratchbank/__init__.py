@@ -27,26 +27,33 @@ service over ports (``scratchbank.application``), and the adapters and the boots
 
 The lower-level functions are here too: ``bank_at_teardown(run_id, timeline=..., store=...,
 sandbox=..., run_finished=...)``, ``resume(run_id, request, timeline=..., store=...,
-sandbox=...)``, ``check_resume``, ``fold``, ``decide_resume``, ``plan_teardown``.
+sandbox=...)`` (or ``host_directory=``: a ``RestoreTarget`` such as ``HostDirectory(path)``,
+or a path this package builds one from), ``check_resume``, ``fold``, ``decide_resume``,
+``plan_teardown``.
 """
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scratchbank.adapters.bootstrap import bootstrap, close, open_home
 from scratchbank.adapters.config import Settings, open_bank_store, open_sandbox, open_timeline, settings_from
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
+from scratchbank.application import resume as _resume_use_case
 from scratchbank.application.ports import (
     BankStore,
+    RestoreTarget,
     Sandbox,
     SandboxFacts,
     SnapshotStore,
     StoredBank,
     Timeline,
 )
-from scratchbank.application.resume import ResumeOutcome, Target, check_resume, resume
+from scratchbank.application.resume import ResumeOutcome, Target, check_resume
 from scratchbank.application.service import Assessment, ScratchService, StatusReport, StoreCheck
 from scratchbank.application.teardown import Budgets, NothingRecorded, TeardownReport, bank_at_teardown
 from scratchbank.domain import *  # noqa: F403 - the domain's __all__ is the public vocabulary
@@ -59,6 +66,7 @@ from scratchbank.domain.errors import (
     ResumeSuperseded,
     RunNotFound,
 )
+from scratchbank.domain.resume_gate import ResumeRequest
 
 if TYPE_CHECKING:  # imported on first use: their clients (docker, kubernetes, boto3) are slow to load
     from scratchbank.adapters.docker_sandbox import DockerSandbox
@@ -70,6 +78,21 @@ _LAZY = {
     "KubernetesSandbox": "scratchbank.adapters.k8s_sandbox",
     "S3BankStore": "scratchbank.adapters.s3_bank",
 }
+
+
+def resume(
+    run_id: str,
+    request: ResumeRequest,
+    *,
+    host_directory: RestoreTarget | str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> ResumeOutcome:
+    """``scratchbank.application.resume.resume``, with ``host_directory`` also as a path:
+    a thin convenience that builds its adapter here, ``HostDirectory(path)`` (the use
+    case takes the RestoreTarget port and never builds an adapter)."""
+    if isinstance(host_directory, str | os.PathLike):
+        host_directory = HostDirectory(Path(host_directory))
+    return _resume_use_case.resume(run_id, request, host_directory=host_directory, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
@@ -91,6 +114,7 @@ __all__ = [
     "FakeSandbox",
     "FilesystemBankStore",
     "HomeNotFound",
+    "HostDirectory",
     "InMemoryBankStore",
     "InMemoryTimeline",
     "InvalidRunId",
@@ -98,6 +122,7 @@ __all__ = [
     "LocalSandbox",
     "NothingRecorded",
     "NoRestoreTarget",
+    "RestoreTarget",
     "ResumeOutcome",
     "ResumeSuperseded",
     "RunNotFound",

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
-from rigs.bank_stores import new_bucket, s3_client
+from rigs.s3_buckets import new_bucket, s3_client
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import InMemoryBankStore

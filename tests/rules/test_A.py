@@ -3,7 +3,7 @@ A4, A5, A6, A7, A10, A12, A13, A14, A18 (tests/tiers.py: a file of tests/rules/ 
 name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import attrs
 import pytest
-from rigs.rules_checkpoints import C1, C2, checkpoints_run, loop, rewind_replaying, stamped
-from rigs.rules_resume import ACCEPT, FORCE, decide, kinds
-from rigs.teardown_use_case import FILES, FakeClock
+from rigs.checkpoint_stamps import C1, C2, checkpoints_run, loop, rewind_replaying, stamped
+from rigs.resume_decisions import ACCEPT, FORCE, decide, kinds
+from rigs.teardown_world import FILES, FakeClock
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.teardown import Budgets, bank_at_teardown
@@ -48,7 +48,8 @@ from scratchbank.testing.builders import (
 
 
 def test_A2_K_a_restore_naming_its_checkpoint_restamps_the_bank() -> None:
-    """A stale bank restored at c2 with loss accepted is c2's scratch from then on."""
+    """A stale bank restored at c2 with loss accepted is c2's scratch from then on.
+    Proves ``scratchbank.domain.decide_resume``."""
     restored = ScratchRestored(restored=True, stale=True, accepted=True, checkpoint=C2)
     state = fold([started(), stamped(C1), resumed(), restored])
     assert state.bank is not None and state.bank.checkpoint == C2
@@ -56,7 +57,8 @@ def test_A2_K_a_restore_naming_its_checkpoint_restamps_the_bank() -> None:
 
 
 def test_A2_K5_a_stale_restore_naming_no_checkpoint_drops_the_stamp() -> None:
-    """Restored stale without a checkpoint: the events decide from then on; exact keeps it."""
+    """Restored stale without a checkpoint: the events decide from then on; exact keeps it.
+    Proves ``scratchbank.domain.fold``."""
     stale = ScratchRestored(restored=True, stale=True, accepted=True)
     assert fold([started(), stamped(C1), resumed(), stale]).bank.checkpoint is None  # type: ignore[union-attr]
     exact = ScratchRestored(restored=True, stale=False, accepted=False)
@@ -65,13 +67,15 @@ def test_A2_K5_a_stale_restore_naming_no_checkpoint_drops_the_stamp() -> None:
 
 @pytest.mark.parametrize("bad", [[], [""], ["start", 3], "start", 7, {"id": "c1"}])
 def test_A6_K_an_ill_typed_checkpoint_makes_the_timeline_unreadable(bad: object) -> None:
-    """A checkpoint that is not a non-empty list of non-empty ids is unreadable, never None."""
+    """A checkpoint that is not a non-empty list of non-empty ids is unreadable, never None.
+    Proves ``scratchbank.domain.wire.decode``."""
     with pytest.raises(TimelineUnreadable, match="checkpoint"):
         decode({**encode(banked()), "checkpoint": bad}, position=3)
 
 
 def test_A3_K8_a_rewind_to_before_an_accepted_loss_restores_no_older_bank() -> None:
-    """An accepted loss is final: a rewind to c1 afterwards goes on without, none restored."""
+    """An accepted loss is final: a rewind to c1 afterwards goes on without, none restored.
+    Proves ``scratchbank.domain.decide_resume``."""
     from scratchbank.domain.objects import needed_objects
 
     loss = ScratchRestored(restored=False, stale=False, accepted=True, reason="bank gone")
@@ -82,7 +86,8 @@ def test_A3_K8_a_rewind_to_before_an_accepted_loss_restores_no_older_bank() -> N
 
 
 def test_A6_K9_passes_on_the_wire_round_trip_and_old_versions_read_without_them() -> None:
-    """v2 finishes and rewinds carry passes; v1 reads through identity upcasters; bad passes are unreadable."""
+    """v2 finishes and rewinds carry passes; v1 reads through identity upcasters; bad passes are unreadable.
+    Proves ``scratchbank.domain.wire.decode``."""
     rewind = rewind_replaying(loop=[3, 2])
     wire = encode(rewind)
     assert wire["v"] == 2 and wire["_replayed_passes"] == {"loop": [2, 3]}
@@ -115,6 +120,7 @@ def test_A6_K9_passes_on_the_wire_round_trip_and_old_versions_read_without_them(
 
 
 def test_A4_changed_source_without_scratch_loss_is_resume_invalid() -> None:
+    """Changed source without scratch loss is resume invalid: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), banked(), source_changed=True)
     assert d.code == RESUME_INVALID
     assert d.rule == "R8"
@@ -122,18 +128,22 @@ def test_A4_changed_source_without_scratch_loss_is_resume_invalid() -> None:
 
 
 def test_A1_first_execution_without_a_teardown_record_may_still_be_banking() -> None:
+    """First execution without a teardown record may still be banking:
+    ``scratchbank.domain.decide_resume``."""
     assert decide(started(), node("a"), where=Where.SURFACE).verdict is Verdict.DEFER_TO_ENGINE
     assert decide(started(), node("a")).verdict is Verdict.GO_ON_WITHOUT
 
 
 def test_A5_copy_based_parent_not_container_local_needs_force_only() -> None:
+    """Copy based parent not container local needs force only: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), shared(container_local=False, copy_based=True))
     assert d.code == RESUME_INVALID
     assert d.rule == "A5"
 
 
 def test_A3_accepted_loss_is_final_for_the_record_it_accepted() -> None:
-    """After accepting an unbanked loss, the older bank is not restored over the run."""
+    """After accepting an unbanked loss, the older bank is not restored over the run.
+    Proves ``scratchbank.domain.decide_resume``."""
     records = (started(), banked(), resumed(), restored(), node("a"), unbanked())
     records += (resumed(accept_scratch_loss=True), went_on_without("tar failed"))
     d = decide(*records)
@@ -142,6 +152,7 @@ def test_A3_accepted_loss_is_final_for_the_record_it_accepted() -> None:
 
 
 def test_A10_several_causes_are_named_in_one_refusal() -> None:
+    """Several causes are named in one refusal: ``scratchbank.domain.decide_resume``."""
     records = (started(), shared(copy_based=True), banked(), node("a"))
     d = decide(*records, source_changed=True)
     assert set(kinds(d)) == {
@@ -153,18 +164,21 @@ def test_A10_several_causes_are_named_in_one_refusal() -> None:
 
 
 def test_A12_consent_counts_without_an_earlier_refusal() -> None:
+    """Consent counts without an earlier refusal: ``scratchbank.domain.decide_resume``."""
     assert decide(started(), unbanked(), consents=ACCEPT).verdict is Verdict.GO_ON_WITHOUT
 
 
 def test_A13_an_unknown_record_after_an_unbanked_one_is_not_refused() -> None:
-    """R14 reads the latest unknown record as 'not refused', exactly as after no record."""
+    """R14 reads the latest unknown record as 'not refused', exactly as after no record.
+    Proves ``scratchbank.domain.decide_resume``."""
     d = decide(started(), node("a"), unbanked("tar failed"), resumed(), unknown())
     assert d.verdict is Verdict.GO_ON_WITHOUT and d.rule == "R14"
     assert d.code is None and not d.records  # nothing forsaken, nothing to accept
 
 
 def test_A13_an_unbanked_record_replaces_an_older_bank() -> None:
-    """R1 reads the last teardown: the older bank is no longer the run's scratch."""
+    """R1 reads the last teardown: the older bank is no longer the run's scratch.
+    Proves ``scratchbank.domain.decide_resume``."""
     state = fold([started(), banked(), resumed(), node("a"), unbanked("over the cap")])
     assert state.bank is None and state.unbanked is not None
     d = decide(started(), banked(), resumed(), node("a"), unbanked(), consents=ACCEPT)
@@ -175,7 +189,8 @@ def test_A13_an_unbanked_record_replaces_an_older_bank() -> None:
 
 
 def test_A14_a_host_backed_restore_ends_the_may_still_be_banking_window() -> None:
-    """The latest execution restored into a host directory: it will never bank (X6)."""
+    """The latest execution restored into a host directory: it will never bank (X6).
+    Proves ``scratchbank.domain.decide_resume``."""
     records = (started(), banked(), resumed(), restored(host_backed=True))
     assert not fold(records).may_still_be_banking
     d = decide(*records, where=Where.SURFACE)
@@ -189,6 +204,7 @@ def test_A14_a_host_backed_restore_ends_the_may_still_be_banking_window() -> Non
 
 
 def test_A7_a_try_that_knows_less_stops_the_tries() -> None:
+    """A try that knows less stops the tries: ``scratchbank.domain.merge_try``."""
     merged = merge_try(TryOutcome(Seen.FILES, None, reason="tar failed"), TryOutcome(Seen.EMPTY))
     assert merged.stop and merged.rule == "A7" and merged.best.seen is Seen.FILES
 
@@ -198,7 +214,8 @@ def test_A7_a_try_that_knows_less_stops_the_tries() -> None:
 
 def test_A18_a_timeline_unreadable_for_the_whole_record_budget_writes_nothing_blind() -> None:
     """Unnamed and never readable, the teardown cannot tell which execution it banks: it
-    retries its first read within the record budget, then stores and records nothing (A18)."""
+    retries its first read within the record budget, then stores and records nothing (A18).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
 
     class Unreadable(InMemoryTimeline):
         def read(self, run_id: str):  # type: ignore[no-untyped-def]
@@ -253,5 +270,6 @@ def test_A18_a_timeline_unreadable_for_the_whole_record_budget_writes_nothing_bl
     ],
 )
 def test_A6_malformed_known_record_makes_the_timeline_unreadable(obj: Any, says: str) -> None:
+    """Malformed known record makes the timeline unreadable: ``scratchbank.domain.wire.decode``."""
     with pytest.raises(TimelineUnreadable, match=says):
         decode(obj)

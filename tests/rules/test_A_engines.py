@@ -2,7 +2,7 @@
 A17, A19 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
 from operator_rigs import EXE, TOKEN, tree_digest
-from rigs.bank_objects import (
+from rigs.bank_store_hooks import (
     NEW,
     OLD,
     RUN,
@@ -39,14 +39,14 @@ from rigs.bank_objects import (
     store,  # noqa: F401 - a fixture
     teardown,
 )
-from rigs.bank_stores import STAMP, _src, new_bucket, s3_client
 from rigs.http_api import (
     AUTH,
     api,  # noqa: F401 - a fixture
     home,  # noqa: F401 - a fixture
     service,  # noqa: F401 - a fixture
 )
-from rigs.mcp_server import (
+from rigs.lock_processes import _acquire_in_process, _hold_and_die
+from rigs.mcp_client import (
     Human,
     _env,
     _payload,
@@ -57,14 +57,14 @@ from rigs.mcp_server import (
     http_session,
     rig,  # noqa: F401 - a fixture
 )
-from rigs.races import (
+from rigs.racing_processes import (
     COUNTS,
     STAGGERED_ROUNDS,
     race,
     racers,  # noqa: F401 - a fixture
     store_url,  # noqa: F401 - a fixture
 )
-from rigs.run_lock import _acquire_in_process, _hold_and_die
+from rigs.s3_buckets import STAMP, _src, new_bucket, s3_client
 from waiting import eventually
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
@@ -92,7 +92,8 @@ from scratchbank.testing.contracts import check_bank_store
 
 def test_A17_a_losing_teardowns_put_no_longer_overwrites_the_recorded_bank(store: BankStore) -> None:
     """An older execution's teardown passes its pre-upload check; a newer execution then
-    resumes, banks and records; the loser's put lands: the recorded bank is intact."""
+    resumes, banks and records; the loser's put lands: the recorded bank is intact.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     hooked = PutHook(store)
@@ -115,7 +116,8 @@ def test_A17_a_put_that_lands_late_after_a_newer_record_leaves_the_recorded_bank
     store: BankStore, tmp_path: Path
 ) -> None:
     """A put cancelled on a lost lease lands after the newer bank was recorded: it is an
-    object nobody names; the recorded bank is fetchable and matches."""
+    object nobody names; the recorded bank is fetchable and matches.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, NEW).recorded
@@ -131,7 +133,7 @@ def test_A17_a_put_between_a_resumes_claim_and_its_fetch_changes_nothing_it_rest
     store: BankStore, tmp_path: Path
 ) -> None:
     """The resume claimed on the recorded bank; a stray put lands before its fetch; it
-    restores exactly the bank its record names."""
+    restores exactly the bank its record names. Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, NEW).recorded
@@ -145,7 +147,8 @@ def test_A17_a_put_between_a_resumes_claim_and_its_fetch_changes_nothing_it_rest
 
 def test_A17_N3_a_put_whose_record_fails_keeps_both_banks(store: BankStore) -> None:
     """The newer teardown stores its bank, then its record fails (full disk): the recorded
-    bank and the new one are both kept; status lists the new one as unrecorded."""
+    bank and the new one are both kept; status lists the new one as unrecorded.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = FullDisk()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
@@ -163,7 +166,8 @@ def test_A17_N3_a_put_whose_record_fails_keeps_both_banks(store: BankStore) -> N
 
 def test_A17_T4_an_empty_teardown_whose_record_fails_keeps_the_previous_bank(store: BankStore) -> None:
     """Before A17 the empty scratch deleted the bank, then its record failed: the bank a
-    record names was gone. Now nothing is deleted until the record lands."""
+    record names was gone. Now nothing is deleted until the record lands.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline = FullDisk()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
@@ -174,7 +178,8 @@ def test_A17_T4_an_empty_teardown_whose_record_fails_keeps_the_previous_bank(sto
 
 
 def test_A17_T4_T5_once_recorded_the_bank_no_record_needs_is_deleted(store: BankStore) -> None:
-    """Empty (T4) and finished (T5): the previous bank is deleted after the record lands."""
+    """Empty (T4) and finished (T5): the previous bank is deleted after the record lands.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     for finished in (False, True):
         timeline = InMemoryTimeline()
         store.sweep(RUN)
@@ -193,7 +198,8 @@ def test_A17_T4_T5_once_recorded_the_bank_no_record_needs_is_deleted(store: Bank
 
 
 def test_A17_a_newer_bank_replaces_the_older_one_only_once_recorded(store: BankStore) -> None:
-    """Two banks in a row: after the second record the first object is deleted; the second is kept."""
+    """Two banks in a row: after the second record the first object is deleted; the second is kept.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
@@ -206,7 +212,7 @@ def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_on
     store: BankStore, tmp_path: Path
 ) -> None:
     """Past the count (3), only objects older than the age (1 h) are swept, oldest first: a
-    put on its way to its record is never pruned."""
+    put on its way to its record is never pruned. Proves ``scratchbank.domain.objects.object_name``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     clock = ManualClock()
@@ -226,7 +232,8 @@ def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_on
 
 
 def test_A17_a_legacy_record_reads_and_restores_from_the_old_key(tmp_path: Path) -> None:
-    """A v1 `sandbox_scratch_banked` (no object) reads as naming the old key and restores from it."""
+    """A v1 `sandbox_scratch_banked` (no object) reads as naming the old key and restores from it.
+    Proves ``scratchbank.domain.wire.decode``."""
     path, digest = archive_of(NEW, tmp_path)
     store = FilesystemBankStore(tmp_path / "banks")
     legacy = tmp_path / "banks/runs" / RUN / "scratch-bank.tgz"
@@ -257,7 +264,8 @@ def test_A17_the_record_names_its_object_on_the_wire_and_a_foreign_name_is_unrea
 
 def test_A17_a_record_naming_an_object_outside_the_bank_prefix_is_refused_on_the_host() -> None:
     """A record held in memory (never through the wire's check) that names `../x` restores
-    nothing and parks as refused on the host (X4), never "read again" forever (X5)."""
+    nothing and parks as refused on the host (X4), never "read again" forever (X5).
+    Proves ``scratchbank.application.resume.resume``."""
     store = InMemoryBankStore()
     hostile = ScratchBanked(
         banked=True, empty=False, unknown=False, bytes=10, sha256="0" * 64, object="../x.tgz"
@@ -273,7 +281,8 @@ def test_A17_a_record_naming_an_object_outside_the_bank_prefix_is_refused_on_the
 
 
 def test_A17_a_prune_never_deletes_an_object_a_record_landing_during_it_names(store: BankStore) -> None:
-    """The explorer's prune race: a record naming an object lands between a prune's read and its delete."""
+    """The explorer's prune race: a record naming an object lands between a prune's read and its delete.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
@@ -290,7 +299,8 @@ def test_A17_a_prune_never_deletes_an_object_a_record_landing_during_it_names(st
 
 
 def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: BankStore) -> None:
-    """The prune race's other order: old:S.put > new:prune (read, delete, re-read) > old:T.append."""
+    """The prune race's other order: old:S.put > new:prune (read, delete, re-read) > old:T.append.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
@@ -323,7 +333,8 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
 
 
 def test_A17_filesystem_layout_an_object_its_stamp_and_no_half_bank(tmp_path: Path) -> None:
-    """runs/<id>/banks/<sha256>.tgz beside its stamp; a failed put leaves nothing behind."""
+    """runs/<id>/banks/<sha256>.tgz beside its stamp; a failed put leaves nothing behind.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     store = FilesystemBankStore(tmp_path)
     src, digest = _src(tmp_path, b"data")
     assert store.put("run-1", src, sha256=digest, stamp=STAMP) == f"banks/{digest}.tgz"
@@ -336,7 +347,8 @@ def test_A17_filesystem_layout_an_object_its_stamp_and_no_half_bank(tmp_path: Pa
 
 
 def test_A17_files_are_create_only_an_existing_name_is_never_replaced(tmp_path: Path) -> None:
-    """A put onto a name that exists keeps what is there (create-only, idempotent)."""
+    """A put onto a name that exists keeps what is there (create-only, idempotent).
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     store = FilesystemBankStore(tmp_path)
     src, digest = _src(tmp_path, b"data")
     there = tmp_path / "runs/run-1/banks" / f"{digest}.tgz"
@@ -347,7 +359,8 @@ def test_A17_files_are_create_only_an_existing_name_is_never_replaced(tmp_path: 
 
 
 def test_A17_files_link_into_place_and_a_racing_link_never_replaces(tmp_path: Path) -> None:
-    """Two puts of one name past their existence check: the second's link loses, the first stays."""
+    """Two puts of one name past their existence check: the second's link loses, the first stays.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     store = FilesystemBankStore(tmp_path)
     src, digest = _src(tmp_path, b"data")
     there = tmp_path / "runs/run-1/banks" / f"{digest}.tgz"
@@ -365,7 +378,8 @@ def test_A17_files_link_into_place_and_a_racing_link_never_replaces(tmp_path: Pa
 
 
 def test_A17_a_dead_puts_temp_file_is_removed_by_delete_and_by_sweep(tmp_path: Path) -> None:
-    """A put whose process died leaves a temp file; delete and sweep take it (and legacy ones)."""
+    """A put whose process died leaves a temp file; delete and sweep take it (and legacy ones).
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     store = FilesystemBankStore(tmp_path)
     src, digest = _src(tmp_path, b"data")
     name = store.put("run-1", src, sha256=digest)
@@ -382,7 +396,8 @@ def test_A17_a_dead_puts_temp_file_is_removed_by_delete_and_by_sweep(tmp_path: P
 
 
 def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_files(tmp_path: Path) -> None:
-    """A bank put before objects had names is fetched, stat'ed and listed at its old key."""
+    """A bank put before objects had names is fetched, stat'ed and listed at its old key.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     store = FilesystemBankStore(tmp_path)
     legacy = tmp_path / "runs/run-1/scratch-bank.tgz"
     legacy.parent.mkdir(parents=True)
@@ -397,7 +412,8 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_files(tmp_path: Path) -> 
 
 @pytest.mark.s3
 def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: str, tmp_path: Path) -> None:
-    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata."""
+    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore``."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
     store = S3BankStore(bucket, "/team/x/", client=client)
@@ -412,7 +428,8 @@ def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: 
 
 @pytest.mark.s3
 def test_A17_s3_puts_are_create_only_on_the_real_server(s3_endpoint: str, tmp_path: Path) -> None:
-    """If-None-Match: an object already under the name is never replaced (412 from the server)."""
+    """If-None-Match: an object already under the name is never replaced (412 from the server).
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore``."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
     store = S3BankStore(bucket, client=client)
@@ -428,7 +445,8 @@ def test_A17_s3_puts_are_create_only_on_the_real_server(s3_endpoint: str, tmp_pa
 
 @pytest.mark.s3
 def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_s3(s3_endpoint: str) -> None:
-    """sessions/<run>/scratch.tgz is still fetched for a record that names no object."""
+    """sessions/<run>/scratch.tgz is still fetched for a record that names no object.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore``."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
     store = S3BankStore(bucket, "p", client=client)
@@ -442,7 +460,8 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_s3(s3_endpoint: str) -> N
 
 
 def test_A17_the_checkers_catch_a_store_whose_put_replaces_the_runs_bank(tmp_path: Path) -> None:
-    """A store keeping one bank per run (a put drops the others) fails the contract."""
+    """A store keeping one bank per run (a put drops the others) fails the contract.
+    Proves ``scratchbank.application.ports.BankStore.sweep``."""
 
     class OnePerRun(InMemoryBankStore):
         def put(self, run_id, archive, *, sha256, stamp=None, deadline=None):  # type: ignore[no-untyped-def]
@@ -459,7 +478,8 @@ def test_A17_the_checkers_catch_a_store_whose_put_replaces_the_runs_bank(tmp_pat
 def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
     api: httpx.Client, service: ScratchService, home: Path
 ) -> None:
-    """Finding 1 over HTTP: {"accept_scratch_loss": true} alone is NO_RESTORE_TARGET, nothing written."""
+    """Finding 1 over HTTP: {"accept_scratch_loss": true} alone is NO_RESTORE_TARGET, nothing written.
+    Proves ``scratchbank.application.service.ScratchService.assess``."""
     service.timeline.append(operator_rigs.RUN, [node("measure", "agent")])
     before = tree_digest(home)
     got = api.post(f"/runs/{operator_rigs.RUN}/resume", json={"accept_scratch_loss": True}, headers=AUTH)
@@ -474,7 +494,8 @@ def test_A15_accepting_the_loss_without_a_sandbox_is_refused_and_loses_nothing(
 def test_A19_over_stdio_only_the_consent_naming_the_refusal_forsakes_the_scratch(
     rig: tuple[Path, Path],
 ) -> None:
-    """The SDK's stdio client against `scratchbank mcp`: the assistant's story and bad arguments."""
+    """The SDK's stdio client against `scratchbank mcp`: the assistant's story and bad arguments.
+    Proves ``scratchbank.adapters.mcp_server.judge_consent``."""
     home, target = rig
     params = StdioServerParameters(command=str(EXE), args=["mcp"], env=_env(home, target))
 
@@ -490,7 +511,8 @@ def test_A19_over_stdio_only_the_consent_naming_the_refusal_forsakes_the_scratch
 
 def test_A19_over_streamable_http_behind_the_apis_guards(rig: tuple[Path, Path]) -> None:
     """`scratchbank mcp --http`: no token 401, a foreign Host 421, a foreign Origin refused; with
-    the token the SDK's HTTP client runs the assistant's story."""
+    the token the SDK's HTTP client runs the assistant's story.
+    Proves ``scratchbank.adapters.mcp_server.BearerGuard``."""
     home, target = rig
     proc, base = _start_http(home, target)
     try:
@@ -524,7 +546,8 @@ def test_A19_over_streamable_http_behind_the_apis_guards(rig: tuple[Path, Path])
 
 
 def test_A19_the_consent_name_is_the_refusals_own() -> None:
-    """The name follows the refusal's rule and evidence; bare true and other names count for nothing."""
+    """The name follows the refusal's rule and evidence; bare true and other names count for nothing.
+    Proves ``scratchbank.domain.resume_gate.decide_resume``."""
     r2 = decide_resume(fold([started(), node("a", "tool"), banked(), node("b", "tool")]), ResumeRequest())
     r1 = decide_resume(fold([started(), node("a", "tool"), unbanked()]), ResumeRequest())
     assert consent_name(r2) and consent_name(r1) and consent_name(r2) != consent_name(r1)
@@ -539,7 +562,8 @@ def test_A19_over_stdio_the_human_asked_by_elicitation_gives_the_named_consent(
 ) -> None:
     """A client that declared elicitation: a resume refused for the scratch asks its human; a
     decline (and a cancel) forsakes nothing (the home's checksum holds); an acceptance, which
-    is the refusal's own name, lets the run go on."""
+    is the refusal's own name, lets the run go on.
+    Proves ``scratchbank.adapters.mcp_server.ask_the_human``."""
     home, target = rig
     params = StdioServerParameters(command=str(EXE), args=["mcp"], env=_env(home, target))
     human = Human()
@@ -561,7 +585,7 @@ def test_A19_over_streamable_http_the_human_asked_by_elicitation_gives_the_named
 ) -> None:
     """The same over `scratchbank mcp --http` (the SDK's HTTP client, with the token): the server
     has a channel to ask the human during the call, so a decline and a cancel forsake nothing
-    and the acceptance lets the run go on."""
+    and the acceptance lets the run go on. Proves ``scratchbank.adapters.mcp_server.ask_the_human``."""
     home, target = rig
     proc, base = _start_http(home, target)
     human = Human()
@@ -582,7 +606,8 @@ def test_A19_over_streamable_http_the_human_asked_by_elicitation_gives_the_named
 
 def test_A19_a_human_who_never_answers_forsakes_nothing_past_the_deadline(rig: tuple[Path, Path]) -> None:
     """Elicitation is a call to another process with a deadline (SCRATCHBANK_MCP_ASK_SECONDS):
-    a human who never answers gets the resume refused, and the home's checksum holds."""
+    a human who never answers gets the resume refused, and the home's checksum holds.
+    Proves ``scratchbank.adapters.mcp_server.ask_seconds``."""
     home, target = rig
     env = _env(home, target) | {"SCRATCHBANK_MCP_ASK_SECONDS": "1"}
     params = StdioServerParameters(command=str(EXE), args=["mcp"], env=env)
@@ -611,7 +636,8 @@ def test_A19_a_human_who_never_answers_forsakes_nothing_past_the_deadline(rig: t
 
 
 def test_A19_a_bad_ask_deadline_is_a_named_config_error() -> None:
-    """SCRATCHBANK_MCP_ASK_SECONDS that is not a number of seconds in (0, 86400] is CONFIG_INVALID."""
+    """SCRATCHBANK_MCP_ASK_SECONDS that is not a number of seconds in (0, 86400] is CONFIG_INVALID.
+    Proves ``scratchbank.adapters.mcp_server.ask_seconds``."""
     assert ask_seconds({}) == 300 and ask_seconds({"SCRATCHBANK_MCP_ASK_SECONDS": "2.5"}) == 2.5
     for bad in ("soon", "0", "-1", "nan", "1e9"):
         with pytest.raises(errors.ConfigInvalid, match="SCRATCHBANK_MCP_ASK_SECONDS"):
@@ -648,7 +674,8 @@ def test_A16_C7_staggered_resumes_record_exactly_one_run_resumed_in_every_round(
 
 
 def test_A16_sqlite_racing_processes_get_exactly_one_grant(tmp_path: Path) -> None:
-    """Four processes acquire one run's lock in one SQLite file: exactly one grant."""
+    """Four processes acquire one run's lock in one SQLite file: exactly one grant.
+    Proves ``scratchbank.adapters.run_lock.SqliteRunLock``."""
     ctx = multiprocessing.get_context("spawn")
     path = str(tmp_path / "timeline.locks")
     SqliteRunLock(path)
@@ -660,7 +687,8 @@ def test_A16_sqlite_racing_processes_get_exactly_one_grant(tmp_path: Path) -> No
 
 
 def test_A16_sqlite_a_dead_holders_lease_lapses_and_is_taken_over(tmp_path: Path) -> None:
-    """A process that dies holding the lock blocks nobody past its lease (expiry survives death)."""
+    """A process that dies holding the lock blocks nobody past its lease (expiry survives death).
+    Proves ``scratchbank.adapters.run_lock.SqliteRunLock``."""
     ctx = multiprocessing.get_context("spawn")
     path = str(tmp_path / "timeline.locks")
     proc = ctx.Process(target=_hold_and_die, args=(path, 1.0))
@@ -679,7 +707,8 @@ def test_A16_sqlite_a_dead_holders_lease_lapses_and_is_taken_over(tmp_path: Path
 
 def test_A16_the_runner_hands_its_lease_in_and_never_contends_with_itself() -> None:
     """With the runner's grant handed in, the lock answers that grant for its run (no
-    contention), refreshes through the lease, and leaves releasing it to the runner."""
+    contention), refreshes through the lease, and leaves releasing it to the runner.
+    Proves ``scratchbank.adapters.inprocess.InProcessLease``."""
     lease = InProcessLease(lapse=60.0)
     runner_grant = lease.acquire("run-1", "runner-a")
     assert runner_grant is not None
@@ -696,7 +725,7 @@ def test_A16_the_runner_hands_its_lease_in_and_never_contends_with_itself() -> N
 
 def test_A16_postgres_racing_first_users_create_the_lock_table_once(postgres_url: str) -> None:
     """Eight processes' first calls on a fresh database all get a lock (the table's creation
-    does not collide in the catalog)."""
+    does not collide in the catalog). Proves ``scratchbank.adapters.run_lock.PostgresRunLock``."""
     import threading
 
     import psycopg

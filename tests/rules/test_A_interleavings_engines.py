@@ -2,7 +2,7 @@
 A18 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. They sit apart from test_A_engines.py so that a parallel run (--dist
+tests/rigs/ (named for what they hold). They sit apart from test_A_engines.py so that a parallel run (--dist
 loadfile) can give their minutes to a worker of their own."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rigs.interleavings import (
+from rigs.explorer_worlds import (
     EXHAUSTIVE,
     SEED,
     SQLITE_SCHEDULES,
@@ -40,28 +40,33 @@ from scratchbank.testing.interleavings import (
 
 
 def test_A18_teardowns_of_an_older_and_a_newer_sandbox_never_revert_the_newer(world: World) -> None:
-    """A18: every interleaving of the old sandbox's late teardown and the newer one's."""
+    """A18: every interleaving of the old sandbox's late teardown and the newer one's.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     none_found(explore_scenario(world, Scenario("resumed", ("old", "new")), EXHAUSTIVE))
 
 
 def test_A16_an_engine_resume_never_goes_on_while_the_first_teardown_banks(world: World) -> None:
-    """A16/R10: every interleaving of the first teardown and an engine-side execution."""
+    """A16/R10: every interleaving of the first teardown and an engine-side execution.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     none_found(explore_scenario(world, Scenario("fresh", ("old", "exec")), EXHAUSTIVE))
 
 
 def test_A16_racing_resumes_run_one_execution(world: World) -> None:
-    """A16/C7: every interleaving of two resumes of one parked run: one runs."""
+    """A16/C7: every interleaving of two resumes of one parked run: one runs.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     none_found(explore_scenario(world, Scenario("parked", ("resume", "exec")), EXHAUSTIVE))
 
 
 def test_A17_a_late_teardown_and_a_resume_never_destroy_the_recorded_bank(world: World) -> None:
-    """A17: every interleaving of a late teardown of the old sandbox and a resume."""
+    """A17: every interleaving of a late teardown of the old sandbox and a resume.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     none_found(explore_scenario(world, Scenario("parked", ("old", "resume")), EXHAUSTIVE))
 
 
 def test_A16_A17_A18_three_actors_random_schedules_on_sqlite(fast_dir: Path) -> None:
     """A16-A18, C3-C5: SQLITE_SCHEDULES distinct three-actor schedules drawn at random on
-    the SQLite timeline and lock (another seed), shared out over two processes."""
+    the SQLite timeline and lock (another seed), shared out over two processes.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     found = keep(sample_in_parallel(fast_dir, THREE, schedules=SQLITE_SCHEDULES, seed=SEED + 1000))
     assert found.schedules >= SQLITE_SCHEDULES, f"only {found.schedules} drawn of {SQLITE_SCHEDULES}"
     assert found.violations == 0, found.report()
@@ -70,7 +75,8 @@ def test_A16_A17_A18_three_actors_random_schedules_on_sqlite(fast_dir: Path) -> 
 def test_A16_a_planted_fence_removal_is_found_and_named(world: World) -> None:
     """A16: with the fences removed (the timeline's claim by position, and the run's lock
     where the service takes one) the explorer reports a violation, names the schedule
-    that found it, and that schedule replays to the same violation."""
+    that found it, and that schedule replays to the same violation.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     world.wrap_timeline = _Unfenced
     world.wrap_lock = _AlwaysGrants
     scenario = Scenario("parked", ("resume", "exec"))
@@ -86,7 +92,8 @@ def test_A16_a_planted_fence_removal_is_found_and_named(world: World) -> None:
 def test_A16_on_postgresql_an_engine_resume_never_goes_on_while_the_first_teardown_banks(
     fast_dir: Path, postgres_url: str
 ) -> None:
-    """A16/R10 on a PostgreSQL timeline (a fresh database): every interleaving."""
+    """A16/R10 on a PostgreSQL timeline (a fresh database): every interleaving.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     with filesystem_world(fast_dir, fresh_database(postgres_url)) as world:
         none_found(explore_scenario(world, Scenario("fresh", ("old", "exec")), EXHAUSTIVE))
 
@@ -102,7 +109,7 @@ def test_A16_a_real_process_killed_at_each_pause_point(
     """A16: the victim runs in a real process SIGKILLed at each of its pause points in
     turn; the others then run and the model holds (the victim's sandbox is lost, the
     timeline and the store stay usable). Green before and after the fixes: the others
-    run after the kill, never beside it."""
+    run after the kill, never beside it. Proves ``scratchbank.application.run_lock.start_run``."""
     url = f"sqlite:///{fast_dir}/timeline.db"
     with filesystem_world(fast_dir, url) as world:
         none_found(explore_kills(world, url, scenario, victim))
@@ -110,7 +117,8 @@ def test_A16_a_real_process_killed_at_each_pause_point(
 
 def test_A16_the_search_checks_one_schedule_per_class_of_equivalent_interleavings() -> None:
     """A16 (the explorer's own proof): independent calls commute (one schedule), calls
-    that conflict are interleaved every way (C(4, 2) = 6 for two writers of two calls)."""
+    that conflict are interleaved every way (C(4, 2) = 6 for two writers of two calls).
+    Proves ``scratchbank.application.run_lock.start_run``."""
     assert _toy({"p": "one", "q": "two"}, 3, "write") == 1
     assert _toy({"p": "one", "q": "one"}, 3, "read") == 1
     assert _toy({"p": "one", "q": "one"}, 2, "write") == 6
@@ -118,7 +126,8 @@ def test_A16_the_search_checks_one_schedule_per_class_of_equivalent_interleaving
 
 
 def test_A16_random_schedules_are_reproducible_from_their_seed(world: World) -> None:
-    """A16 (the explorer's own proof): the same seed draws the same schedules."""
+    """A16 (the explorer's own proof): the same seed draws the same schedules.
+    Proves ``scratchbank.application.run_lock.start_run``."""
     scenario = Scenario("fresh", ("old", "resume", "sweep"))
     first = explore_random(
         "a", lambda c: run_one(world, scenario, c), Bounds(max_faults=2), 3, schedules=15, seed=7
@@ -133,7 +142,8 @@ def test_A16_random_schedules_are_reproducible_from_their_seed(world: World) -> 
 def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execution(world: World) -> None:
     """A18/A16 (issue 18, class 1): the first teardown's first read fails (a blip), a newer
     execution tries to run and bank, then the teardown goes on: nothing is reverted (R2)
-    and nothing is lost in silence (the execution waits for the teardown's lock: A16)."""
+    and nothing is lost in silence (the execution waits for the teardown's lock: A16).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     trace, violations = run_one(
         world, Scenario("fresh", ("old", "exec")), _first_then("old", Fault.RAISE, "exec")
     )
@@ -143,7 +153,8 @@ def test_A18_a_teardown_whose_first_read_failed_never_records_over_a_newer_execu
 def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -> None:
     """A16 (the explorer's own proof): schedules whose actors die at their pause points,
     holding the run's lock or not, end with as many threads as they started with (a dead
-    actor's thread unwinds; no grant is kept alive once its schedule is checked)."""
+    actor's thread unwinds; no grant is kept alive once its schedule is checked).
+    Proves ``scratchbank.application.run_lock.start_run``."""
     _no_thread_left(
         world, (Scenario("fresh", ("old", "exec", "resume")), Scenario("parked", ("old", "resume", "exec")))
     )

@@ -2,18 +2,18 @@
 C10 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from rigs.lock_flows import NEW, OLD, RUN, Rig
-from rigs.resume_use_case import World, interloped
-from rigs.runner_claims import _after, _parked_and_banked, _WritesFirst
-from rigs.runner_deliveries import _QueuesBeforeClaim
-from rigs.surface_error_table import CONSENT_FORMS, _refusals
+from rigs.claiming_runner import _after, _parked_and_banked, _WritesFirst
+from rigs.consent_forms import CONSENT_FORMS, _refusals
+from rigs.delivery_timelines import _QueuesBeforeClaim
+from rigs.gated_runs import NEW, OLD, RUN, Rig
+from rigs.resume_world import World, interloped
 from runner_rigs import ACCEPT, RecordingInbound, checksum, make_rig, queue_resume, types
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
@@ -75,6 +75,8 @@ def test_C8_an_in_process_resume_locks_and_checks_before_its_pause_path_writes()
 
 
 def test_C7_a_resume_that_lost_its_claim_to_another_resume_writes_nothing() -> None:
+    """A resume that lost its claim to another resume writes nothing:
+    ``scratchbank.application.resume.resume``."""
     w, timeline = interloped([])
     records, banks = timeline.read("run-1"), w.store.objects("run-1")
     timeline.cut_in = [resumed("other")]
@@ -88,7 +90,8 @@ def test_C7_a_resume_that_lost_its_claim_to_another_resume_writes_nothing() -> N
 
 def test_C7_a_conflict_that_took_nothing_is_read_and_decided_again() -> None:
     """Another writer appended a finish in the sandbox after the bank: deciding again
-    on what the timeline now holds refuses R2, where a blind retry would restore."""
+    on what the timeline now holds refuses R2, where a blind retry would restore.
+    Proves ``scratchbank.application.resume.resume``."""
     w, timeline = interloped([node("measure", "agent")])
     box = FakeSandbox({})
     out = resume("run-1", ResumeRequest(), timeline=timeline, store=w.store, sandbox=box)
@@ -97,6 +100,7 @@ def test_C7_a_conflict_that_took_nothing_is_read_and_decided_again() -> None:
 
 
 def test_C7_a_teardown_recorded_first_is_decided_on_again() -> None:
+    """A teardown recorded first is decided on again: ``scratchbank.application.resume.resume``."""
     w, timeline = interloped([])
     other = World()
     other.park({"newer": b"bank"})
@@ -111,6 +115,8 @@ def test_C7_a_teardown_recorded_first_is_decided_on_again() -> None:
 
 
 def test_C7_fencing_a_resume_whose_run_was_taken_after_its_claim_writes_nothing_more() -> None:
+    """Fencing a resume whose run was taken after its claim writes nothing more:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
 
@@ -127,6 +133,8 @@ def test_C7_fencing_a_resume_whose_run_was_taken_after_its_claim_writes_nothing_
 
 
 def test_C7_a_claim_whose_write_landed_but_failed_on_the_way_back_is_not_written_twice() -> None:
+    """A claim whose write landed but failed on the way back is not written twice:
+    ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
 
@@ -181,7 +189,8 @@ def test_C6_a_resume_that_loses_its_claim_after_the_restore_writes_no_record_run
     tmp_path: Path,
 ) -> None:
     """Another writer appends between the resume's claim and its restore record: the restore
-    record is not written, the engine does not run, the teardown does not bank; acked."""
+    record is not written, the engine does not run, the teardown does not bank; acked.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl, rig = _parked_and_banked(tmp_path)
     theirs = RunResumed(attempt="cli")
     rig.timeline = _WritesFirst(tl, ScratchRestored, [theirs])
@@ -200,7 +209,8 @@ def test_C6_a_resume_that_loses_its_claim_after_the_restore_writes_no_record_run
 
 
 def test_C6_delivery_published_before_the_last_queue_is_acked_with_nothing_written(tmp_path: Path) -> None:
-    """An older attempt's delivery is dropped on admission: acked, the timeline unchanged."""
+    """An older attempt's delivery is dropped on admission: acked, the timeline unchanged.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1", accept_scratch_loss=True)])
@@ -214,7 +224,8 @@ def test_C6_delivery_published_before_the_last_queue_is_acked_with_nothing_writt
 
 
 def test_C4_redelivery_after_the_claim_lends_no_consent(tmp_path: Path) -> None:
-    """The attempt was claimed by a runner that died: its consent is not applied again."""
+    """The attempt was claimed by a runner that died: its consent is not applied again.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="tar failed")
@@ -228,7 +239,8 @@ def test_C4_redelivery_after_the_claim_lends_no_consent(tmp_path: Path) -> None:
 
 
 def test_C5_the_claiming_delivery_applies_its_own_consents(tmp_path: Path) -> None:
-    """Queued for a1 with the loss accepted: the delivery claims a1 and goes on (R13)."""
+    """Queued for a1 with the loss accepted: the delivery claims a1 and goes on (R13).
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="tar failed")
@@ -245,7 +257,8 @@ def test_C5_the_claiming_delivery_applies_its_own_consents(tmp_path: Path) -> No
 
 
 def test_C6_a_claim_lost_to_a_newer_attempt_writes_nothing(tmp_path: Path) -> None:
-    """A newer attempt is queued between the runner's read and its claim: acked, no claim."""
+    """A newer attempt is queued between the runner's read and its claim: acked, no claim.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1")])
@@ -258,7 +271,8 @@ def test_C6_a_claim_lost_to_a_newer_attempt_writes_nothing(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("consents", [Consents(), ACCEPT])
 def test_C3_a_consent_is_not_kept_for_the_next_resume(tmp_path: Path, consents: Consents) -> None:
-    """The queued attempt's consent is not lent to a later attempt queued without one."""
+    """The queued attempt's consent is not lent to a later attempt queued without one.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="tar failed")
@@ -274,7 +288,8 @@ def test_C3_a_consent_is_not_kept_for_the_next_resume(tmp_path: Path, consents: 
 def test_C7_the_claim_is_the_first_write_from_the_status_read_and_the_run_reads_running(
     tmp_path: Path,
 ) -> None:
-    """Nothing of the resume is written before the claim; from the claim on the run is running."""
+    """Nothing of the resume is written before the claim; from the claim on the run is running.
+    Proves ``scratchbank.adapters.reference_engine.Node``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl, workflow=(Node("wait", "tool", "true"), Node("gate", "human")))
     tl.append("run-1", [RunStarted(), RunStatusChanged(status=RunStatus.PAUSED), AttemptQueued(attempt="a1")])
@@ -300,7 +315,8 @@ def test_C10_each_refusal_kinds_remedy_names_the_consent_in_its_surfaces_form(
     surface: str, kind: str
 ) -> None:
     """The one remedy, per refusal kind: flags on the CLI, JSON fields over HTTP, the tool's
-    arguments over MCP, Python names in the library; never another surface's form."""
+    arguments over MCP, Python names in the library; never another surface's form.
+    Proves ``scratchbank.domain.remedy.remedy``."""
     decision, scratch, force = _refusals()[kind]
     hint = remedy(decision, surface)  # type: ignore[arg-type]
     accept, forced = CONSENT_FORMS[surface]

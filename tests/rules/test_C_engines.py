@@ -2,7 +2,7 @@
 C10 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -15,28 +15,20 @@ import pytest
 from nats_server import nats_url  # noqa: F401 - a fixture
 from operator_rigs import RUN, TOKEN, served
 from race_workers import FILES
-from rigs import runner_exactly_once
+from rigs import lossy_runner
 from rigs.http_api import (
     AUTH,
     api,  # noqa: F401 - a fixture
     home,  # noqa: F401 - a fixture
     service,  # noqa: F401 - a fixture
 )
-from rigs.races import (
-    COUNTS,
-    ROUNDS,
-    SHAPES,
-    race,
-    racers,  # noqa: F401 - a fixture
-    store_url,  # noqa: F401 - a fixture
-)
-from rigs.runner_exactly_once import (
+from rigs.lossy_runner import (
     UNBANKED,
     LosesReply,
     MovesBeforeQueue,
     store_under,  # noqa: F401 - a fixture
 )
-from rigs.surface_queue import (
+from rigs.queue_deployment import (
     ENGINE_REFUSES,
     _append,
     _handled,
@@ -44,6 +36,14 @@ from rigs.surface_queue import (
     _resume,
     _run,
     deployment,  # noqa: F401 - a fixture
+)
+from rigs.racing_processes import (
+    COUNTS,
+    ROUNDS,
+    SHAPES,
+    race,
+    racers,  # noqa: F401 - a fixture
+    store_url,  # noqa: F401 - a fixture
 )
 from runner_rigs import ACCEPT, checksum, make_rig, queue_resume
 
@@ -85,7 +85,8 @@ def test_C9_refusal_body_with_hint_and_also_needs_force(api: httpx.Client, servi
 
 
 def test_C9_A9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, service: ScratchService) -> None:
-    """C9, A9: a call that had --force is told to keep it."""
+    """C9, A9: a call that had --force is told to keep it.
+    Proves ``scratchbank.domain.resume_gate.ResumeDecision.keep_force``."""
     service.timeline.append(RUN, [node("measure", "agent")])
     body = api.post(f"/runs/{RUN}/resume", json={"source_changed": True, "force": True}, headers=AUTH).json()
     assert (
@@ -102,6 +103,8 @@ def test_C9_A9_a_call_that_had_force_is_told_to_keep_it(api: httpx.Client, servi
 def test_C7_exactly_one_racer_claims_the_run_and_the_others_write_nothing(
     racers: tuple[Any, Any, Any], store_url: str, tmp_path: Path, resumes: int, teardowns: int
 ) -> None:
+    """Exactly one racer claims the run and the others write nothing:
+    ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     backend = store_url.split(":", 1)[0]
     counts = COUNTS.setdefault(f"{backend} {resumes}r+{teardowns}t", {})
     for _ in range(ROUNDS):
@@ -138,15 +141,16 @@ def test_C4_a_claim_whose_reply_was_lost_keeps_its_consent(
     tmp_path: Path, store_under: Timeline | None
 ) -> None:
     """The claim committed but its reply was lost: read, found ours, carried on with the delivery's
-    consent (the loss accepted), never refused R2 and never left `running` with nobody on it."""
+    consent (the loss accepted), never refused R2 and never left `running` with nobody on it.
+    Proves ``scratchbank.domain.errors.TimelineWriteFailed``."""
     tl = LosesReply(AttemptClaimed, landed=True, inner=store_under)
     rig = make_rig(tmp_path, tl)
-    tl.append(runner_exactly_once.RUN, [RunStarted(), UNBANKED])
-    queue_resume(tl, rig.queue, runner_exactly_once.RUN, "a1", ACCEPT)
+    tl.append(lossy_runner.RUN, [RunStarted(), UNBANKED])
+    queue_resume(tl, rig.queue, lossy_runner.RUN, "a1", ACCEPT)
     handled = rig.runner().run_once(1)
     assert tl.fired
     assert handled is not None and handled.handled is Handled.RAN, handled and handled.detail
-    records = tl.read(runner_exactly_once.RUN)
+    records = tl.read(lossy_runner.RUN)
     assert [r.attempt for r in records if isinstance(r, AttemptClaimed)] == ["a1"]
     assert not [r for r in records if isinstance(r, ResumeRefused)]
     accepted = [r for r in records if isinstance(r, ScratchRestored)]
@@ -157,18 +161,19 @@ def test_C4_a_claim_that_did_not_land_is_claimed_again_with_its_consent(
     tmp_path: Path, store_under: Timeline | None
 ) -> None:
     """The claim's write failed before it committed: nothing landed, the delivery comes back and
-    claims with its consent (the records say the run is still queued for it)."""
+    claims with its consent (the records say the run is still queued for it).
+    Proves ``scratchbank.domain.errors.TimelineWriteFailed``."""
     tl = LosesReply(AttemptClaimed, landed=False, inner=store_under)
     rig = make_rig(tmp_path, tl)
-    tl.append(runner_exactly_once.RUN, [RunStarted(), UNBANKED])
-    queue_resume(tl, rig.queue, runner_exactly_once.RUN, "a1", ACCEPT)
+    tl.append(lossy_runner.RUN, [RunStarted(), UNBANKED])
+    queue_resume(tl, rig.queue, lossy_runner.RUN, "a1", ACCEPT)
     runner = rig.runner()
     first = runner.run_once(1)
     assert first is not None and first.handled is Handled.REDELIVER, first.detail
-    assert not [r for r in tl.read(runner_exactly_once.RUN) if isinstance(r, AttemptClaimed)]
+    assert not [r for r in tl.read(lossy_runner.RUN) if isinstance(r, AttemptClaimed)]
     second = runner.run_once(5)
     assert second is not None and second.handled is Handled.RAN, second.detail
-    accepted = [r for r in tl.read(runner_exactly_once.RUN) if isinstance(r, ScratchRestored)]
+    accepted = [r for r in tl.read(lossy_runner.RUN) if isinstance(r, ScratchRestored)]
     assert accepted and accepted[0].accepted
 
 
@@ -183,44 +188,46 @@ def test_C6_a_queue_judged_before_a_resume_claimed_queues_nothing() -> None:
     from scratchbank.domain.records import RunResumed
 
     tl = MovesBeforeQueue([RunResumed(attempt="other")])
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
     with pytest.raises(TimelineConflict):
-        service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
-    assert [r.WIRE for r in tl.read(runner_exactly_once.RUN)] == ["run_started", "run_resumed"]
+        service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
+    assert [r.WIRE for r in tl.read(lossy_runner.RUN)] == ["run_started", "run_resumed"]
     assert queue.fetch(0.01) is None
 
 
 def test_C5_an_attempt_queued_whose_reply_was_lost_is_settled_by_reading_and_published() -> None:
-    """attempt_queued committed but its reply was lost: read, found ours, published once."""
+    """attempt_queued committed but its reply was lost: read, found ours, published once.
+    Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     tl = LosesReply(AttemptQueued, landed=True)
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
-    queued = service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+    queued = service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert tl.fired and queued.attempt == "a1"
     inbound = queue.fetch(0.01)
     assert inbound is not None and inbound.delivery.attempt == "a1"
-    assert [r.WIRE for r in tl.read(runner_exactly_once.RUN)] == ["run_started", "attempt_queued"]
+    assert [r.WIRE for r in tl.read(lossy_runner.RUN)] == ["run_started", "attempt_queued"]
 
 
 def test_C5_a_reused_attempt_id_is_refused_by_name_and_changes_nothing() -> None:
     """A caller-supplied attempt id this run was already queued for: ATTEMPT_REUSED, nothing
-    written, nothing published (the stream would de-duplicate it silently)."""
+    written, nothing published (the stream would de-duplicate it silently).
+    Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     from scratchbank.domain.errors import AttemptReused
 
     tl = InMemoryTimeline()
-    tl.append(runner_exactly_once.RUN, [RunStarted()])
+    tl.append(lossy_runner.RUN, [RunStarted()])
     queue = InProcessQueue()
     service = ScratchService(tl, InMemoryBankStore(), queue=queue)
-    service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+    service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert queue.fetch(0.01) is not None
-    before = checksum(tl, runner_exactly_once.RUN)
+    before = checksum(tl, lossy_runner.RUN)
     with pytest.raises(AttemptReused) as refused:
-        service.queue_resume(runner_exactly_once.RUN, ResumeRequest(), attempt="a1")
+        service.queue_resume(lossy_runner.RUN, ResumeRequest(), attempt="a1")
     assert refused.value.code == "ATTEMPT_REUSED"
-    assert checksum(tl, runner_exactly_once.RUN) == before and queue.fetch(0.01) is None
+    assert checksum(tl, lossy_runner.RUN) == before and queue.fetch(0.01) is None
 
 
 # ---- from tests/test_surface_queue.py: The operator surfaces publish resumes onto the runner's queue (issue #13 item 1).
@@ -247,7 +254,8 @@ def test_C2_http_resume_carries_this_calls_consent_to_the_runner_and_the_run_goe
     deployment: dict[str, Any],
 ) -> None:
     """POST /resume with accept_scratch_loss over a queue: 202; the delivery carries the
-    consent (C2, C3), the detached runner claims and the run goes on on the bank as it was."""
+    consent (C2, C3), the detached runner claims and the run goes on on the bank as it was.
+    Proves ``scratchbank.adapters.bootstrap.bootstrap``."""
     d, run = deployment, _run()
     _append(d["home"], run, list(ENGINE_REFUSES))
     service = bootstrap(settings_from({"SCRATCHBANK_HOME": str(d["home"]), "SCRATCHBANK_QUEUE": d["url"]}))

@@ -2,7 +2,7 @@
 file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. They sit apart from test_C_engines.py so that a parallel run (--dist
+tests/rigs/ (named for what they hold). They sit apart from test_C_engines.py so that a parallel run (--dist
 loadfile) can give their minutes to a worker of their own."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rigs.interleavings import (
+from rigs.explorer_worlds import (
     RUNNER,
     RUNNER_SCHEDULES,
     SEED,
@@ -28,7 +28,8 @@ def test_C4_L4_A16_a_runner_delivery_and_the_sweeper_among_three_actors(runner_w
     """C4, L4, A16-A18 (issue 19): RUNNER_SCHEDULES random three-actor schedules (seeded,
     up to two faults) of a runner's delivery, the outbox sweeper, teardowns and resumes:
     no silent revert, the recorded bank kept, one execution at a time, a lost claim reply
-    keeps its consent, no run left queued once the sweeper runs."""
+    keeps its consent, no run left queued once the sweeper runs.
+    Proves ``scratchbank.application.runner.Runner.handle``."""
     found = keep(sample_scenarios(runner_world, RUNNER, schedules=RUNNER_SCHEDULES, seed=SEED))
     assert found.schedules >= RUNNER_SCHEDULES
     assert found.violations == 0, found.report()
@@ -42,7 +43,8 @@ def test_C4_a_planted_guess_of_a_lost_claim_reply_is_found(
     the explorer finds the claim that drops its consent, by the schedule
     ``deliver:timeline.read > deliver:lease.acquire > deliver:timeline.read >
     deliver:timeline.append!lost > ...`` (the claim landed, its reply lost; the
-    redelivery reads it claimed and lends no consent)."""
+    redelivery reads it claimed and lends no consent).
+    Proves ``scratchbank.application.fencing.settle_append``."""
     from scratchbank.application import fencing
 
     scenario = Scenario("queued!", ("deliver",))

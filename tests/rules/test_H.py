@@ -2,7 +2,7 @@
 The pure tier's tests of H1, H7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from rigs.cancellation import HUNG
-from rigs.exec_pump import (
+from rigs.scripted_transport import (
     EXEC_PARTS,
+    HUNG,
     Recording,
     Scripted,
     Stalled,
@@ -33,7 +33,8 @@ from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 
 
 def test_H7_a_thread_started_in_a_scope_is_joined_at_its_exit() -> None:
-    """The body returns before its thread: the exit waits for the thread to end."""
+    """The body returns before its thread: the exit waits for the thread to end.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     release, ended = threading.Event(), threading.Event()
 
     def work() -> None:
@@ -48,7 +49,8 @@ def test_H7_a_thread_started_in_a_scope_is_joined_at_its_exit() -> None:
 
 
 def test_H7_a_scope_deadline_cancels_its_children() -> None:
-    """The deadline passes: the scope's cancel is cut, its hooks run, a nested scope is cut."""
+    """The deadline passes: the scope's cancel is cut, its hooks run, a nested scope is cut.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     cut = threading.Event()
     with CancelScope(0.05, name="outer") as outer:
         outer.on_cut(cut.set)
@@ -61,7 +63,8 @@ def test_H7_a_scope_deadline_cancels_its_children() -> None:
 
 
 def test_H7_an_outer_cancel_cuts_the_scope_at_once() -> None:
-    """A run context (the deadline's Cancel) cancelled: the scope and its deadline are cut."""
+    """A run context (the deadline's Cancel) cancelled: the scope and its deadline are cut.
+    Proves ``scratchbank.application.cancellation.Cancel``."""
     run_context = Cancel()
     with CancelScope(Deadline.after(3600.0, run_context), name="s") as scope:
         waiter = scope.start(lambda: scope.cancel.wait(HUNG), "waiter")
@@ -71,7 +74,8 @@ def test_H7_an_outer_cancel_cuts_the_scope_at_once() -> None:
 
 
 def test_H7_nested_scopes_an_inner_cut_stays_inner_an_outer_cut_reaches_down() -> None:
-    """Cutting an inner scope leaves the outer one running; cutting the outer cuts the inner."""
+    """Cutting an inner scope leaves the outer one running; cutting the outer cuts the inner.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     with CancelScope(60.0, name="outer") as outer:
         with CancelScope(parent=outer, name="inner") as inner:
             inner.cut("done here")
@@ -84,7 +88,8 @@ def test_H7_nested_scopes_an_inner_cut_stays_inner_an_outer_cut_reaches_down() -
 
 
 def test_H7_a_scope_exited_by_an_exception_cuts_and_still_joins() -> None:
-    """The body raises: the scope cuts (its threads see it) and joins them before the raise."""
+    """The body raises: the scope cuts (its threads see it) and joins them before the raise.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     threads: list[threading.Thread] = []
     scope = CancelScope(3600.0, name="s")
 
@@ -101,7 +106,8 @@ def test_H7_a_scope_exited_by_an_exception_cuts_and_still_joins() -> None:
 def test_H7_a_thread_that_will_not_stop_is_named_never_leaked_silently(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A thread that ignores the cut outlives the grace: the scope names it and logs it."""
+    """A thread that ignores the cut outlives the grace: the scope names it and logs it.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     stubborn = threading.Event()
     with CancelScope(0.01, name="s", grace=0.05) as scope:
         thread = scope.start(lambda: stubborn.wait(HUNG), "stubborn")
@@ -114,7 +120,8 @@ def test_H7_a_thread_that_will_not_stop_is_named_never_leaked_silently(
 
 
 def test_H7_the_deadline_timer_is_joined_too() -> None:
-    """No thread of the scope's own (its deadline timer) is left after the exit."""
+    """No thread of the scope's own (its deadline timer) is left after the exit.
+    Proves ``scratchbank.application.cancellation.CancelScope``."""
     before = threading.active_count()
     with CancelScope(3600.0, name="s"):
         pass
@@ -125,7 +132,8 @@ def test_H7_the_deadline_timer_is_joined_too() -> None:
 
 
 def test_H7_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(no_thread_left: None) -> None:
-    """Every byte in, stdout to the sink, stderr as its tail, the exec's own status."""
+    """Every byte in, stdout to the sink, stderr as its tail, the exec's own status.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     exec_ = Scripted([(STDOUT, b"out"), (STDERR, b"err")], code=3)
     sink = Bounded(100, "test")
     done = drive(exec_, io.BytesIO(b"x" * 5000), sink, Deadline.after(HUNG))
@@ -135,7 +143,8 @@ def test_H7_the_pump_feeds_stdin_drains_both_channels_and_returns_the_exit_code(
 
 
 def test_H7_a_call_returns_at_its_deadline_whatever_holds_its_output(no_thread_left: None) -> None:
-    """A detached child holds the output open: the deadline cuts, the call says so by name."""
+    """A detached child holds the output open: the deadline cuts, the call says so by name.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     exec_ = Scripted([(STDOUT, b"partial")], hold=True)
     with pytest.raises(StreamBroken, match="deadline"):
         drive(exec_, None, Bounded(100, "test"), Deadline.after(0.1))
@@ -154,7 +163,8 @@ def test_H1_output_past_its_bound_cuts_the_exec_and_raises_its_own_name(no_threa
 
 
 def test_H7_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thread_left: None) -> None:
-    """A restore refused early: the verdict's source is told, the feeder ends with the call."""
+    """A restore refused early: the verdict's source is told, the feeder ends with the call.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     source = Stalled(b"frame")
     exec_ = Scripted([(STDOUT, b"refused")], code=21)
     done = drive(exec_, source, Bounded(100, "t"), Deadline.after(3600.0))
@@ -162,21 +172,23 @@ def test_H7_a_source_waiting_on_the_host_is_abandoned_when_the_exec_ends(no_thre
 
 
 def test_H7_a_peer_that_stops_reading_does_not_hold_the_call(no_thread_left: None) -> None:
-    """The exec exits without reading stdin: the blocked send is released, its status stands."""
+    """The exec exits without reading stdin: the blocked send is released, its status stands.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     exec_ = Scripted([(STDERR, b"no space")], reads=False, code=1)
     done = drive(exec_, io.BytesIO(b"z" * 100), None, Deadline.after(3600.0))
     assert done.exit_code == 1 and exec_.cuts == 0
 
 
 def test_H7_no_transport_keeps_its_own_feeder() -> None:
-    """local, Docker/Podman and Kubernetes start no thread of their own: the pump's scope does."""
+    """local, Docker/Podman and Kubernetes start no thread of their own: the pump's scope does.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     root = Path(adapters_pkg.__file__).parent
     for name in ("local_sandbox.py", "docker_sandbox.py", "k8s_sandbox.py", "watchdog.py"):
-        banned = {"Thread", "Feeder"} | ({"Timer"} if name != "watchdog.py" else set())
+        banned = {"Thread", "Feeder", "Timer"}
         tree = ast.parse((root / name).read_text())
         named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
         named |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        assert not banned & named, name  # the stores' Watchdog keeps its deadline timer
+        assert not banned & named, name  # a Watchdog's cut is an alarm on alarms.py's one thread
 
 
 def test_H7_what_to_run_is_one_Exec_value_no_transport_or_proxy_repeats_its_signature() -> None:
@@ -195,7 +207,8 @@ def test_H7_what_to_run_is_one_Exec_value_no_transport_or_proxy_repeats_its_sign
 
 def test_H7_a_proxy_forwards_the_Exec_whole_and_overrides_only_what_it_changes() -> None:
     """The hostile kit over a forwarding base: the call's Exec reaches the transport with
-    its streams, user, deadline and token; only the source is shadowed, never the reaper's."""
+    its streams, user, deadline and token; only the source is shadowed, never the reaper's.
+    Proves ``scratchbank.adapters.exec_output.Bounded``."""
     from scratchbank.testing.hostile import HostileSandbox
 
     inner = Recording(fail=True)

@@ -3,7 +3,7 @@ The engines tier's tests of H1, H2, H3, H4, H5, H6, H7 (tests/tiers.py: a file o
 its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import attrs
 import pytest
 from hostile import end, gz, member, ustar
-from rigs.escape_sandbox import fingerprint, restore
 from rigs.hostile_sandbox import (
     TRANSPORTS,
     _pid1_idle,
@@ -22,7 +21,8 @@ from rigs.hostile_sandbox import (
     files,
 )
 from rigs.real_sandboxes import CONTAINERS, Rig, rig
-from rigs.sandboxes import frozen
+from rigs.sandbox_probes import frozen
+from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
 from scratchbank.adapters.scripted import Exec
@@ -36,7 +36,8 @@ from scratchbank.testing.hostile import HostileSandbox, flood, shadow
 # -- 1. a listing, a staging and list_scratch bounded by what the host expects --------------
 def test_H1_a_listing_that_floods_past_the_manifest_is_refused_and_changes_nothing(box: Rig) -> None:
     """The restore's listing step printing far more than two entries can take: a named
-    refusal in the sandbox (X4, SANDBOX_OUTPUT_OVER_BOUND), the scratch as it was."""
+    refusal in the sandbox (X4, SANDBOX_OUTPUT_OVER_BOUND), the scratch as it was.
+    Proves ``scratchbank.application.resume.resume``."""
     box.sh(f"rm -rf {box.scratch}; mkdir -p {box.scratch} && echo mine > {box.scratch}/keep")
     before = fingerprint(box)
     hostile = HostileSandbox(box.sandbox, shadow("cat", after=flood(2 << 20), only_with_args=True))
@@ -61,7 +62,7 @@ def test_H1_list_scratch_past_its_bound_is_a_named_refusal(box: Rig) -> None:
 # -- 2. steps that should print nothing; stderr tails; text into records -------------------
 def test_H2_a_step_that_should_print_nothing_is_cut_past_a_few_KiB(box: Rig) -> None:
     """The continue step (no stdout sink) whose ``rm`` prints 2 MiB: a named refusal, the
-    host holds no more than the bound."""
+    host holds no more than the bound. Proves ``scratchbank.application.ports.Sandbox.continue_processes``."""
     hostile = HostileSandbox(box.sandbox, shadow("kill", before=flood(2 << 20)))
     with pytest.raises(OutputOverBound) as caught:
         hostile.continue_processes()
@@ -90,7 +91,7 @@ def test_H2_stderr_is_a_capped_tail_and_reaches_a_record_escaped_and_cut(box: Ri
 def test_H3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str, tmp_path: Path) -> None:
     """An unprivileged workload links the old fixed watchdog flag (and a few other names
     a script could use) to a root-owned file of a host directory mounted in: quiesce and
-    continue (as root) leave it byte for byte."""
+    continue (as root) leave it byte for byte. Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     victim = tmp_path / "victim"
     victim.write_bytes(b"root-owned file of the host, 37 bytes")
     victim.chmod(0o600)
@@ -107,7 +108,8 @@ def test_H3_the_quiesce_as_root_never_follows_a_link_planted_in_tmp(engine: str,
 @pytest.mark.parametrize("engine", CONTAINERS)
 def test_H4_a_process_named_to_look_stopped_is_read_as_running(engine: str) -> None:
     """A root writer whose name is ``w) T 1`` and a newline, quiesced by a non-root user
-    that cannot stop it: read from ``State:`` it runs, so the bank is unquiesced."""
+    that cannot stop it: read from ``State:`` it runs, so the bank is unquiesced.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.spawn``."""
     with rig(engine) as r:
         path = f"{r.scratch}/forged"
         r.sh(f"mkdir -p {r.scratch}")
@@ -143,7 +145,8 @@ def test_H5_a_pid_1_named_sleep_that_writes_is_not_proven_idle(engine: str) -> N
 
 
 def test_H5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
-    """The other side: a PID 1 that sleeps and writes nothing is proven idle."""
+    """The other side: a PID 1 that sleeps and writes nothing is proven idle.
+    Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     report = box.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
     box.sandbox.continue_processes()
     assert report.quiesced, report
@@ -151,14 +154,16 @@ def test_H5_an_idle_pid_1_is_still_quiesced(box: Rig) -> None:
 
 def test_H5_an_idle_pid_1_is_proven_over_its_window_not_a_fixed_wait() -> None:
     """PID 1 unmoved: proven idle once 0.2 s have passed since its first read (the stop rounds
-    count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown."""
+    count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown.
+    Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     rc, sleeps, report = _pid1_idle("wchar: 7 syscw: 1 ")
     assert rc == 0, report
     assert sleeps == ["0.05"] * 3, sleeps  # reads at +0.05 .. +0.2 s: three short waits
 
 
 def test_H5_a_pid_1_that_writes_within_the_window_is_not_idle_at_once() -> None:
-    """PID 1's counters moved by the next read: not proven idle, said at once (no wait)."""
+    """PID 1's counters moved by the next read: not proven idle, said at once (no wait).
+    Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     rc, sleeps, report = _pid1_idle("wchar: $n syscw: $n ")
     assert rc == 1 and "wrote during the quiesce" in report, report
     assert sleeps == [], sleeps
@@ -189,7 +194,8 @@ def test_H6_X4_a_disk_that_fills_during_the_extract_is_refused_not_broken(engine
 # -- 7. a cut call ends everything it started ---------------------------------------------
 def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box: Rig) -> None:
     """A call cut at its deadline whose script started a writer that detached (setsid)
-    and holds its stdout, and one that stayed in its group: after the cut neither writes."""
+    and holds its stdout, and one that stayed in its group: after the cut neither writes.
+    Proves ``scratchbank.adapters.scripted.Exec``."""
     box.sh(f"mkdir -p {box.scratch}")
     held, grouped = f"{box.scratch}/held", f"{box.scratch}/grouped"
     loop = "while :; do echo x >> {}; sleep 0.05; done"

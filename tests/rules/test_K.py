@@ -3,7 +3,7 @@ tests of K1, K2, K4, K5, K6, K7, K8, K9 (tests/tiers.py: a file of tests/rules/ 
 name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
-from rigs.attack_k9 import Counted, loop
-from rigs.rules_checkpoints import (
+from rigs.checkpoint_stamps import (
     ACCEPT,
     C1,
     C2,
@@ -28,6 +27,7 @@ from rigs.rules_checkpoints import (
     rewind_replaying,
     stamped,
 )
+from rigs.rewind_model import Counted, loop
 
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.resume import resume
@@ -54,14 +54,16 @@ def test_K8_an_odd_retention_setting_is_named_never_a_traceback(value: str) -> N
 
 
 def test_K8_leading_zeros_and_surrounding_whitespace_read_as_the_number() -> None:
-    """'05' and ' 5\\n' are 5: a whole number, written loosely."""
+    """'05' and ' 5\\n' are 5: a whole number, written loosely.
+    Proves ``scratchbank.adapters.config.parse_retain``."""
     from scratchbank.adapters.config import parse_retain
 
     assert [parse_retain(v) for v in ("05", " 5\n", "\t64", "001")] == [5, 5, 64, 1]
 
 
 def test_K9_a_rewind_naming_many_nodes_decodes_in_linear_time() -> None:
-    """2000 dropped nodes with replayed passes: the stray check compares each name a few times, not N times."""
+    """2000 dropped nodes with replayed passes: the stray check compares each name a few times, not N times.
+    Proves ``scratchbank.domain.wire.decode``."""
     n = 2_000
     names = [Counted(f"n{i}") for i in range(n)]
     Counted.compared = 0
@@ -78,7 +80,8 @@ def test_K9_a_rewind_naming_many_nodes_decodes_in_linear_time() -> None:
 
 
 def test_K9_a_fold_over_a_wide_rewind_looks_each_write_up_once() -> None:
-    """A rewind of 2000 loop nodes after 2000 pass writes: each write's lookup is constant, not a scan."""
+    """A rewind of 2000 loop nodes after 2000 pass writes: each write's lookup is constant, not a scan.
+    Proves ``scratchbank.domain.decide_resume``."""
     n = 2_000
     names = [Counted(f"n{i}") for i in range(n)]
     writes = [loop(1, name) for name in names]
@@ -128,7 +131,8 @@ def test_K9_hostile_replayed_passes_are_unreadable_by_name(replayed: Any) -> Non
 
 
 def test_K9_unicode_node_names_and_huge_passes_round_trip() -> None:
-    """A unicode node name and a pass past 2**64 are read and written back unchanged."""
+    """A unicode node name and a pass past 2**64 are read and written back unchanged.
+    Proves ``scratchbank.domain.wire.decode``."""
     huge = 10**30
     rewind = RunRewound(dropped_nodes=("n\u00e9\u6f22",), replayed={"n\u00e9\u6f22": [huge, 1]})
     assert decode(encode(rewind)) == rewind
@@ -142,20 +146,23 @@ def test_K9_unicode_node_names_and_huge_passes_round_trip() -> None:
 
 
 def test_K1_R7_accepting_the_loss_restores_the_stale_bank_and_says_stale() -> None:
-    """A stamped stale bank with its loss accepted restores as R7, stale."""
+    """A stamped stale bank with its loss accepted restores as R7, stale.
+    Proves ``scratchbank.domain.decide_resume``."""
     timeline = [started(), node("a"), stamped(C1), resumed()]
     decision = decide_resume(fold(timeline), ResumeRequest(consents=ACCEPT, checkpoint=C2))
     assert decision.verdict is Verdict.RESTORE and decision.rule == "R7" and decision.stale
 
 
 def test_K2_a_branch_past_a_rewind_is_stale_though_its_count_equals_the_bank() -> None:
-    """Bank at c2, resume at c3 (same length, another branch): refused K2."""
+    """Bank at c2, resume at c3 (same length, another branch): refused K2.
+    Proves ``scratchbank.domain.decide_resume``."""
     decision = decide_resume(fold([started(), stamped(C2), resumed()]), ResumeRequest(checkpoint=C3))
     assert decision.refused and decision.rule == "K2" and decision.code == SCRATCH_NOT_PORTABLE
 
 
 def test_K4_a_rewind_to_before_the_bank_restores_it_and_says_so() -> None:
-    """Resume behind the bank: the bank holds every write of the checkpoint; restored K4."""
+    """Resume behind the bank: the bank holds every write of the checkpoint; restored K4.
+    Proves ``scratchbank.domain.decide_resume``."""
     decision = decide_resume(fold([started(), stamped(C2), resumed()]), ResumeRequest(checkpoint=C1))
     assert decision.verdict is Verdict.RESTORE and decision.rule == "K4" and not decision.stale
     assert "later checkpoint" in decision.explanation
@@ -165,7 +172,8 @@ def test_K4_a_rewind_to_before_the_bank_restores_it_and_says_so() -> None:
 def test_K5_without_a_stamp_on_either_side_the_events_decide_as_before(
     bank_stamp: Checkpoint | None, at: Checkpoint | None
 ) -> None:
-    """Unstamped bank or request: the decision is the legacy one, field for field."""
+    """Unstamped bank or request: the decision is the legacy one, field for field.
+    Proves ``scratchbank.domain.decide_resume``."""
     for tail in ([], [node("b")]):
         timeline = [started(), node("a"), stamped(bank_stamp), *tail, resumed()]
         legacy = [started(), node("a"), banked(), *tail, resumed()]
@@ -175,7 +183,8 @@ def test_K5_without_a_stamp_on_either_side_the_events_decide_as_before(
 
 
 def test_K1_the_refusal_line_names_its_rule_in_words() -> None:
-    """A K1 refusal says K1 in words from the shipped rule reference; K1-K5 are all there."""
+    """A K1 refusal says K1 in words from the shipped rule reference; K1-K5 are all there.
+    Proves ``scratchbank.domain.decide_resume``."""
     from scratchbank.adapters.present import decision_text
     from scratchbank.adapters.rules import RULES
 
@@ -185,7 +194,8 @@ def test_K1_the_refusal_line_names_its_rule_in_words() -> None:
 
 
 def test_K6_a_rewind_restores_the_bank_taken_at_its_checkpoint_not_the_newest() -> None:
-    """Resume from c1 with banks at c1 and c2: the c1 bank is restored, named K6."""
+    """Resume from c1 with banks at c1 and c2: the c1 bank is restored, named K6.
+    Proves ``scratchbank.domain.decide_resume``."""
     decision = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C1))
     assert decision.verdict is Verdict.RESTORE and decision.rule == "K6" and not decision.stale
     assert decision.bank is not None and decision.bank.record == bank_at(C1, "1")
@@ -195,7 +205,8 @@ def test_K6_a_rewind_restores_the_bank_taken_at_its_checkpoint_not_the_newest() 
 
 
 def test_K6_the_fold_follows_a_restore_record_naming_the_older_bank() -> None:
-    """A restore naming c1 and bank #2 makes the c1 bank current; resuming at c1 again is K3."""
+    """A restore naming c1 and bank #2 makes the c1 bank current; resuming at c1 again is K3.
+    Proves ``scratchbank.domain.decide_resume``."""
     back = ScratchRestored(restored=True, stale=False, accepted=False, checkpoint=C1, bank=1)
     state = fold([*checkpoints_run(), back])
     assert state.bank is not None and state.bank.record == bank_at(C1, "1") and state.bank.checkpoint == C1
@@ -204,13 +215,15 @@ def test_K6_the_fold_follows_a_restore_record_naming_the_older_bank() -> None:
 
 
 def test_K6_K1_a_checkpoint_without_a_bank_of_its_own_decides_on_the_current_bank() -> None:
-    """No bank at c4 (ahead of c2's): the current bank decides (K1), no older bank is picked."""
+    """No bank at c4 (ahead of c2's): the current bank decides (K1), no older bank is picked.
+    Proves ``scratchbank.domain.decide_resume``."""
     decision = decide_resume(fold(checkpoints_run()), ResumeRequest(checkpoint=C4))
     assert decision.refused and decision.rule == "K1" and decision.code == SCRATCH_NOT_PORTABLE
 
 
 def test_K7_a_rewind_to_a_swept_bank_is_refused_by_name_with_its_remedy() -> None:
-    """Retention 1 keeps c2's bank only: a rewind to c1 is CHECKPOINT_BANK_SWEPT, K7."""
+    """Retention 1 keeps c2's bank only: a rewind to c1 is CHECKPOINT_BANK_SWEPT, K7.
+    Proves ``scratchbank.domain.decide_resume``."""
     from scratchbank.domain.errors import CheckpointBankSwept
     from scratchbank.domain.remedy import remedy
 
@@ -224,7 +237,8 @@ def test_K7_a_rewind_to_a_swept_bank_is_refused_by_name_with_its_remedy() -> Non
 
 
 def test_K8_a_retention_setting_outside_its_bounds_is_refused_by_name() -> None:
-    """Retention is 1..64: anything else is a named error, never a silent default."""
+    """Retention is 1..64: anything else is a named error, never a silent default.
+    Proves ``scratchbank.domain.ResumeRequest``."""
     for bad in (0, -1, 65, True):
         with pytest.raises(InvalidCheckpoint, match="retention"):
             ResumeRequest(retain=bad)
@@ -240,14 +254,16 @@ def test_K6_wire_a_restore_naming_its_bank_survives_and_v2_reads_without() -> No
 
 
 def test_K8_a_snapshot_keeps_the_checkpoints_banks() -> None:
-    """The retained history survives a snapshot; an older (v3) snapshot is ignored (folded again)."""
+    """The retained history survives a snapshot; an older (v3) snapshot is ignored (folded again).
+    Proves ``scratchbank.domain.snapshot.state_from_data``."""
     state = fold(checkpoints_run())
     assert len(state.history) == 2 and state_from_data(state_to_data(state)) == state
     assert state_from_data({**state_to_data(state), "v": 3}) is None
 
 
 def test_K6_K8_use_case_a_rewind_gets_the_older_scratch_back_and_names_it() -> None:
-    """Teardowns at c1 and c2 keep both objects; a resume from c1 restores c1's files."""
+    """Teardowns at c1 and c2 keep both objects; a resume from c1 restores c1's files.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     _teardown(timeline, store, {"a.txt": b"one"}, C1)
@@ -270,7 +286,8 @@ def test_K6_K8_use_case_a_rewind_gets_the_older_scratch_back_and_names_it() -> N
 
 
 def test_K8_teardown_and_prune_keep_what_retention_says_and_nothing_else() -> None:
-    """Retention 2 over four stamped teardowns: the two newest objects stay, the rest go."""
+    """Retention 2 over four stamped teardowns: the two newest objects stay, the rest go.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     for n, at in enumerate((C1, C2, C4, C5)):
@@ -296,7 +313,8 @@ def test_K8_teardown_and_prune_keep_what_retention_says_and_nothing_else() -> No
 
 
 def test_K8_status_lists_the_banks_a_run_holds_and_their_checkpoints() -> None:
-    """status: each checkpoint's bank, where it was recorded, and whether retention keeps it."""
+    """status: each checkpoint's bank, where it was recorded, and whether retention keeps it.
+    Proves ``scratchbank.adapters.present.state_data``."""
     from scratchbank.adapters.present import state_data, state_text
 
     data = state_data(fold(checkpoints_run()))
@@ -311,7 +329,8 @@ def test_K8_status_lists_the_banks_a_run_holds_and_their_checkpoints() -> None:
 
 
 def test_K9_a_kept_loop_pass_that_wrote_after_the_bank_is_refused_naming_the_pass() -> None:
-    """Passes 2 and 3 wrote after the bank; the rewind replays 3 only: refused K9, naming pass 2."""
+    """Passes 2 and 3 wrote after the bank; the rewind replays 3 only: refused K9, naming pass 2.
+    Proves ``scratchbank.domain.decide_resume``."""
     timeline = [started(), loop(1), banked(), loop(2), loop(3), rewind_replaying(loop=[3]), resumed()]
     decision = decide_resume(fold(timeline), ResumeRequest())
     assert decision.refused and decision.code == SCRATCH_NOT_PORTABLE and decision.rule == "K9"
@@ -326,7 +345,8 @@ def test_K9_a_kept_loop_pass_that_wrote_after_the_bank_is_refused_naming_the_pas
 
 
 def test_K9_an_in_flight_branch_the_rewind_lets_finish_still_counts() -> None:
-    """A fan-out's branch (pass 1) wrote after the bank and the rewind does not replay it: refused."""
+    """A fan-out's branch (pass 1) wrote after the bank and the rewind does not replay it: refused.
+    Proves ``scratchbank.domain.decide_resume``."""
     each = [loop(1, "each"), loop(2, "each")]
     timeline = [started(), banked(), *each, rewind_replaying(each=[2]), resumed()]
     decision = decide_resume(fold(timeline), ResumeRequest())
@@ -337,7 +357,8 @@ def test_K9_an_in_flight_branch_the_rewind_lets_finish_still_counts() -> None:
 
 
 def test_K9_a_finish_without_a_pass_or_a_node_without_passes_is_read_as_R6_says() -> None:
-    """No pass on the finish, or none named for its node: the rewind cannot take it back by pass."""
+    """No pass on the finish, or none named for its node: the rewind cannot take it back by pass.
+    Proves ``scratchbank.domain.decide_resume``."""
     no_pass = [started(), banked(), node("loop", on_cycle=True), rewind_replaying(loop=[1]), resumed()]
     assert decide_resume(fold(no_pass), ResumeRequest()).rule == "R2"
     other = RunRewound(dropped_nodes=("loop", "x"), on_cycle=("loop", "x"), replayed={"x": [1]})
@@ -348,13 +369,15 @@ def test_K9_a_finish_without_a_pass_or_a_node_without_passes_is_read_as_R6_says(
 
 
 def test_K9_a_stamped_bank_is_still_decided_by_its_stamp() -> None:
-    """Both stamps present: K1-K4 decide; the passes' reading only replaces R6's guess."""
+    """Both stamps present: K1-K4 decide; the passes' reading only replaces R6's guess.
+    Proves ``scratchbank.domain.decide_resume``."""
     timeline = [started(), loop(1), stamped(C1), loop(2), rewind_replaying(loop=[2]), resumed()]
     assert decide_resume(fold(timeline), ResumeRequest(checkpoint=C2)).rule == "K1"
 
 
 def test_K9_the_snapshot_keeps_passes_the_kept_by_rewind_and_the_replay() -> None:
-    """A snapshot of a K9 state decides as the fold does; a v4 snapshot is not trusted."""
+    """A snapshot of a K9 state decides as the fold does; a v4 snapshot is not trusted.
+    Proves ``scratchbank.domain.snapshot.state_from_data``."""
     kept = [started(), loop(1), banked(), loop(2), loop(3), rewind_replaying(loop=[3])]
     replayed = [started(), loop(1), banked(), loop(2), rewind_replaying(loop=[2])]
     for timeline in (kept, replayed):
@@ -366,7 +389,8 @@ def test_K9_the_snapshot_keeps_passes_the_kept_by_rewind_and_the_replay() -> Non
 def test_K8_the_retention_setting_is_read_from_the_environment_surfaces_and_runner_share(
     tmp_path: Path,
 ) -> None:
-    """Unset or empty: 5; 1 and 64 read; the runner's settings are the surfaces' own."""
+    """Unset or empty: 5; 1 and 64 read; the runner's settings are the surfaces' own.
+    Proves ``scratchbank.adapters.config.settings_from``."""
     from scratchbank.adapters.config import settings_from
     from scratchbank.adapters.runner_settings import VARIABLES
 
@@ -376,7 +400,8 @@ def test_K8_the_retention_setting_is_read_from_the_environment_surfaces_and_runn
 
 
 def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path: Path) -> None:
-    """bootstrap hands the setting to the service: retain 1 sweeps c1's bank (K7) where 5 keeps it (K6)."""
+    """bootstrap hands the setting to the service: retain 1 sweeps c1's bank (K7) where 5 keeps it (K6).
+    Proves ``scratchbank.adapters.bootstrap.bootstrap``."""
     from scratchbank.adapters.bootstrap import bootstrap
     from scratchbank.adapters.config import home_settings
 
@@ -397,7 +422,8 @@ def test_K8_K7_a_service_decides_and_prunes_with_its_retention_setting(tmp_path:
 
 
 def test_K8_K7_the_runner_decides_with_its_own_retention_setting(tmp_path: Path) -> None:
-    """The runner prunes with SCRATCHBANK_RETAIN, so its gate reads the same: retain 1 refuses K7."""
+    """The runner prunes with SCRATCHBANK_RETAIN, so its gate reads the same: retain 1 refuses K7.
+    Proves ``scratchbank.application.service.ScratchService``."""
     from runner_rigs import RecordingInbound, make_rig
 
     from scratchbank.application.ports import ResumeDelivery

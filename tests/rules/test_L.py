@@ -2,14 +2,14 @@
 tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
-from rigs.exec_pump import (
+from rigs.scripted_transport import (
     Scripted,
     drive,
     no_thread_left,  # noqa: F401 - a fixture
@@ -22,7 +22,8 @@ from scratchbank.domain.errors import ExecFailed
 
 
 def test_L5_a_cancelled_run_context_cuts_the_exec_at_once(no_thread_left: None) -> None:
-    """The run context is cancelled (the lease let go): the exec is cut long before its deadline."""
+    """The run context is cancelled (the lease let go): the exec is cut long before its deadline.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
     cancel = Cancel()
     exec_ = Scripted([], hold=True)
     timer = threading.Timer(0.05, cancel.cut, ("lease lost",))

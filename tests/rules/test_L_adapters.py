@@ -2,13 +2,13 @@
 of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rigs.runner_sweeper import CUTOFF, RUN, _ClaimsFirst, _queued_and_lost
+from rigs.sweeper import CUTOFF, RUN, _ClaimsFirst, _queued_and_lost
 from runner_rigs import RecordingInbound, checksum, make_rig, types
 
 from scratchbank.adapters.memory import InMemoryTimeline
@@ -25,7 +25,8 @@ from scratchbank.testing.clocks import ManualClock
 
 
 def test_L4_a_delivery_meeting_a_held_lease_backs_off_by_its_rank(tmp_path: Path) -> None:
-    """Held by another runner: nak'd with its rank's delay; past the last, acked for the sweeper."""
+    """Held by another runner: nak'd with its rank's delay; past the last, acked for the sweeper.
+    Proves ``scratchbank.domain.lease.backoff_delays``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     tl.append("run-1", [RunStarted(), AttemptQueued(attempt="a1")])
@@ -52,6 +53,8 @@ def test_L4_a_delivery_meeting_a_held_lease_backs_off_by_its_rank(tmp_path: Path
 
 
 def test_L4_the_sweeper_leaves_a_run_queued_for_less_than_the_cutoff(tmp_path: Path) -> None:
+    """The sweeper leaves a run queued for less than the cutoff:
+    ``scratchbank.application.orphans.sweep_orphans``."""
     clock, tl, rig = _queued_and_lost(tmp_path)
     clock.advance(CUTOFF - 1)
     before = checksum(tl, RUN)
@@ -65,7 +68,8 @@ def test_L4_the_sweeper_publishes_an_unclaimed_attempt_again_and_a_runner_carrie
     tmp_path: Path,
 ) -> None:
     """Past the cutoff: ``orphan_swept`` written, the same attempt published again with
-    its consents, and the runner claims and runs it."""
+    its consents, and the runner claims and runs it.
+    Proves ``scratchbank.application.orphans.sweep_orphans``."""
     accept = Consents(accept_scratch_loss=True)
     clock, tl, rig = _queued_and_lost(tmp_path, accept)
     clock.advance(CUTOFF)
@@ -110,7 +114,8 @@ def test_L4_the_sweepers_publication_is_tried_again_within_its_budget(tmp_path: 
 
 def test_L4_a_queue_down_past_the_budget_leaves_the_sweep_recorded_and_named(tmp_path: Path) -> None:
     """Down for good: the tries stop within PUBLISH_SECONDS on the sweep's clock, the sweep
-    stays recorded (aged to the park) and the reason names QUEUE_UNAVAILABLE."""
+    stays recorded (aged to the park) and the reason names QUEUE_UNAVAILABLE.
+    Proves ``scratchbank.application.orphans.sweep_orphans``."""
     from scratchbank.application.orphans import PUBLISH_SECONDS
 
     clock, tl, rig = _queued_and_lost(tmp_path)
@@ -125,7 +130,8 @@ def test_L4_a_queue_down_past_the_budget_leaves_the_sweep_recorded_and_named(tmp
 
 def test_L4_the_sweeper_parks_when_the_republished_attempt_goes_unclaimed_too(tmp_path: Path) -> None:
     """The republication is lost as well: a cutoff after it the run is parked; a late
-    delivery of that attempt is acked with nothing written; the sweeper leaves it."""
+    delivery of that attempt is acked with nothing written; the sweeper leaves it.
+    Proves ``scratchbank.application.orphans.sweep_orphans``."""
     clock, tl, rig = _queued_and_lost(tmp_path)
     clock.advance(CUTOFF)
     sweep_orphans([RUN], timeline=tl, queue=rig.queue, cutoff=CUTOFF, clock=clock)
@@ -153,6 +159,8 @@ def test_L4_the_sweeper_parks_when_the_republished_attempt_goes_unclaimed_too(tm
 def test_L4_the_sweeper_writes_and_publishes_nothing_over_a_runner_that_claimed_meanwhile(
     tmp_path: Path,
 ) -> None:
+    """The sweeper writes and publishes nothing over a runner that claimed meanwhile:
+    ``scratchbank.application.orphans.sweep_orphans``."""
     clock, tl, rig = _queued_and_lost(tmp_path)
     clock.advance(CUTOFF)
     [swept] = sweep_orphans([RUN], timeline=_ClaimsFirst(tl), queue=rig.queue, cutoff=CUTOFF, clock=clock)
@@ -163,7 +171,8 @@ def test_L4_the_sweeper_writes_and_publishes_nothing_over_a_runner_that_claimed_
 
 
 def test_L4_judge_orphan_leaves_a_queue_record_without_a_time_and_a_run_not_queued() -> None:
-    """Model: the sweeper acts only on what it can age; a run not queued is not its."""
+    """Model: the sweeper acts only on what it can age; a run not queued is not its.
+    Proves ``scratchbank.domain.orphans.judge_orphan``."""
     now = ManualClock().now()
     assert judge_orphan([RunStarted()], now, CUTOFF).sweep is Sweep.LEAVE
     untimed = judge_orphan([RunStarted(), AttemptQueued(attempt="a1")], now, CUTOFF)
@@ -171,4 +180,5 @@ def test_L4_judge_orphan_leaves_a_queue_record_without_a_time_and_a_run_not_queu
 
 
 def test_L4_the_sweeper_default_cutoff_is_the_lease_arithmetics() -> None:
+    """The sweeper default cutoff is the lease arithmetics: ``scratchbank.domain.lease.sweeper_cutoff``."""
     assert sweeper_cutoff(HoldBudgets(), LeaseTiming()) == 150 * 60

@@ -2,7 +2,7 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,19 @@ from nats_server import (
     nats_url,  # noqa: F401 - a fixture
 )
 from nats_server import namespace as nats_namespace
-from rigs.rules_lease import MIN, B, CutAfterPut, StuckArchive, StuckProvider, T, _short, _states, run_bounded
-from rigs.runner_exactly_once import RUN, LosableLease, LosesLeaseMidFetch, OvertakenAfterRead
-from rigs.runner_outbox import (
+from rigs.lease_timing import (
+    MIN,
+    B,
+    CutAfterPut,
+    StuckArchive,
+    StuckProvider,
+    T,
+    _short,
+    _states,
+    run_bounded,
+)
+from rigs.lossy_runner import RUN, LosableLease, LosesLeaseMidFetch, OvertakenAfterRead
+from rigs.outbox import (
     HOUR,
     T0,
     DownQueue,
@@ -33,7 +43,7 @@ from rigs.runner_outbox import (
     _rig_with_lost_publication,
     store,  # noqa: F401 - a fixture
 )
-from rigs.runner_sweeper_faults import (
+from rigs.swept_cluster import (
     SWEEP,
     Swept,
     _waiting_on_a_lock,
@@ -87,7 +97,8 @@ from scratchbank.testing.clocks import ManualClock
 
 
 def test_L3_unwind_ceiling_is_56_minutes_with_the_defaults() -> None:
-    """Both ceilings together: 56 minutes, of which the 31-minute storage bank is most."""
+    """Both ceilings together: 56 minutes, of which the 31-minute storage bank is most.
+    Proves ``scratchbank.domain.lease.unwind_ceiling``."""
     assert unwind_ceiling(B) == 56 * MIN
     assert teardown_ceiling(B) + post_engine_ceiling(B) == unwind_ceiling(B)
     assert B.storage_bank == 31 * MIN
@@ -95,14 +106,16 @@ def test_L3_unwind_ceiling_is_56_minutes_with_the_defaults() -> None:
 
 
 def test_L3_ceiling_follows_each_budget() -> None:
-    """Raising any one budget raises the ceiling by as much."""
+    """Raising any one budget raises the ceiling by as much.
+    Proves ``scratchbank.domain.lease.unwind_ceiling``."""
     for field in attrs.fields(HoldBudgets):
         bigger = attrs.evolve(B, **{field.name: getattr(B, field.name) + 7})
         assert unwind_ceiling(bigger) == unwind_ceiling(B) + 7, field.name
 
 
 def test_L4_backoff_halves_from_one_interval_to_ceiling_plus_lapse() -> None:
-    """First delay one lease interval, last the whole ceiling plus the lapse, each half the next."""
+    """First delay one lease interval, last the whole ceiling plus the lapse, each half the next.
+    Proves ``scratchbank.domain.lease.backoff_delays``."""
     delays = backoff_delays(B, T)
     assert delays[0] == T.interval
     assert delays[-1] == unwind_ceiling(B) + T.lapse
@@ -112,21 +125,24 @@ def test_L4_backoff_halves_from_one_interval_to_ceiling_plus_lapse() -> None:
 
 
 def test_L4_the_last_retry_outwaits_a_whole_hold() -> None:
-    """A delivery meeting a hold just taken still finds it gone at its last retry."""
+    """A delivery meeting a hold just taken still finds it gone at its last retry.
+    Proves ``scratchbank.domain.lease.delay_for``."""
     assert delay_for(max_deliveries(B, T) - 1, B, T) == unwind_ceiling(B) + T.lapse
     assert delay_for(max_deliveries(B, T), B, T) is None
     assert delay_for(1, B, T) == T.interval
 
 
 def test_L4_sweeper_cutoff_is_2h30_with_the_defaults() -> None:
-    """Every delivery at its rank's longest delay (its back-off plus an ack wait)."""
+    """Every delivery at its rank's longest delay (its back-off plus an ack wait).
+    Proves ``scratchbank.domain.lease.sweeper_cutoff``."""
     assert sweeper_cutoff(B, T) == 150 * MIN
     longest = sum(backoff_delays(B, T)) + max_deliveries(B, T) * T.ack_wait
     assert longest <= sweeper_cutoff(B, T) < longest + MIN
 
 
 def test_L2_teardown_ceiling_counts_from_a_cancellation_to_the_engine_return() -> None:
-    """No ceiling while the engine runs uncancelled; past teardown + margin once cancelled."""
+    """No ceiling while the engine runs uncancelled; past teardown + margin once cancelled.
+    Proves ``scratchbank.domain.lease.past_ceiling``."""
     assert past_ceiling(HoldClock(), 10_000.0, B) is None
     cancelled = HoldClock(cancelled_at=0.0)
     assert past_ceiling(cancelled, teardown_ceiling(B), B) is None
@@ -134,7 +150,8 @@ def test_L2_teardown_ceiling_counts_from_a_cancellation_to_the_engine_return() -
 
 
 def test_L2_post_engine_ceiling_is_armed_only_when_a_resume_can_wait() -> None:
-    """An engine that returned an error arms it; a finished run's bank runs to its own budget."""
+    """An engine that returned an error arms it; a finished run's bank runs to its own budget.
+    Proves ``scratchbank.domain.lease.past_ceiling``."""
     parked = HoldClock(engine_returned_at=0.0, resume_can_wait=True)
     assert past_ceiling(parked, post_engine_ceiling(B) + 1, B) == "post-engine ceiling"
     assert past_ceiling(parked, post_engine_ceiling(B), B) is None
@@ -143,7 +160,8 @@ def test_L2_post_engine_ceiling_is_armed_only_when_a_resume_can_wait() -> None:
 
 
 def test_L1_keeper_refreshes_through_the_hold() -> None:
-    """While kept, the lease outlives its lapse many times over: nobody else can take it."""
+    """While kept, the lease outlives its lapse many times over: nobody else can take it.
+    Proves ``scratchbank.application.lease_keeper.LeaseKeeper``."""
     lease, hold, timing = _short()
     grant = lease.acquire("run-1", "a")
     assert grant is not None
@@ -158,7 +176,8 @@ def test_L1_keeper_refreshes_through_the_hold() -> None:
 
 
 def test_L5_past_a_ceiling_the_keeper_lets_go_and_cancels_the_run() -> None:
-    """The post-engine ceiling passes: the lease is released and the run context cancelled."""
+    """The post-engine ceiling passes: the lease is released and the run context cancelled.
+    Proves ``scratchbank.domain.lease.HoldBudgets``."""
     lease, _, timing = _short(lapse=30.0)
     tiny = HoldBudgets(0, 0, 0, 0, 0, 0, 0.1)
     grant = lease.acquire("run-1", "a")
@@ -175,7 +194,8 @@ def test_L5_past_a_ceiling_the_keeper_lets_go_and_cancels_the_run() -> None:
 
 
 def test_L5_a_refresh_that_fails_cancels_the_run() -> None:
-    """The lease lapsed and was taken: the refresh fails and the run context is cancelled."""
+    """The lease lapsed and was taken: the refresh fails and the run context is cancelled.
+    Proves ``scratchbank.adapters.inprocess.InProcessLease``."""
     _, hold, timing = _short(lapse=0.1)
     clock = ManualClock()
     lease = InProcessLease(lapse=0.1, clock=clock)
@@ -195,7 +215,8 @@ def test_L5_a_refresh_that_fails_cancels_the_run() -> None:
 
 def test_L5_T14_a_teardown_whose_lease_is_lost_mid_archive_stops_and_still_continues_processes() -> None:
     """The run context is cut while tar runs: the exec is cut at once (the banking budget is an
-    hour), nothing is stored or recorded, the sandbox is left, and its processes run again."""
+    hour), nothing is stored or recorded, the sandbox is left, and its processes run again.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     box = StuckArchive()
@@ -285,7 +306,8 @@ def test_L5_T14_what_an_exec_wrote_before_its_cut_still_reaches_its_sink(tmp_pat
 
 def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() -> None:
     """The record does not ride the run context: a stored bank is recorded (the fence alone
-    refuses it once a newer holder wrote), and the sandbox is not left."""
+    refuses it once a newer holder wrote), and the sandbox is not left.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, cancel = InMemoryTimeline(), Cancel()
     store = CutAfterPut(cancel)
     timeline.append("run-1", [started()])
@@ -299,7 +321,8 @@ def test_L5_T7_a_bank_that_reached_the_store_before_the_cut_is_still_recorded() 
 
 
 def test_L5_a_teardown_already_cut_touches_neither_the_sandbox_nor_the_store() -> None:
-    """The lease was let go before the teardown began: nothing runs, nothing is written."""
+    """The lease was let go before the teardown began: nothing runs, nothing is written.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store, cancel = InMemoryTimeline(), InMemoryBankStore(), Cancel()
     timeline.append("run-1", [started(), banked()])
     cancel.cut("past the teardown ceiling: the lease was let go (L5)")
@@ -313,7 +336,8 @@ def test_L5_a_teardown_already_cut_touches_neither_the_sandbox_nor_the_store() -
 
 
 def test_L5_a_cancel_cuts_a_deadline_and_its_watchdog_at_once() -> None:
-    """A deadline riding the run context has passed once cut; a watchdog armed on it fires."""
+    """A deadline riding the run context has passed once cut; a watchdog armed on it fires.
+    Proves ``scratchbank.application.cancellation.Cancel``."""
     cancel = Cancel()
     deadline = Deadline.after(3600.0, cancel)
     fired = threading.Event()
@@ -330,7 +354,8 @@ def test_L5_a_cancel_cuts_a_deadline_and_its_watchdog_at_once() -> None:
 def test_L5_a_runner_past_its_ceiling_lets_go_and_a_second_runner_takes_over(tmp_path: Path) -> None:
     """On a real NATS KV lease (lapse 60 s): runner A parks the run, its bank hangs past the
     post-engine ceiling; A lets the lease go and leaves the sandbox. Runner B takes the lease
-    at once, banks what A left, and carries the run on with that scratch restored."""
+    at once, banks what A left, and carries the run on with that scratch restored.
+    Proves ``scratchbank.adapters.nats_queue.NatsConnection``."""
     server = NatsServer(tmp_path / "nats")
     server.start()
     conn = NatsConnection(server.url)
@@ -369,7 +394,8 @@ def test_L5_a_runner_past_its_ceiling_lets_go_and_a_second_runner_takes_over(tmp
 
 
 def test_L1_the_keeper_refreshes_on_its_clock_not_on_real_time() -> None:
-    """Driven by a ManualClock: one refresh per interval the clock passes, none between."""
+    """Driven by a ManualClock: one refresh per interval the clock passes, none between.
+    Proves ``scratchbank.adapters.inprocess.InProcessLease``."""
     from scratchbank.testing.clocks import ManualClock
 
     clock = ManualClock()
@@ -395,7 +421,8 @@ def test_L1_the_keeper_refreshes_on_its_clock_not_on_real_time() -> None:
 
 
 def test_L5_past_a_ceiling_on_the_keepers_clock_it_lets_go() -> None:
-    """The post-engine ceiling passes on the ManualClock: the run context is cut, no sleeping."""
+    """The post-engine ceiling passes on the ManualClock: the run context is cut, no sleeping.
+    Proves ``scratchbank.domain.lease.post_engine_ceiling``."""
     from scratchbank.testing.clocks import ManualClock
 
     clock = ManualClock()
@@ -421,7 +448,8 @@ def test_L5_past_a_ceiling_on_the_keepers_clock_it_lets_go() -> None:
 def test_L5_a_holder_fenced_mid_teardown_changes_nothing_in_the_store(tmp_path: Path) -> None:
     """A newer holder took the run right after this holder's teardown read it: the finished
     run's drop (T5) is refused FENCED before it reaches the store; the bank the newer
-    holder reads is still there, and nothing of this holder lands after its token."""
+    holder reads is still there, and nothing of this holder lands after its token.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     from scratchbank.adapters.memory import FakeSandbox
     from scratchbank.application.fencing import FencedBankStore, FencedTimeline, Token
     from scratchbank.application.teardown import bank_at_teardown
@@ -454,7 +482,7 @@ def test_L5_a_holder_fenced_mid_teardown_changes_nothing_in_the_store(tmp_path: 
 def test_L5_a_holder_that_loses_its_lease_mid_restore_stops_it_at_once(tmp_path: Path) -> None:
     """The lease is lost while the bank streams in: the restore stops (nothing committed into
     the scratch), its record names LEASE_LOST (X5: read again), no node runs, the delivery is
-    left for the next holder (not acked)."""
+    left for the next holder (not acked). Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     from runner_rigs import RecordingInbound
 
     from scratchbank.domain.records import NodeFinished
@@ -488,7 +516,8 @@ def test_L1_a_runner_whose_clock_is_off_by_90_s_cannot_take_a_held_lease(
     skew: float,
 ) -> None:
     """The holder refreshes on time; a runner whose clock is 90 s ahead (or behind) is refused
-    while the lease lives: expiry is the server's (the bucket's TTL), never a runner's clock."""
+    while the lease lives: expiry is the server's (the bucket's TTL), never a runner's clock.
+    Proves ``scratchbank.adapters.nats_queue.NatsConnection``."""
     from nats_server import namespace
 
     from scratchbank.adapters.nats_queue import NatsConnection, NatsKvLease
@@ -519,7 +548,8 @@ def test_L1_a_runner_whose_clock_is_off_by_90_s_cannot_take_a_held_lease(
 
 def test_L4_the_timeline_lists_runs_queued_and_unclaimed_past_the_cutoff(store: EventStoreTimeline) -> None:
     """Listed: queued (or republished) at or before the cutoff and not claimed since. Not listed:
-    claimed, parked, queued after the cutoff, never queued."""
+    claimed, parked, queued after the cutoff, never queued.
+    Proves ``scratchbank.domain.records.RunStarted``."""
     store.append("run-old", [RunStarted(), _queued(T0)])
     store.append("run-claimed", [RunStarted(), _queued(T0), AttemptClaimed(attempt="a1")])
     store.append("run-new", [RunStarted(), _queued(T0 + 2 * HOUR)])
@@ -536,7 +566,8 @@ def test_L4_the_timeline_lists_runs_queued_and_unclaimed_past_the_cutoff(store: 
 
 
 def test_L4_one_sweeper_at_a_time_the_other_changes_nothing() -> None:
-    """While one runner holds the sweeper's lease, another's sweep looks at nothing."""
+    """While one runner holds the sweeper's lease, another's sweep looks at nothing.
+    Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     tl, queue, lease, clock = InMemoryTimeline(), InProcessQueue(), InProcessLease(lapse=60.0), ManualClock()
     runs = _orphans(tl, 3)
     clock.advance(4 * HOUR.total_seconds())
@@ -554,7 +585,8 @@ def test_L4_one_sweeper_at_a_time_the_other_changes_nothing() -> None:
 
 
 def test_L4_a_sweeper_that_loses_its_lease_stops_sweeping() -> None:
-    """The lease is refreshed before each run: once lost, no further run is swept."""
+    """The lease is refreshed before each run: once lost, no further run is swept.
+    Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     tl, queue, clock = InMemoryTimeline(), InProcessQueue(), ManualClock()
     runs = _orphans(tl, 4)
     clock.advance(4 * HOUR.total_seconds())
@@ -567,7 +599,8 @@ def test_L4_a_sweeper_that_loses_its_lease_stops_sweeping() -> None:
 
 def test_L4_C7_a_delivery_that_claims_between_the_sweepers_read_and_write_wins(tmp_path: Path) -> None:
     """The sweeper read the run queued; a runner claims and carries it on; the sweeper's record
-    conflicts: it writes and publishes nothing, and the run was claimed once."""
+    conflicts: it writes and publishes nothing, and the run was claimed once.
+    Proves ``scratchbank.adapters.inprocess.InProcessLease``."""
     clock, actor = ManualClock(), []  # type: ignore[var-annotated]
     tl = RunsFirst(OrphanSwept, actor)
     rig = _rig_with_lost_publication(tmp_path, tl, clock)
@@ -583,7 +616,8 @@ def test_L4_C7_a_delivery_that_claims_between_the_sweepers_read_and_write_wins(t
 def test_L4_C7_a_sweep_between_a_deliverys_admission_and_its_claim_claims_once(tmp_path: Path) -> None:
     """A runner admitted the delivery; the sweeper republishes before its claim lands: the claim
     conflicts and is read again (redelivered); the republication claims; the run is claimed once
-    and every later delivery of the attempt applies nothing."""
+    and every later delivery of the attempt applies nothing.
+    Proves ``scratchbank.adapters.inprocess.InProcessLease``."""
     clock, actor = ManualClock(), []  # type: ignore[var-annotated]
     tl = RunsFirst(AttemptClaimed, actor)
     rig = _rig_with_lost_publication(tmp_path, tl, clock)
@@ -636,7 +670,8 @@ def test_L4_a_run_whose_publication_failed_is_found_by_the_outbox_and_carried_on
 @pytest.mark.postgres
 def test_L4_the_sweeper_under_two_runner_processes_publishes_each_lost_run_once(swept: Swept) -> None:
     """Two runner processes, each sweeping on its schedule: every run whose publication was
-    lost is published again exactly once (one orphan_swept), claimed and carried on."""
+    lost is published again exactly once (one orphan_swept), claimed and carried on.
+    Proves ``scratchbank.domain.records.RunStarted``."""
     c = swept
     runs = sorted(orphan(c) for _ in range(4))
     _, a_log = c.runner("a", **SWEEP)
@@ -653,7 +688,8 @@ def test_L4_the_sweeper_under_two_runner_processes_publishes_each_lost_run_once(
 @pytest.mark.postgres
 def test_L4_a_NATS_restart_during_a_sweep_leaves_no_run_queued(swept: Swept) -> None:
     """The sweep is held mid-way (a run's row locked), NATS restarts, the lock goes: the sweep
-    goes on or the next one does; every run is published again once and carried on."""
+    goes on or the next one does; every run is published again once and carried on.
+    Proves ``scratchbank.domain.records.RunStarted``."""
     import psycopg
 
     c = swept

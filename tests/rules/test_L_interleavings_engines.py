@@ -2,12 +2,12 @@
 of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. They sit apart from test_L_engines.py so that a parallel run (--dist
+tests/rigs/ (named for what they hold). They sit apart from test_L_engines.py so that a parallel run (--dist
 loadfile) can give their minutes to a worker of their own."""
 
 from __future__ import annotations
 
-from rigs.interleavings import (
+from rigs.explorer_worlds import (
     _no_thread_left,
     runner_world,  # noqa: F401 - a fixture
 )
@@ -19,5 +19,6 @@ from scratchbank.testing.interleavings import Scenario, World
 
 def test_L5_dead_runner_actors_leave_no_thread_behind(runner_world: World) -> None:
     """L5/A16 (the explorer's own proof): a runner's delivery (its lease keeper) and the
-    outbox sweeper that die at their pause points leave no thread behind."""
+    outbox sweeper that die at their pause points leave no thread behind.
+    Proves ``scratchbank.application.lease_keeper.LeaseKeeper``."""
     _no_thread_left(runner_world, (Scenario("queued!", ("deliver", "outbox", "resume!")),))

@@ -2,7 +2,7 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rigs.attack_k9 import EVENTS, _records
-from rigs.rules_checkpoints import C1, C2, loop, rewind_replaying, stamped
+from rigs.checkpoint_stamps import C1, C2, loop, rewind_replaying, stamped
+from rigs.rewind_model import EVENTS, _records
 
 from scratchbank.domain import SCRATCH_NOT_PORTABLE, ResumeRequest, Verdict, decide_resume, fold
 from scratchbank.domain.fold import ScratchState, step
@@ -27,7 +27,8 @@ from scratchbank.testing.builders import banked, node, resumed, rewound, started
 def test_N2_K9_the_fold_restores_exactly_when_the_model_says_every_write_was_taken_back(
     events: list[tuple[Any, ...]], cut: int
 ) -> None:
-    """Generated loops, fan-outs, nested rewinds, never-run passes, restores, consents: restore iff no write survives."""
+    """Generated loops, fan-outs, nested rewinds, never-run passes, restores, consents: restore iff no write survives.
+    Proves ``scratchbank.domain.decide_resume``."""
     records, model = _records(events)
     records.append(resumed())
     state = fold(records)
@@ -51,7 +52,8 @@ def test_N2_K9_the_fold_restores_exactly_when_the_model_says_every_write_was_tak
 
 
 def test_N1_K1_a_lost_node_finished_no_longer_hides_a_stale_bank() -> None:
-    """The events say fresh (the finish was lost); the checkpoint says ahead: refused R2."""
+    """The events say fresh (the finish was lost); the checkpoint says ahead: refused R2.
+    Proves ``scratchbank.domain.decide_resume``."""
     timeline = [started(), node("a"), stamped(C1), resumed()]  # node b's finish was lost
     legacy = decide_resume(fold(timeline), ResumeRequest())
     assert legacy.verdict is Verdict.RESTORE  # the silent revert of N1
@@ -61,7 +63,8 @@ def test_N1_K1_a_lost_node_finished_no_longer_hides_a_stale_bank() -> None:
 
 
 def test_N2_K3_a_rewind_across_a_loop_to_the_bank_checkpoint_restores_exactly() -> None:
-    """Loop passes after the bank, rewound to the bank's checkpoint: restored, not refused."""
+    """Loop passes after the bank, rewound to the bank's checkpoint: restored, not refused.
+    Proves ``scratchbank.domain.decide_resume``."""
     rewind = RunRewound(dropped_nodes=("loop",), on_cycle=("loop",))
     timeline = [started(), node("a"), stamped(C1), node("loop", on_cycle=True), rewind, resumed()]
     legacy = decide_resume(fold(timeline), ResumeRequest())
@@ -71,7 +74,8 @@ def test_N2_K3_a_rewind_across_a_loop_to_the_bank_checkpoint_restores_exactly() 
 
 
 def test_N2_K9_a_rewind_replaying_every_loop_pass_after_the_bank_restores_without_stamps() -> None:
-    """Loop pass 2 wrote after the bank; the rewind replays pass 2: restored, K9, not refused by shape."""
+    """Loop pass 2 wrote after the bank; the rewind replays pass 2: restored, K9, not refused by shape.
+    Proves ``scratchbank.domain.decide_resume``."""
     shape = [started(), loop(1), banked(), loop(2), rewound("loop", on_cycle=("loop",)), resumed()]
     assert decide_resume(fold(shape), ResumeRequest()).rule == "R2"  # v1 rewind: refused by shape
     timeline = [started(), loop(1), banked(), loop(2), rewind_replaying(loop=[2]), resumed()]

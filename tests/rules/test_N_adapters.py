@@ -2,16 +2,16 @@
 N6 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from rigs.limits import RUN
+from rigs.long_timelines import TAIL, long_run_with_tail
 from rigs.real_sandboxes import rig
-from rigs.rules_limits import RUN
-from rigs.snapshots import TAIL, long_run_with_tail
 
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
@@ -30,7 +30,8 @@ from scratchbank.testing.clocks import ManualClock
 
 def test_N4_T13_a_sandbox_that_cannot_be_frozen_banks_and_its_record_says_unquiesced() -> None:
     """N4: without a PID namespace of its own nothing is frozen, so a write during tar can go
-    unseen; the record says so (`unquiesced` with its reason), never that the bank is quiet."""
+    unseen; the record says so (`unquiesced` with its reason), never that the bank is quiet.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     sandbox = LocalSandbox(isolate=False)
     try:
         assert not sandbox.facts.process_isolated
@@ -47,7 +48,7 @@ def test_N4_T13_a_sandbox_that_cannot_be_frozen_banks_and_its_record_says_unquie
 
 def test_N5_a_sparse_file_comes_back_dense() -> None:
     """N5: a sparse file is banked as its bytes and restored with every block written: the same
-    size and content, no longer sparse."""
+    size and content, no longer sparse. Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     size = 4 * 1024 * 1024
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append(RUN, [started(), node("clone", "tool", in_sandbox=True)])
@@ -74,7 +75,8 @@ def test_N5_a_sparse_file_comes_back_dense() -> None:
 @pytest.mark.parametrize("nodes", [0, 2])
 def test_N6_T1_a_scratch_on_the_host_is_not_banked_and_the_resume_goes_on_without(nodes: int) -> None:
     """N6: a runner whose scratch is the host's own folder (no sandbox between them) banks
-    nothing and records nothing; its resume is neither refused nor given an old scratch."""
+    nothing and records nothing; its resume is neither refused nor given an old scratch.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append(RUN, [started(), *[node(f"n{i}", "tool", in_sandbox=True) for i in range(nodes)]])
     report = bank_at_teardown(
@@ -94,7 +96,8 @@ def test_N6_T1_a_scratch_on_the_host_is_not_banked_and_the_resume_goes_on_withou
 
 
 def test_N3_the_reconcile_reads_the_snapshot_and_the_tail_only(tmp_path: Path) -> None:
-    """N3 on a long run with a snapshot: records read <= the tail + a constant, same outcome."""
+    """N3 on a long run with a snapshot: records read <= the tail + a constant, same outcome.
+    Proves ``scratchbank.application.bank_objects.reconcile_before_resume``."""
     timeline, store, old, new = long_run_with_tail(tmp_path)
     done = reconcile_before_resume(store, timeline, "run-1", ManualClock(), 30.0, snapshots=timeline)
     assert timeline.handed <= TAIL + 2
@@ -106,7 +109,8 @@ def test_N3_the_reconcile_reads_the_snapshot_and_the_tail_only(tmp_path: Path) -
 
 
 def test_N3_the_reconcile_from_a_snapshot_sorts_as_from_the_whole_run(tmp_path: Path) -> None:
-    """The fold's named objects (snapshot + tail) sort a listing as the whole timeline does."""
+    """The fold's named objects (snapshot + tail) sort a listing as the whole timeline does.
+    Proves ``scratchbank.application.resume.current_state``."""
     timeline, store, _, _ = long_run_with_tail(tmp_path)
     records = timeline.read("run-1")
     state = current_state(timeline, "run-1", snapshots=timeline)

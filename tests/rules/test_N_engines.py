@@ -2,13 +2,13 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rigs.bank_objects import (
+from rigs.bank_store_hooks import (
     ACCEPT,
     NEW,
     OLD,
@@ -36,7 +36,8 @@ from scratchbank.testing.clocks import ManualClock
 
 
 def test_N3_the_latest_executions_unrecorded_bank_is_recorded_and_restored(store: BankStore) -> None:
-    """Stamped by the latest execution, nothing after it: the resume records it and restores it."""
+    """Stamped by the latest execution, nothing after it: the resume records it and restores it.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = FullDisk()
     lost = _park_with_a_failed_record(timeline, store)
     box = FakeSandbox({})
@@ -50,7 +51,8 @@ def test_N3_an_unrecorded_bank_that_cannot_be_proved_refuses_the_resume_by_name(
     store: BankStore, tmp_path: Path
 ) -> None:
     """Two unrecorded banks stamped by the latest execution: refused by name, nothing written
-    or deleted; accepting the scratch's loss goes on without them."""
+    or deleted; accepting the scratch's loss goes on without them.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = FullDisk()
     first = _park_with_a_failed_record(timeline, store)
     other, digest = archive_of(OLD, tmp_path)
@@ -67,7 +69,8 @@ def test_N3_an_unrecorded_bank_that_cannot_be_proved_refuses_the_resume_by_name(
 def test_N3_an_earlier_executions_unrecorded_bank_is_never_reconciled(
     store: BankStore, tmp_path: Path
 ) -> None:
-    """A bank stamped by an execution that is not the latest stays unreferenced: shown, not restored."""
+    """A bank stamped by an execution that is not the latest stays unreferenced: shown, not restored.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, NEW).recorded

@@ -2,14 +2,14 @@
 tier's tests of P10 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from rigs.rules_checkpoints import URLS
+from rigs.checkpoint_stamps import URLS
 
 from scratchbank.domain.errors import ConfigInvalid
 
@@ -29,7 +29,8 @@ def test_P10_K8_a_bad_retention_setting_is_named(value: str) -> None:
 def test_P10_K8_the_cli_names_a_bad_retention_setting_without_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`scratchbank status` with SCRATCHBANK_RETAIN=65: exit 2, CONFIG_INVALID naming it; nothing opened."""
+    """`scratchbank status` with SCRATCHBANK_RETAIN=65: exit 2, CONFIG_INVALID naming it; nothing opened.
+    Proves ``scratchbank.adapters.cli.main``."""
     from scratchbank.adapters.cli import main
 
     monkeypatch.setenv("SCRATCHBANK_HOME", str(tmp_path))

@@ -3,7 +3,7 @@ engines tier's tests of P1, P2, P3, P4, P5, P6, P7, P8, P9, P10, P11, P12 (tests
 tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from rigs.k8s_provider import (
     provider,
     runner_env,
 )
-from rigs.runner_settings import env  # noqa: F401 - a fixture
+from rigs.runner_env import env  # noqa: F401 - a fixture
 from runner_rigs import STORY, queue_resume
 from waiting import eventually
 
@@ -89,7 +89,8 @@ from scratchbank.domain.records import NodeFinished, RunStarted, ScratchBanked, 
 def test_P12_the_runner_in_the_image_drives_docker_sandboxes(
     image: str, services: tuple[str, NatsDeliveryQueue, EventStoreTimeline, dict[str, str]], tmp_path: Path
 ) -> None:
-    """Non-root in the image, the Docker socket lent by group; containers from the busybox image."""
+    """Non-root in the image, the Docker socket lent by group; containers from the busybox image.
+    Proves ``scratchbank.domain.records.RunStarted``."""
     ns, queue, timeline, env = services
     (tmp_path / "workflow.json").write_text(json.dumps(WORKFLOW))
     env = {
@@ -141,7 +142,8 @@ def test_P12_the_runner_in_the_image_drives_docker_sandboxes(
 def test_P12_the_runner_in_the_image_drives_pods_through_the_double(
     image: str, services: tuple[str, NatsDeliveryQueue, EventStoreTimeline, dict[str, str]], tmp_path: Path
 ) -> None:
-    """The same image, SCRATCHBANK_SANDBOX_PROVIDER=kubernetes: two pods, both deleted."""
+    """The same image, SCRATCHBANK_SANDBOX_PROVIDER=kubernetes: two pods, both deleted.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.destroy``."""
     ns, queue, timeline, env = services
     with running_double() as double:
         (tmp_path / "workflow.json").write_text(json.dumps(WORKFLOW))
@@ -172,7 +174,8 @@ def test_P1_a_pod_per_attempt_from_the_template_labelled_with_run_and_attempt_th
     double: ApiDouble,
 ) -> None:
     """The template's fields are kept; run and attempt are labels (hashed past 63 characters)
-    and annotations; restartPolicy Never; the container runs commands; stop deletes the pod."""
+    and annotations; restartPolicy Never; the container runs commands; stop deletes the pod.
+    Proves ``scratchbank.adapters.k8s_provider.label_value``."""
     run = "Run_" + "x" * 70
     p = provider(double)
     sandbox = p.start(run, attempt="a1")
@@ -213,7 +216,8 @@ def test_P2_a_pod_that_does_not_run_is_named_and_deleted(
     double: ApiDouble, fault: str, error: type[ScratchbankError]
 ) -> None:
     """Image pull and eviction at once; no node, or no start, at the deadline: each by name,
-    and the pod is deleted (nothing left behind)."""
+    and the pod is deleted (nothing left behind).
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     double.faults.pod_start = fault
     with pytest.raises(error):
         provider(double, start_seconds=1.0).start("run-1", attempt="a1")
@@ -222,7 +226,8 @@ def test_P2_a_pod_that_does_not_run_is_named_and_deleted(
 
 @pytest.mark.docker
 def test_P2_an_image_the_node_cannot_pull_is_named(double: ApiDouble) -> None:
-    """No fault set: the kubelet cannot find the template's image (the double pulls nothing)."""
+    """No fault set: the kubelet cannot find the template's image (the double pulls nothing).
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     template = {**TEMPLATE, "spec": {"containers": [{"name": "sandbox", "image": "nope/missing:1"}]}}
     with pytest.raises(PodImagePull):
         provider(double, template).start("run-1")
@@ -231,7 +236,8 @@ def test_P2_an_image_the_node_cannot_pull_is_named(double: ApiDouble) -> None:
 
 @pytest.mark.docker
 def test_P2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
-    """Someone deletes the pod before it runs: the watch's DELETED ends the start by name."""
+    """Someone deletes the pod before it runs: the watch's DELETED ends the start by name.
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     double.faults.pod_start = "pending"
 
     def delete_when_created() -> None:
@@ -250,7 +256,8 @@ def test_P2_a_pod_deleted_while_it_starts_is_named(double: ApiDouble) -> None:
 @pytest.mark.docker
 def test_P2_a_pod_deleted_before_its_watch_began_is_named(double: ApiDouble) -> None:
     """The pod is gone between its create and the first watch (whose list is then empty, so no
-    DELETED ever comes): the start reads the pod between watch windows and names it."""
+    DELETED ever comes): the start reads the pod between watch windows and names it.
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     double.faults.pod_start = "pending"
     p = provider(double)
     create = p.core.create_namespaced_pod
@@ -269,7 +276,8 @@ def test_P2_a_pod_deleted_before_its_watch_began_is_named(double: ApiDouble) -> 
 @pytest.mark.docker
 def test_P3_orphans_are_the_runs_pods_another_runner_started(double: ApiDouble) -> None:
     """By label and annotation: another provider's running pod for the run is an orphan (once);
-    one's own pod is not; another run's pod is not; a pod that no longer runs is deleted."""
+    one's own pod is not; another run's pod is not; a pod that no longer runs is deleted.
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     mine, theirs = provider(double), provider(double)
     left = theirs.start("run-1", attempt="a1")
     evicted = theirs.start("run-1", attempt="a1")
@@ -288,7 +296,8 @@ def test_P3_orphans_are_the_runs_pods_another_runner_started(double: ApiDouble) 
 
 @pytest.mark.docker
 def test_P4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) -> None:
-    """With only NEEDS granted (deploy/rbac.yaml), the whole cycle runs."""
+    """With only NEEDS granted (deploy/rbac.yaml), the whole cycle runs.
+    Proves ``scratchbank.application.ports.SandboxProvider.orphans``."""
     assert frozenset(NEEDS) - {("pods", "get"), ("pods/exec", "create")} == {
         ("pods", "create"),
         ("pods", "list"),
@@ -304,7 +313,8 @@ def test_P4_the_role_grants_exactly_what_the_provider_uses(double: ApiDouble) ->
 def test_P4_each_permission_is_needed_and_its_lack_is_named(
     double: ApiDouble, missing: tuple[str, str]
 ) -> None:
-    """Take one permission away: the cycle stops with a named error, never a traceback."""
+    """Take one permission away: the cycle stops with a named error, never a traceback.
+    Proves ``scratchbank.application.ports.SandboxProvider.orphans``."""
     double.faults.rbac = NEEDS - {missing}
     with pytest.raises(ScratchbankError):
         _cycle(double)
@@ -313,7 +323,8 @@ def test_P4_each_permission_is_needed_and_its_lack_is_named(
 @pytest.mark.docker
 def test_P5_kubectl_sees_the_runs_pods_by_label_and_deletes_one(double: ApiDouble) -> None:
     """An operator's `kubectl get -l` lists what the provider labelled; `kubectl delete`
-    removes it, and the provider's own delete after that is no error."""
+    removes it, and the provider's own delete after that is no error.
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     p = provider(double)
     box = p.start("run-1", attempt="a1")
     listed = kubectl(double, "get", "pods", "-l", f"{RUN_LABEL}=run-1", "-o", "name")
@@ -331,7 +342,8 @@ def test_P6_a_run_parked_in_one_pod_resumes_in_a_new_pod_with_its_scratch_and_a_
     double: ApiDouble, tmp_path: Path
 ) -> None:
     """a1 runs to its gate in pod 1 and banks; a2 restores into pod 2 and finishes; both pods
-    are deleted. A third run whose bank went stale (R2) is refused with no pod created."""
+    are deleted. A third run whose bank went stale (R2) is refused with no pod created.
+    Proves ``scratchbank.adapters.inprocess.InProcessQueue``."""
     timeline = InMemoryTimeline()
     queue = InProcessQueue(ack_wait=30.0)
     p = provider(double)
@@ -392,7 +404,8 @@ def test_P7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
     """Runner processes configured by settings only (NATS, PostgreSQL, S3, pods through the
     double). Runner a is SIGKILLed while its teardown's bank exec is in flight; after its
     lease lapses runner b banks a's pod, deletes it, parks the run again; a2 resumes in a
-    new pod with the clone and finishes; no pod is left."""
+    new pod with the clone and finishes; no pod is left.
+    Proves ``scratchbank.adapters.nats_queue.NatsConnection``."""
     import signal
     import sys
 
@@ -477,7 +490,8 @@ def test_P7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
 @pytest.mark.docker
 def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
     """An API server that stops answering reads: the watch, the list and the pod read each
-    end by name at their deadline, never hang; nothing is left behind."""
+    end by name at their deadline, never hang; nothing is left behind.
+    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
     p = KubernetesSandboxProvider(
         api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0, start_seconds=2.0
     )
@@ -500,7 +514,8 @@ def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
 
 
 def test_P9_the_runner_reads_the_surfaces_settings_and_its_own(env: dict[str, str]) -> None:
-    """Timeline, bank and queue are exactly what serve/mcp read from the same environment."""
+    """Timeline, bank and queue are exactly what serve/mcp read from the same environment.
+    Proves ``scratchbank.adapters.runner_settings.runner_config``."""
     cfg = runner_config(env)
     assert cfg.settings == settings_from(env)
     assert (cfg.provider, cfg.pod_namespace, cfg.holder) == ("kubernetes", "runs", "runner-7")
@@ -509,7 +524,8 @@ def test_P9_the_runner_reads_the_surfaces_settings_and_its_own(env: dict[str, st
 
 
 def test_P9_flags_win_over_the_environment(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The process's flags (for a person at a shell) override the environment (a Deployment)."""
+    """The process's flags (for a person at a shell) override the environment (a Deployment).
+    Proves ``scratchbank.adapters.runner_process.configure``."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     cfg = configure(parse(["--holder", "h2", "--bank", "file:///tmp/banks", "--lapse", "9"]))
@@ -548,7 +564,8 @@ def test_P10_a_template_that_is_not_a_pod_is_named(env: dict[str, str], tmp_path
 
 
 def test_P11_docker_and_local_providers_by_settings(env: dict[str, str], tmp_path: Path) -> None:
-    """docker needs its image (and takes the engine's URL); local needs a folder."""
+    """docker needs its image (and takes the engine's URL); local needs a folder.
+    Proves ``scratchbank.adapters.runner_settings.runner_config``."""
     env["SCRATCHBANK_SANDBOX_PROVIDER"] = "docker"
     with pytest.raises(ConfigInvalid, match="SCRATCHBANK_SANDBOX_IMAGE"):
         runner_config(env)
@@ -563,7 +580,8 @@ def test_P11_docker_and_local_providers_by_settings(env: dict[str, str], tmp_pat
 def test_P10_the_runner_process_names_a_bad_setting_without_a_traceback(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Exit 2 and one line naming the error; the password in a URL masked."""
+    """Exit 2 and one line naming the error; the password in a URL masked.
+    Proves ``scratchbank.adapters.runner_process.main``."""
     from scratchbank.adapters.runner_process import main
 
     for key, value in env.items():

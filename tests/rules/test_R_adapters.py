@@ -2,7 +2,7 @@
 R10, R11, R12, R13, R15 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from operator_rigs import RUN, cli, tree_digest
-from rigs.cli_explain import run
-from rigs.load_without_lies import held
-from rigs.resume_use_case import ACCEPT, FILES, World
-from rigs.snapshots import appended_in_batches, long_run
+from rigs.cli_process import run
+from rigs.landed_records import held
+from rigs.long_timelines import appended_in_batches, long_run
+from rigs.resume_world import ACCEPT, FILES, World
 from runner_rigs import RecordingInbound, checksum, make_rig, queue_resume
 
 from scratchbank.adapters.event_store import PAGE, EventStoreTimeline
@@ -49,7 +49,8 @@ from scratchbank.testing.clocks import ManualClock
 
 
 def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:
-    """R15: a bad file names the line and exits 2, never a decision."""
+    """R15: a bad file names the line and exits 2, never a decision.
+    Proves ``scratchbank.application.service.explain``."""
     path = tmp_path / "t.jsonl"
     path.write_text('{"type": "run_started"}\n\n{"type": "node_finished", "node": "a"}\n')
     done = run("explain", path)
@@ -69,7 +70,8 @@ def test_R15_bad_file_names_the_line_and_exits_non_zero(tmp_path: Path) -> None:
 
 
 def test_R15_a_resume_on_an_unreadable_timeline_is_refused_by_name(tmp_path: Path) -> None:
-    """A garbage timeline.db: TIMELINE_UNREADABLE, exit 5, no traceback, the file untouched."""
+    """A garbage timeline.db: TIMELINE_UNREADABLE, exit 5, no traceback, the file untouched.
+    Proves ``scratchbank.domain.errors.TimelineUnreadable``."""
     (tmp_path / "timeline.db").write_bytes(b"garbage" * 100)
     before = tree_digest(tmp_path)
     done = cli("resume", RUN, home=tmp_path)
@@ -82,7 +84,8 @@ def test_R15_a_resume_on_an_unreadable_timeline_is_refused_by_name(tmp_path: Pat
 
 
 def test_R15_a_busy_timeline_is_TIMELINE_BUSY_never_unreadable(tmp_path: Path) -> None:
-    """Every call slot held past the deadline: a named retryable error, no R15, nothing written."""
+    """Every call slot held past the deadline: a named retryable error, no R15, nothing written.
+    Proves ``scratchbank.application.resume.check_resume``."""
     timeline = EventStoreTimeline(
         f"sqlite:///{tmp_path}/t.db", call_seconds=0.2, in_flight=1, wait_seconds=0.2
     )
@@ -103,7 +106,8 @@ def test_R15_a_busy_timeline_is_TIMELINE_BUSY_never_unreadable(tmp_path: Path) -
 
 
 def test_R15_a_slot_wait_gives_up_at_the_callers_deadline_with_TIMELINE_BUSY(tmp_path: Path) -> None:
-    """A caller's passed deadline ends the wait for a slot: TIMELINE_BUSY naming it, nothing written."""
+    """A caller's passed deadline ends the wait for a slot: TIMELINE_BUSY naming it, nothing written.
+    Proves ``scratchbank.application.cancellation.calls_within``."""
     timeline, before = held(tmp_path)
     try:
         with calls_within(Deadline.after(0.0)), pytest.raises(TimelineBusy, match="caller's deadline"):
@@ -127,8 +131,80 @@ def test_R15_a_use_cases_budget_bounds_the_slot_wait(tmp_path: Path) -> None:
     assert isinstance(TimelineBusy("x"), RETRYABLE)
 
 
+def test_R15_the_slot_goes_to_the_waiter_whose_deadline_is_nearest() -> None:
+    """The line is served nearest deadline first: a claim with its budget running out goes
+    before a fresh read that may still wait a minute (issue 26: 200 resumes at once, every
+    first read ahead of the claims, 4 claims refused TIMELINE_BUSY).
+    Proves ``scratchbank.adapters.event_store._Slots.acquire``."""
+    from waiting import eventually
+
+    from scratchbank.adapters.event_store import _Slots
+
+    slots = _Slots(1)
+    assert slots.acquire(1.0) == ""  # another caller holds the only slot
+    served: list[str] = []
+
+    def wait(name: str, deadline: Deadline | None) -> None:
+        assert slots.acquire(60.0, deadline) == ""
+        served.append(name)
+        slots.release()
+
+    fresh = threading.Thread(target=wait, args=("fresh read", None))
+    fresh.start()
+    eventually(lambda: slots.waiting() == 1, what="the read in line")
+    claim = threading.Thread(target=wait, args=("claim", Deadline.after(30.0)))
+    claim.start()
+    eventually(lambda: slots.waiting() == 2, what="the claim in line")
+    slots.release()
+    fresh.join()
+    claim.join()
+    assert served == ["claim", "fresh read"]
+
+
+def test_R15_sqlite_appends_wait_for_the_writer_without_holding_the_read_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer: an append queued behind another holds no call slot, so a read
+    goes at once (issue 26: every slot held by appenders queued on the writer lock, ~140 ms
+    each, and the resumes behind them refused TIMELINE_BUSY).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    from waiting import eventually
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db", in_flight=2, wait_seconds=30.0)
+    for name in ("run-1", "run-2"):
+        timeline.append(name, [started()])
+    inside, go, real = [], threading.Event(), timeline._insert
+
+    def slow(stored: Any) -> None:  # a writer that takes its time (an fsync on a busy disk)
+        inside.append(stored)
+        go.wait(60.0)
+        real(stored)
+
+    monkeypatch.setattr(timeline, "_insert", slow)
+    appends = [
+        threading.Thread(target=timeline.append, args=(name, [node("clone")]), kwargs={"expected": 1})
+        for name in ("run-1", "run-2")
+    ]
+    for thread in appends:
+        thread.start()
+    writes = getattr(timeline, "_writes", None)
+    eventually(
+        lambda: len(inside) == 2 or (len(inside) == 1 and writes is not None and writes.waiting() == 1),
+        what="both appends in flight",
+    )
+    try:
+        with calls_within(Deadline.after(5.0)):
+            assert len(timeline.read("run-1")) == 1  # not TIMELINE_BUSY behind the writers
+    finally:
+        go.set()
+        for thread in appends:
+            thread.join()
+    assert [len(timeline.read(name)) for name in ("run-1", "run-2")] == [2, 2]
+
+
 def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) -> None:
-    """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY."""
+    """The run context cancelled while its call waits in line: the wait ends, TIMELINE_BUSY.
+    Proves ``scratchbank.application.cancellation.calls_within``."""
     timeline, before = held(tmp_path)
     cancel = Cancel()
     errors: list[BaseException] = []
@@ -157,7 +233,8 @@ def test_R15_a_cancelled_run_context_ends_the_slot_wait_at_once(tmp_path: Path) 
 def test_R15_a_store_call_starts_no_thread_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reads and appends arm their cut on the process's one alarm thread: none started per call."""
+    """Reads and appends arm their cut on the process's one alarm thread: none started per call.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
     timeline.append("run-1", [started()])  # the alarm thread, once per process
     started_threads: list[threading.Thread] = []
@@ -177,7 +254,8 @@ def test_R15_a_store_call_starts_no_thread_of_its_own(
 def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shared alarm cuts a call that outlives its deadline; the read fails by name, not R15's empty."""
+    """The shared alarm cuts a call that outlives its deadline; the read fails by name, not R15's empty.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     from eventsourcing.persistence import PersistenceError
 
     from scratchbank.adapters import event_store
@@ -197,22 +275,89 @@ def test_R15_a_store_call_past_its_deadline_is_still_cut_and_named(
 
 
 def test_R15_a_disarmed_alarm_never_cuts() -> None:
-    """A call that ended before its deadline: its alarm is dropped when its time comes."""
-    from scratchbank.adapters.event_store import _ALARMS
+    """A call that ended before its deadline: its alarm is dropped when its time comes.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters.alarms import ALARMS
 
     done, live = threading.Event(), threading.Event()
-    with _ALARMS._cond:  # the alarm thread cannot pop it between the two
-        ended = _ALARMS.arm(0.0, done.set)
+    with ALARMS._cond:  # the alarm thread cannot pop it between the two
+        ended = ALARMS.arm(0.0, done.set)
         ended.disarm()
-    _ALARMS.arm(0.01, live.set)
+    ALARMS.arm(0.01, live.set)
     assert live.wait(60.0)
     assert not done.is_set() and not ended.fired
+
+
+def test_R15_a_thousand_cuts_armed_at_once_start_no_thread_of_their_own(tmp_path: Path) -> None:
+    """Watchdogs and the timeline's call cuts are alarms on the one alarm thread: a
+    thousand of each armed at once add at most that thread, and no Timer.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``, ``scratchbank.adapters.watchdog.Watchdog``."""
+    import contextlib
+
+    from scratchbank.adapters.alarms import ALARMS
+    from scratchbank.adapters.watchdog import Watchdog
+
+    ALARMS.arm(3600.0, lambda: None).disarm()  # the alarm thread is up before counting
+    before = threading.active_count()
+    with contextlib.ExitStack() as armed:
+        dogs = [armed.enter_context(Watchdog(Deadline.after(3600.0), lambda: None)) for _ in range(1000)]
+        cuts = [ALARMS.arm(3600.0, lambda: None) for _ in range(1000)]
+        during = threading.active_count()
+        timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+    for cut in cuts:
+        cut.disarm()
+    assert during == before and timers == []
+    assert not any(dog.fired for dog in dogs)
+
+
+def test_R15_a_disarmed_alarm_lets_go_of_its_transport_at_once() -> None:
+    """A call that ended long before its deadline (an hour's exec) leaves nothing of its
+    transport held by the alarm heap until that hour passes.
+    Proves ``scratchbank.adapters.alarms.Alarm.disarm``."""
+    import gc
+    import weakref
+
+    from scratchbank.adapters.alarms import ALARMS
+
+    class Transport:
+        def cut(self) -> None:
+            pass
+
+    transport = Transport()
+    gone = weakref.ref(transport)
+    alarm = ALARMS.arm(3600.0, transport.cut)
+    alarm.disarm()
+    del transport
+    gc.collect()
+    assert gone() is None, "the disarmed alarm still holds its transport"
+
+
+def test_R15_an_alarm_cuts_at_its_deadline_by_the_clock_it_was_given() -> None:
+    """A cut lands once its clock passes its deadline, not before (an injected clock).
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters.alarms import Alarms
+    from scratchbank.adapters.watchdog import Watchdog
+
+    clock = ManualClock()
+    alarms = Alarms(clock.monotonic)
+    cut, early = threading.Event(), threading.Event()
+    alarms.arm(5.0, cut.set)
+    with Watchdog(Deadline.after(3600.0), early.set, alarms=alarms) as dog:
+        clock.advance(4.0)
+        alarms.poke()
+        assert alarms.armed() == 2 and not cut.is_set()  # nothing came due: both still armed
+        clock.advance(1.0)
+        alarms.poke()
+        assert cut.wait(60.0)
+        assert not dog.fired and not early.is_set()
 
 
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
 
 
 def test_R2_a_stale_bank_is_refused_before_anything_moves_the_run() -> None:
+    """A stale bank is refused before anything moves the run:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     w.timeline.append("run-1", [node("measure", "agent")])
@@ -227,12 +372,16 @@ def test_R2_a_stale_bank_is_refused_before_anything_moves_the_run() -> None:
 
 
 def test_R10_the_surface_defers_while_the_latest_execution_may_still_bank() -> None:
+    """The surface defers while the latest execution may still bank:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     out, _ = w.resume(ResumeRequest(where=Where.SURFACE))
     assert out.decision.verdict is Verdict.DEFER_TO_ENGINE and not out.proceeds
 
 
 def test_R13_accepting_an_unbanked_loss_records_it_and_goes_on() -> None:
+    """Accepting an unbanked loss records it and goes on:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     bank_at_teardown(
         "run-1",
@@ -269,7 +418,8 @@ def test_R12_C10_detached_runner_writes_the_refusal_with_the_remedy_hint(tmp_pat
 
 
 def test_R11_an_in_process_resume_hears_the_engines_refusal(tmp_path: Path) -> None:
-    """The surface defers (R10, still banking); the engine refuses; the waiter hears it."""
+    """The surface defers (R10, still banking); the engine refuses; the waiter hears it.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="over the cap")
@@ -282,7 +432,8 @@ def test_R11_an_in_process_resume_hears_the_engines_refusal(tmp_path: Path) -> N
 
 
 def test_R10_surface_refuses_from_the_latest_executions_record_and_queues_nothing(tmp_path: Path) -> None:
-    """A refusal the surface can make itself publishes nothing and queues nothing."""
+    """A refusal the surface can make itself publishes nothing and queues nothing.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     unbanked = ScratchBanked(banked=False, empty=False, unknown=False, bytes=0, reason="over the cap")
@@ -297,6 +448,7 @@ def test_R10_surface_refuses_from_the_latest_executions_record_and_queues_nothin
 
 
 def test_R2_snapshot_then_tail_decides_as_the_whole_timeline(tmp_path: Path) -> None:
+    """Snapshot then tail decides as the whole timeline: ``scratchbank.application.resume.current_state``."""
     timeline = long_run(tmp_path, SNAPSHOT_EVERY + 5)
     whole = fold(timeline.read("run-1"))
     first = current_state(timeline, "run-1", snapshots=timeline)  # folds and saves a snapshot
@@ -309,7 +461,8 @@ def test_R2_snapshot_then_tail_decides_as_the_whole_timeline(tmp_path: Path) -> 
 
 
 def test_R2_a_cold_first_decision_reads_one_snapshot_interval_at_most(tmp_path: Path) -> None:
-    """Appends through the port leave snapshots: a fresh process folds < one interval + a batch."""
+    """Appends through the port leave snapshots: a fresh process folds < one interval + a batch.
+    Proves ``scratchbank.application.resume.current_state``."""
     url = f"sqlite:///{tmp_path}/t.db"
     writer = appended_in_batches(url, 5 * SNAPSHOT_EVERY + 17)
     whole = fold(writer.read("run-1"))
@@ -322,7 +475,8 @@ def test_R2_a_cold_first_decision_reads_one_snapshot_interval_at_most(tmp_path: 
 
 
 def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) -> None:
-    """No snapshot: the decision folds the store's pages one at a time, never the whole run."""
+    """No snapshot: the decision folds the store's pages one at a time, never the whole run.
+    Proves ``scratchbank.application.resume.current_state``."""
     url = f"sqlite:///{tmp_path}/t.db"
     timeline = EventStoreTimeline(url, snapshot_every=10 * PAGE)
     timeline.append("run-1", [started(), banked()])
@@ -344,7 +498,8 @@ def test_R2_the_fold_streams_pages_where_no_snapshot_exists_yet(tmp_path: Path) 
 
 
 def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp_path: Path) -> None:
-    """A second process's append past the interval folds from the store, and saves the truth."""
+    """A second process's append past the interval folds from the store, and saves the truth.
+    Proves ``scratchbank.application.resume.current_state``."""
     url = f"sqlite:///{tmp_path}/t.db"
     first = EventStoreTimeline(url)
     first.append("run-1", [started(), banked()])
@@ -360,7 +515,8 @@ def test_R2_an_appender_that_did_not_follow_the_run_still_snapshots_it_right(tmp
 def test_R2_a_run_this_process_appends_is_decided_from_its_own_fold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The appender's fold stands for the snapshot: no snapshot query, only the tail others appended."""
+    """The appender's fold stands for the snapshot: no snapshot query, only the tail others appended.
+    Proves ``scratchbank.application.resume.current_state``."""
     url = f"sqlite:///{tmp_path}/t.db"
     mine, other = EventStoreTimeline(url), EventStoreTimeline(url)
     mine.append("run-1", [started(), banked(), *(node(f"h{i}", "human") for i in range(10))])
@@ -380,7 +536,8 @@ def test_R2_a_run_this_process_appends_is_decided_from_its_own_fold(
 
 
 def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
-    """R1, R2 (and the rules of their causes) are said in words on the refusal's lines."""
+    """R1, R2 (and the rules of their causes) are said in words on the refusal's lines.
+    Proves ``scratchbank.adapters.present.decision_text``."""
     cases = [
         fold([started(), node("a", "tool"), banked(), node("b", "tool")]),
         fold([started(), node("a", "tool"), unbanked()]),

@@ -2,7 +2,7 @@
 R10, R11, R12, R15 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from operator_rigs import RUN, TOKEN, cli, served
-from rigs.surface_queue import (
+from rigs.queue_deployment import (
     ENGINE_REFUSES,
     SURFACE_REFUSES,
     _append,
@@ -44,7 +44,8 @@ from scratchbank.testing.builders import banked, started
 
 def test_R15_a_quiet_read_sees_a_writer_that_came_after_it_opened(tmp_path: Path) -> None:
     """The read-only timeline opened on a quiet file (immutable, no side files) reads the plain
-    way once a writer holds the file: it sees the writer's records, still in the WAL."""
+    way once a writer holds the file: it sees the writer's records, still in the WAL.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.testing.builders import node, started
 
@@ -71,7 +72,8 @@ def test_R15_a_quiet_read_sees_a_writer_that_came_after_it_opened(tmp_path: Path
 
 def test_R10_cli_resume_publishes_and_a_runner_process_carries_the_run_on(deployment: dict[str, Any]) -> None:
     """`scratchbank resume` with a queue: queued, claimed by `scratchbank runner`, run to its
-    gate and banked; resumed again: a new sandbox, the scratch restored, the run goes on."""
+    gate and banked; resumed again: a new sandbox, the scratch restored, the run goes on.
+    Proves ``scratchbank.adapters.bootstrap.open_home``."""
     d, run = deployment, _run()
     _append(d["home"], run, [started()])
     first = _resume(d, run)
@@ -124,7 +126,8 @@ def test_R12_http_resume_is_queued_202_and_the_runner_logs_the_refusal_that_stat
 
 def test_R10_a_surface_never_publishes_a_resume_it_refuses(deployment: dict[str, Any]) -> None:
     """Refused from the latest execution's own record: exit 3 / 400 with the hint; the
-    timeline unchanged (checksum) and nothing published on the stream."""
+    timeline unchanged (checksum) and nothing published on the stream.
+    Proves ``scratchbank.adapters.bootstrap.bootstrap``."""
     d, run = deployment, _run()
     _append(d["home"], run, list(SURFACE_REFUSES))
     before, published = _checksum(d["home"], run), _published(d["url"])
@@ -154,7 +157,8 @@ def test_R9_a_surface_refusing_for_a_force_reason_judges_the_scratch_first(
     deployment: dict[str, Any],
 ) -> None:
     """A changed source while the latest execution may still be banking (it would defer):
-    the surface judges the scratch too and names its loss first; nothing is queued."""
+    the surface judges the scratch too and names its loss first; nothing is queued.
+    Proves ``scratchbank.adapters.bootstrap.open_home``."""
     d, run = deployment, _run()
     _append(d["home"], run, list(ENGINE_REFUSES))
     before, published = _checksum(d["home"], run), _published(d["url"])
@@ -168,6 +172,8 @@ def test_R9_a_surface_refusing_for_a_force_reason_judges_the_scratch_first(
 
 
 def test_R11_an_in_process_resume_hears_the_engine_refusal_as_its_own(embedded: ScratchService) -> None:
+    """An in process resume hears the engine refusal as its own:
+    ``scratchbank.application.service.ScratchService.queue_resume``."""
     run = _run()
     embedded.timeline.append(run, list(ENGINE_REFUSES))
     out = embedded.queue_resume(run)
@@ -176,6 +182,8 @@ def test_R11_an_in_process_resume_hears_the_engine_refusal_as_its_own(embedded: 
 
 
 def test_R11_an_in_process_resume_hears_the_engine_go_on(embedded: ScratchService) -> None:
+    """An in process resume hears the engine go on:
+    ``scratchbank.application.service.ScratchService.queue_resume``."""
     run = _run()
     embedded.timeline.append(run, list(ENGINE_REFUSES))
     out = embedded.queue_resume(run, ResumeRequest(consents=Consents(accept_scratch_loss=True)))
@@ -188,6 +196,8 @@ def test_R11_an_in_process_resume_hears_the_engine_go_on(embedded: ScratchServic
 
 
 def test_R15_a_corrupt_stored_record_makes_the_timeline_unreadable(tmp_path: Path) -> None:
+    """A corrupt stored record makes the timeline unreadable:
+    ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     url = f"sqlite:///{tmp_path}/t.db"
     EventStoreTimeline(url).append("run-1", [started(), banked()])
     with sqlite3.connect(tmp_path / "t.db") as db:
@@ -199,6 +209,8 @@ def test_R15_a_corrupt_stored_record_makes_the_timeline_unreadable(tmp_path: Pat
 
 
 def test_R15_a_store_that_cannot_be_read_raises_never_reads_empty(tmp_path: Path) -> None:
+    """A store that cannot be read raises never reads empty:
+    ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     path = tmp_path / "t.db"
     timeline = EventStoreTimeline(f"sqlite:///{path}")
     timeline.append("run-1", [started()])
@@ -210,6 +222,8 @@ def test_R15_a_store_that_cannot_be_read_raises_never_reads_empty(tmp_path: Path
 
 @pytest.mark.postgres
 def test_R15_unreachable_postgres_is_unreadable_and_writes_fail_by_name(postgres_url: str) -> None:
+    """Unreachable postgres is unreadable and writes fail by name:
+    ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     dead = "postgresql://postgres@127.0.0.1:9/postgres"
     with pytest.raises((TimelineUnreadable, TimelineWriteFailed)):
         EventStoreTimeline(dead).read("run-1")

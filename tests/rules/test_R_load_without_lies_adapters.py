@@ -2,7 +2,7 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. These sit apart from test_R_adapters.py: a name of theirs (a test's or a
+tests/rigs/ (named for what they hold). These sit apart from test_R_adapters.py: a name of theirs (a test's or a
 fixture's) is another test's there."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigs.load_without_lies import FILES, N
+from rigs.landed_records import FILES, N
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
@@ -27,7 +27,8 @@ from scratchbank.testing.builders import node, started
 def test_R15_200_teardowns_and_resumes_at_once_on_sqlite_none_refused_none_falsely_recorded(
     tmp_path: Path,
 ) -> None:
-    """200 threads at once on one SQLite file: no refusal, every `recorded` on the timeline."""
+    """200 threads at once on one SQLite file: no refusal, every `recorded` on the timeline.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/timeline.db")
     service = ScratchService(timeline, FilesystemBankStore(tmp_path / "banks"), snapshots=timeline)
     runs = [f"run-{i}" for i in range(N)]

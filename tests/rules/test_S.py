@@ -2,12 +2,12 @@
 S5 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
-from rigs.rules_adoption_delivery import CONTAINER, HOST, TOOL, _StoreDown
-from rigs.rules_resume import ACCEPT, BOTH, FORCE, decide, kinds
+from rigs.adoption_and_delivery import CONTAINER, HOST, TOOL, _StoreDown
+from rigs.resume_decisions import ACCEPT, BOTH, FORCE, decide, kinds
 
 from scratchbank.adapters.memory import InMemoryTimeline
 from scratchbank.application.adoption import adopt_child
@@ -29,6 +29,8 @@ from scratchbank.testing.builders import forsaken, node, shared, started
 
 
 def test_S1_child_that_can_park_is_refused_under_container_local_scratch() -> None:
+    """Child that can park is refused under container local scratch:
+    ``scratchbank.domain.decide_adoption``."""
     for parker in (
         ChildNode("gate", "human"),
         ChildNode("chat", "agent", interactive=True),
@@ -41,16 +43,19 @@ def test_S1_child_that_can_park_is_refused_under_container_local_scratch() -> No
 
 
 def test_S1_ask_rules_under_a_gate_that_is_off_do_not_park() -> None:
+    """Ask rules under a gate that is off do not park: ``scratchbank.domain.decide_adoption``."""
     child = [ChildNode("llm", "agent", has_ask_rules=True, gate_on=False)]
     assert decide_adoption(child, scratch_container_local=True, parent_copy_based=False).adopt
 
 
 def test_S1_parking_child_may_share_a_host_backed_scratch() -> None:
+    """Parking child may share a host backed scratch: ``scratchbank.domain.decide_adoption``."""
     d = decide_adoption([ChildNode("gate", "human")], scratch_container_local=False, parent_copy_based=True)
     assert d.adopt
 
 
 def test_S5_adoption_carries_the_record_that_must_be_written_first() -> None:
+    """Adoption carries the record that must be written first: ``scratchbank.domain.decide_adoption``."""
     d = decide_adoption([TOOL], scratch_container_local=True, parent_copy_based=True)
     assert d.adopt and d.record_required and d.rule == "S5"
     assert d.record is not None
@@ -58,7 +63,8 @@ def test_S5_adoption_carries_the_record_that_must_be_written_first() -> None:
 
 
 def test_S1_use_case_refuses_a_parking_child_and_writes_nothing() -> None:
-    """A child with a human gate under a container-local scratch: refused, no record."""
+    """A child with a human gate under a container-local scratch: refused, no record.
+    Proves ``scratchbank.application.adoption.adopt_child``."""
     tl = InMemoryTimeline()
     child = [TOOL, ChildNode("gate", "human")]
     got = adopt_child(
@@ -69,6 +75,8 @@ def test_S1_use_case_refuses_a_parking_child_and_writes_nothing() -> None:
 
 
 def test_S1_use_case_adopts_a_parking_child_into_a_host_backed_scratch() -> None:
+    """Use case adopts a parking child into a host backed scratch:
+    ``scratchbank.application.adoption.adopt_child``."""
     tl = InMemoryTimeline()
     got = adopt_child(
         "run-1.c",
@@ -86,6 +94,7 @@ def test_S1_use_case_adopts_a_parking_child_into_a_host_backed_scratch() -> None
 
 
 def test_S5_the_adoption_record_lands_before_the_child_runs() -> None:
+    """The adoption record lands before the child runs: ``scratchbank.application.adoption.adopt_child``."""
     tl = InMemoryTimeline()
     got = adopt_child(
         "run-1.c", [TOOL], parent_run="run-1", parent=CONTAINER, parent_copy_based=True, timeline=tl
@@ -96,7 +105,8 @@ def test_S5_the_adoption_record_lands_before_the_child_runs() -> None:
 
 
 def test_S5_a_record_that_does_not_land_within_its_budget_keeps_the_child_out() -> None:
-    """The store refuses the record past its budget: the child does not run there."""
+    """The store refuses the record past its budget: the child does not run there.
+    Proves ``scratchbank.application.adoption.adopt_child``."""
     got = adopt_child(
         "run-1.c",
         [TOOL],
@@ -114,23 +124,28 @@ def test_S5_a_record_that_does_not_land_within_its_budget_keeps_the_child_out() 
 
 
 def test_S2_lone_child_resume_is_refused_from_the_adoption_record() -> None:
+    """Lone child resume is refused from the adoption record: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), shared(container_local=True), node("a"))
     assert d.code == SCRATCH_NOT_PORTABLE
     assert d.rule == "S2"
 
 
 def test_S2_accepting_the_loss_goes_on_without_and_writes_the_forsake() -> None:
+    """Accepting the loss goes on without and writes the forsake: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), shared(container_local=True), consents=ACCEPT)
     assert d.verdict is Verdict.GO_ON_WITHOUT
     assert d.records == (ScratchForsaken(forced=False, accepted=True),)
 
 
 def test_S2_adoption_without_lineage_is_not_refused() -> None:
-    """An engine without the lineage record (scratch_container_local absent): not refused."""
+    """An engine without the lineage record (scratch_container_local absent): not refused.
+    Proves ``scratchbank.domain.decide_resume``."""
     assert decide(started(), shared(container_local=None)).verdict is Verdict.GO_ON_WITHOUT
 
 
 def test_S3_A11_copy_based_parent_needs_force_too_and_the_scratch_refusal_comes_first() -> None:
+    """Copy based parent needs force too and the scratch refusal comes first:
+    ``scratchbank.domain.remedy``."""
     records = (started(), shared(container_local=True, copy_based=True))
     d = decide(*records)
     assert d.code == SCRATCH_NOT_PORTABLE
@@ -146,5 +161,6 @@ def test_S3_A11_copy_based_parent_needs_force_too_and_the_scratch_refusal_comes_
 
 
 def test_S4_forsake_record_ends_the_refusal_and_its_absence_keeps_it() -> None:
+    """Forsake record ends the refusal and its absence keeps it: ``scratchbank.domain.decide_resume``."""
     assert decide(started(), shared(), forsaken()).verdict is Verdict.GO_ON_WITHOUT
     assert decide(started(), shared()).refused

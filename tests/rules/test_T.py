@@ -3,7 +3,7 @@ T6, T7, T8, T9, T10, T11, T12, T13, T14, T16, T19, T20 (tests/tiers.py: a file o
 its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from datetime import timedelta
 import attrs
 import pytest
 from async_engine import bank_at_teardown_shielded
-from rigs.escape_records import HOSTILE, HostileSandbox, bank_of
-from rigs.rules_checkpoints import C1, C2, _teardown, bank_at, checkpoints_run
-from rigs.rules_resume import decide
-from rigs.rules_teardown import CLEAN, QUIET, RACED, plan
-from rigs.teardown_use_case import (
+from rigs.checkpoint_stamps import C1, C2, _teardown, bank_at, checkpoints_run
+from rigs.hostile_banks import HOSTILE, HostileSandbox, bank_of
+from rigs.resume_decisions import decide
+from rigs.teardown_decisions import CLEAN, QUIET, RACED, plan
+from rigs.teardown_world import (
     FILES,
     FakeClock,
     FlakyStore,
@@ -88,7 +88,8 @@ def test_T8_retry_within_tries_again_while_the_result_asks_and_stops_when_told()
 
 
 def test_T8_retry_within_does_not_sleep_a_pause_of_zero() -> None:
-    """A retry with no pause (a teardown deciding again after a conflict) records no sleep."""
+    """A retry with no pause (a teardown deciding again after a conflict) records no sleep.
+    Proves ``scratchbank.application.retry.retry_within``."""
     clock = ManualClock()
     calls = iter([KeyError("a"), KeyError("b"), "ok"])
 
@@ -107,6 +108,8 @@ def test_T8_retry_within_does_not_sleep_a_pause_of_zero() -> None:
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_T6_a_bank_the_parser_chokes_on_is_still_recorded(case: str) -> None:
+    """A bank the parser chokes on is still recorded:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-t", [started(), node("clone", "tool")])
     sandbox = HostileSandbox(bank_of(HOSTILE[case]))
@@ -123,7 +126,8 @@ def test_T6_a_bank_the_parser_chokes_on_is_still_recorded(case: str) -> None:
 
 
 def test_T4_K8_an_empty_scratch_drops_the_current_bank_but_not_older_checkpoints() -> None:
-    """Empty at c2: a resume from c2 goes on without (T4), a rewind to c1 gets c1's bank."""
+    """Empty at c2: a resume from c2 goes on without (T4), a rewind to c1 gets c1's bank.
+    Proves ``scratchbank.domain.decide_resume``."""
     run = [started(), bank_at(C1, "1"), resumed(), node("b"), attrs.evolve(empty(), checkpoint=C2), resumed()]
     state = fold(run)
     assert state.bank is None
@@ -137,14 +141,15 @@ def test_T4_K8_an_empty_scratch_drops_the_current_bank_but_not_older_checkpoints
 
 
 def test_T5_K8_a_finished_run_keeps_no_checkpoint_bank() -> None:
-    """A finished teardown forgets every checkpoint's bank."""
+    """A finished teardown forgets every checkpoint's bank. Proves ``scratchbank.domain.fold``."""
     from scratchbank.testing.builders import finished_teardown
 
     assert fold([*checkpoints_run(), finished_teardown()]).history == ()
 
 
 def test_T4_K8_use_case_an_empty_teardown_keeps_the_older_checkpoint_bank() -> None:
-    """An empty scratch at c2 leaves c1's object in the store (retained), none of its own."""
+    """An empty scratch at c2 leaves c1's object in the store (retained), none of its own.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     _teardown(timeline, store, {"a.txt": b"one"}, C1)
@@ -167,6 +172,7 @@ def test_T4_K8_use_case_an_empty_teardown_keeps_the_older_checkpoint_bank() -> N
 
 
 def test_T4_empty_teardown_means_nothing_to_restore() -> None:
+    """Empty teardown means nothing to restore: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), banked(), resumed(), restored(), empty(), node("a"))
     assert d.verdict is Verdict.GO_ON_WITHOUT
 
@@ -175,27 +181,32 @@ def test_T4_empty_teardown_means_nothing_to_restore() -> None:
 
 
 def test_T1_container_local_scratch_banks_at_park_or_failure() -> None:
+    """Container local scratch banks at park or failure: ``scratchbank.domain.plan_teardown``."""
     p = plan((started(),))
     assert p.action is TeardownAction.BANK and p.rule == "T1"
 
 
 def test_T1_host_backed_scratch_is_never_banked() -> None:
+    """Host backed scratch is never banked: ``scratchbank.domain.plan_teardown``."""
     p = plan((started(),), host_backed=True)
     assert p.action is TeardownAction.SKIP and p.rule == "T1"
 
 
 def test_T11_quiesce_only_when_process_isolated() -> None:
+    """Quiesce only when process isolated: ``scratchbank.domain.plan_teardown``."""
     assert plan((started(),), isolated=True).quiesce
     assert not plan((started(),), isolated=False).quiesce
 
 
 def test_T13_not_isolated_is_recorded_unquiesced() -> None:
+    """Not isolated is recorded unquiesced: ``scratchbank.domain.teardown_record``."""
     rec = teardown_record(TryOutcome(Seen.FILES, CLEAN, stored=True), Quiesce(False, "not isolated"))
     assert rec.banked and rec.unquiesced and rec.quiesce_reason == "not isolated"
     assert not teardown_record(TryOutcome(Seen.FILES, CLEAN, stored=True), QUIET).unquiesced
 
 
 def test_T5_finished_run_drops_its_bank() -> None:
+    """Finished run drops its bank: ``scratchbank.domain.teardown.finished_record``."""
     p = plan((started(), banked()), finished=True)
     assert p.action is TeardownAction.DROP and p.rule == "T5"
     state = fold((started(), banked(), finished_record()))
@@ -203,6 +214,8 @@ def test_T5_finished_run_drops_its_bank() -> None:
 
 
 def test_T4_empty_scratch_deletes_the_previous_bank_and_is_recorded_empty() -> None:
+    """Empty scratch deletes the previous bank and is recorded empty:
+    ``scratchbank.domain.teardown.deletes_bank``."""
     final = TryOutcome(Seen.EMPTY)
     assert deletes_bank(final)
     rec = teardown_record(final, QUIET)
@@ -212,6 +225,7 @@ def test_T4_empty_scratch_deletes_the_previous_bank_and_is_recorded_empty() -> N
 
 
 def test_T6_every_outcome_yields_one_record_with_the_required_members() -> None:
+    """Every outcome yields one record with the required members: ``scratchbank.domain.teardown_record``."""
     for final in (
         TryOutcome(Seen.FILES, CLEAN, stored=True),
         TryOutcome(Seen.FILES, None, reason="tar failed"),
@@ -224,6 +238,7 @@ def test_T6_every_outcome_yields_one_record_with_the_required_members() -> None:
 
 
 def test_T9_later_try_never_replaces_what_an_earlier_saw_with_less() -> None:
+    """Later try never replaces what an earlier saw with less: ``scratchbank.domain.merge_try``."""
     files = TryOutcome(Seen.FILES, None, reason="upload failed")
     merged = merge_try(files, TryOutcome(Seen.UNKNOWN, reason="exec blip"))
     assert merged.best is files
@@ -232,6 +247,7 @@ def test_T9_later_try_never_replaces_what_an_earlier_saw_with_less() -> None:
 
 
 def test_T8_a_curable_failure_tries_again() -> None:
+    """A curable failure tries again: ``scratchbank.domain.merge_try``."""
     merged = merge_try(None, TryOutcome(Seen.FILES, None, reason="tar failed"))
     assert not merged.stop and merged.rule == "T8"
     merged = merge_try(merged.best, TryOutcome(Seen.FILES, CLEAN, stored=True))
@@ -239,6 +255,7 @@ def test_T8_a_curable_failure_tries_again() -> None:
 
 
 def test_T16_last_complete_archive_is_kept_clean_over_raced() -> None:
+    """Last complete archive is kept clean over raced: ``scratchbank.domain.merge_try``."""
     raced = TryOutcome(Seen.FILES, RACED, stored=True)
     failed = TryOutcome(Seen.FILES, None, reason="tar failed")
     assert merge_try(raced, failed).best is raced
@@ -247,6 +264,7 @@ def test_T16_last_complete_archive_is_kept_clean_over_raced() -> None:
 
 
 def test_T16_tar_runs_again_while_it_races_and_budget_allows() -> None:
+    """Tar runs again while it races and budget allows: ``scratchbank.domain.teardown.should_retar``."""
     assert should_retar(raced=True, passes=1, last_pass_seconds=1.0, seconds_left=3.0)
     assert not should_retar(raced=True, passes=1, last_pass_seconds=1.0, seconds_left=2.9)
     assert not should_retar(raced=True, passes=3, last_pass_seconds=0.1, seconds_left=100)
@@ -254,6 +272,7 @@ def test_T16_tar_runs_again_while_it_races_and_budget_allows() -> None:
 
 
 def test_T16_raced_members_are_named_on_the_record_capped_with_a_count() -> None:
+    """Raced members are named on the record capped with a count: ``scratchbank.domain.teardown_record``."""
     names = tuple(f"./f{i}" for i in range(30))
     arch = Archive(bytes=9, sha256="c" * 64, raced=names)
     rec = teardown_record(TryOutcome(Seen.FILES, arch, stored=True), QUIET)
@@ -261,6 +280,7 @@ def test_T16_raced_members_are_named_on_the_record_capped_with_a_count() -> None
 
 
 def test_T19_unknown_does_not_replace_an_earlier_bank() -> None:
+    """Unknown does not replace an earlier bank: ``scratchbank.domain.teardown_record``."""
     rec = teardown_record(TryOutcome(Seen.UNKNOWN, reason="sandbox gone"), QUIET)
     assert rec.unknown
     state = fold((started(), banked(), resumed(), unknown()))
@@ -269,6 +289,7 @@ def test_T19_unknown_does_not_replace_an_earlier_bank() -> None:
 
 
 def test_T20_over_the_cap_nothing_is_stored_and_the_record_names_why() -> None:
+    """Over the cap nothing is stored and the record names why: ``scratchbank.domain.teardown.over_cap``."""
     assert over_cap(CAP_BYTES + 1) and not over_cap(CAP_BYTES)
     big = Archive(bytes=CAP_BYTES + 1, sha256="d" * 64)
     rec = teardown_record(TryOutcome(Seen.FILES, big, stored=False, reason="over the cap"), QUIET)
@@ -280,6 +301,8 @@ def test_T20_over_the_cap_nothing_is_stored_and_the_record_names_why() -> None:
 
 
 def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest() -> None:
+    """A park banks the scratch and records it with digest and manifest:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     report, timeline, store = teardown(box)
     rec = last_record(timeline)
@@ -291,6 +314,7 @@ def test_T1_T6_a_park_banks_the_scratch_and_records_it_with_digest_and_manifest(
 
 
 def test_T5_a_finished_run_drops_its_bank() -> None:
+    """A finished run drops its bank: ``scratchbank.application.teardown.bank_at_teardown``."""
     store = InMemoryBankStore()
     store.banks["run-1"] = b"old"
     report, timeline, _ = teardown(FakeSandbox(dict(FILES)), store=store, finished=True)
@@ -299,6 +323,7 @@ def test_T5_a_finished_run_drops_its_bank() -> None:
 
 
 def test_T4_an_empty_scratch_deletes_the_previous_bank() -> None:
+    """An empty scratch deletes the previous bank: ``scratchbank.application.teardown.bank_at_teardown``."""
     store = InMemoryBankStore()
     store.banks["run-1"] = b"old"
     _, timeline, _ = teardown(FakeSandbox({}), store=store, history=(started(), banked()))
@@ -307,6 +332,8 @@ def test_T4_an_empty_scratch_deletes_the_previous_bank() -> None:
 
 
 def test_T11_T13_a_sandbox_not_isolated_is_not_quiesced_and_recorded_unquiesced() -> None:
+    """A sandbox not isolated is not quiesced and recorded unquiesced:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES), isolated=False)
     _, timeline, _ = teardown(box)
     rec = last_record(timeline)
@@ -315,6 +342,7 @@ def test_T11_T13_a_sandbox_not_isolated_is_not_quiesced_and_recorded_unquiesced(
 
 
 def test_T8_an_exec_blip_on_the_first_try_is_tried_again() -> None:
+    """An exec blip on the first try is tried again: ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [ExecFailed("blip"), None]
     report, timeline, _ = teardown(box)
@@ -324,6 +352,7 @@ def test_T8_an_exec_blip_on_the_first_try_is_tried_again() -> None:
 
 
 def test_T8_a_failed_tar_then_success_banks() -> None:
+    """A failed tar then success banks: ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [ArchiveFailed("tar: ./x: Cannot open"), None]
     report, timeline, _ = teardown(box)
@@ -331,6 +360,8 @@ def test_T8_a_failed_tar_then_success_banks() -> None:
 
 
 def test_T8_failures_past_the_tries_record_files_not_banked_with_the_reason() -> None:
+    """Failures past the tries record files not banked with the reason:
+    ``scratchbank.domain.decide_resume``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [ArchiveFailed("tar broke")] * 3
     _, timeline, store = teardown(box)
@@ -341,6 +372,7 @@ def test_T8_failures_past_the_tries_record_files_not_banked_with_the_reason() ->
 
 
 def test_T10_an_upload_is_retried_on_the_same_archive() -> None:
+    """An upload is retried on the same archive: ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     store = FlakyStore(fail_puts=2)
     report, timeline, _ = teardown(box, store=store)
@@ -350,6 +382,8 @@ def test_T10_an_upload_is_retried_on_the_same_archive() -> None:
 
 
 def test_T8_record_retried_through_an_outage_shorter_than_its_budget() -> None:
+    """Record retried through an outage shorter than its budget:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     clock = FakeClock()
     timeline = FlakyTimeline(clock, fail_appends=0)
     timeline.append("run-1", [started()])
@@ -367,6 +401,8 @@ def test_T8_record_retried_through_an_outage_shorter_than_its_budget() -> None:
 
 
 def test_T8_record_outage_longer_than_its_budget_is_reported_and_the_bank_kept() -> None:
+    """Record outage longer than its budget is reported and the bank kept:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     clock = FakeClock()
     timeline = FlakyTimeline(clock)
     timeline.append("run-1", [started()])
@@ -386,6 +422,8 @@ def test_T8_record_outage_longer_than_its_budget_is_reported_and_the_bank_kept()
 
 
 def test_T19_a_sandbox_gone_before_listing_is_unknown_and_keeps_the_earlier_bank() -> None:
+    """A sandbox gone before listing is unknown and keeps the earlier bank:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.gone = True
     store = InMemoryBankStore()
@@ -397,6 +435,8 @@ def test_T19_a_sandbox_gone_before_listing_is_unknown_and_keeps_the_earlier_bank
 
 
 def test_T20_an_archive_over_the_cap_stores_nothing_and_names_why() -> None:
+    """An archive over the cap stores nothing and names why:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox({"big": bytes(range(256)) * 4000})
     store = InMemoryBankStore()
     store.banks["run-1"] = b"earlier"
@@ -408,11 +448,14 @@ def test_T20_an_archive_over_the_cap_stores_nothing_and_names_why() -> None:
 
 
 def test_T20_a_store_that_keeps_no_bank_names_it() -> None:
+    """A store that keeps no bank names it: ``scratchbank.application.teardown.bank_at_teardown``."""
     _, timeline, _ = teardown(FakeSandbox(dict(FILES)), store=InMemoryBankStore(keeps_banks=False))
     assert "keeps no bank" in last_record(timeline).reason
 
 
 def test_T16_a_writer_racing_until_the_budget_ends_banks_the_last_raced_archive() -> None:
+    """A writer racing until the budget ends banks the last raced archive:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.races = [("./log",), ("./log",), ("./log", "./b")]
     report, timeline, _ = teardown(box)
@@ -422,6 +465,7 @@ def test_T16_a_writer_racing_until_the_budget_ends_banks_the_last_raced_archive(
 
 
 def test_T16_a_clean_pass_after_a_race_is_banked_clean() -> None:
+    """A clean pass after a race is banked clean: ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.races = [("./log",), ()]
     report, timeline, _ = teardown(box)
@@ -429,6 +473,8 @@ def test_T16_a_clean_pass_after_a_race_is_banked_clean() -> None:
 
 
 def test_T16_a_later_pass_that_fails_keeps_the_last_complete_archive() -> None:
+    """A later pass that fails keeps the last complete archive:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.races = [("./log",)]
     box.faults["archive"] = [None, ArchiveFailed("tar: ./x: short read")]
@@ -438,6 +484,8 @@ def test_T16_a_later_pass_that_fails_keeps_the_last_complete_archive() -> None:
 
 
 def test_T9_A7_a_later_try_that_knows_less_stops_and_records_what_the_earlier_saw() -> None:
+    """A later try that knows less stops and records what the earlier saw:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [ArchiveFailed("tar broke"), SandboxGone("gone")]
     report, timeline, _ = teardown(box)
@@ -447,6 +495,7 @@ def test_T9_A7_a_later_try_that_knows_less_stops_and_records_what_the_earlier_sa
 
 
 def test_T14_processes_are_continued_whatever_happens() -> None:
+    """Processes are continued whatever happens: ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [RuntimeError("bug")]
     with pytest.raises(RuntimeError):
@@ -455,6 +504,8 @@ def test_T14_processes_are_continued_whatever_happens() -> None:
 
 
 def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
+    """Banking lands even when the run is cancelled mid banking:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     gate, archiving = threading.Event(), threading.Event()
 
     class SlowSandbox(FakeSandbox):
@@ -498,6 +549,8 @@ def test_T7_banking_lands_even_when_the_run_is_cancelled_mid_banking() -> None:
     ids=["exec blip", "broken stream", "sandbox gone", "tar failure"],
 )
 def test_T16_a_raced_pass_is_banked_when_the_next_pass_fails_for_any_reason(fault: Exception) -> None:
+    """A raced pass is banked when the next pass fails for any reason:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.races = [("./log",)]
     box.faults["archive"] = [None, fault, fault, fault, fault, fault]
@@ -509,6 +562,8 @@ def test_T16_a_raced_pass_is_banked_when_the_next_pass_fails_for_any_reason(faul
 
 
 def test_T16_a_complete_archive_whose_upload_failed_is_banked_when_the_next_try_cannot_archive() -> None:
+    """A complete archive whose upload failed is banked when the next try cannot archive:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = FakeSandbox(dict(FILES))
     box.faults["archive"] = [None, ExecFailed("blip"), ExecFailed("blip")]
     store = FlakyStore(fail_puts=3)  # the first try's three uploads fail
@@ -521,7 +576,8 @@ def test_T16_a_complete_archive_whose_upload_failed_is_banked_when_the_next_try_
 
 def test_T16_T20_budget_spent_after_a_raced_pass_still_banks_it() -> None:
     """The banking budget runs out during the second pass (the clock jumps): the first
-    complete archive is banked, with its raced members named."""
+    complete archive is banked, with its raced members named.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     clock = FakeClock()
 
     class SlowSecondPass(FakeSandbox):
@@ -539,6 +595,7 @@ def test_T16_T20_budget_spent_after_a_raced_pass_still_banks_it() -> None:
 
 
 def test_T6_the_record_carries_the_clock_time() -> None:
+    """The record carries the clock time: ``scratchbank.application.teardown.bank_at_teardown``."""
     clock = FakeClock()
     clock.advance(42)
     _, timeline, _ = teardown(FakeSandbox(dict(FILES)), clock=clock)
@@ -547,7 +604,8 @@ def test_T6_the_record_carries_the_clock_time() -> None:
 
 def test_T16_a_clean_archive_is_banked_before_a_later_one_that_raced() -> None:
     """Try 1 archives clean but cannot upload; try 2 races, then cannot archive again:
-    the clean archive of try 1 is the one banked (a clean one, else the last that raced)."""
+    the clean archive of try 1 is the one banked (a clean one, else the last that raced).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
 
     class Growing(FakeSandbox):
         def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
@@ -566,7 +624,8 @@ def test_T16_a_clean_archive_is_banked_before_a_later_one_that_raced() -> None:
 
 
 def test_T16_a_try_that_races_to_its_last_pass_banks_an_earlier_clean_archive() -> None:
-    """Try 1 archives clean but cannot upload; try 2 races on every pass: the clean one."""
+    """Try 1 archives clean but cannot upload; try 2 races on every pass: the clean one.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
 
     class Growing(FakeSandbox):
         def archive(self, dest, *, compress, verify, deadline=None):  # type: ignore[no-untyped-def]
@@ -583,6 +642,8 @@ def test_T16_a_try_that_races_to_its_last_pass_banks_an_earlier_clean_archive() 
 
 
 def test_T11_T14_a_clean_quiesced_bank_is_one_call_the_sandbox_continues_itself() -> None:
+    """A clean quiesced bank is one call the sandbox continues itself:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = OneCallSandbox(dict(FILES))
     report, timeline, _ = teardown(box)
     rec = last_record(timeline)
@@ -596,7 +657,8 @@ def test_T11_T14_a_clean_quiesced_bank_is_one_call_the_sandbox_continues_itself(
 
 def test_T16_T14_a_quiesced_pass_that_raced_is_tarred_again_while_stopped_then_continued() -> None:
     """The first pass raced: the processes stay stopped for the next (unverified, since
-    everything is stopped) plain pass; the host continues them once the passes end."""
+    everything is stopped) plain pass; the host continues them once the passes end.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     box = OneCallSandbox(dict(FILES))
     box.races = [("./log",), ()]
     report, timeline, _ = teardown(box)
@@ -608,6 +670,8 @@ def test_T16_T14_a_quiesced_pass_that_raced_is_tarred_again_while_stopped_then_c
 
 
 def test_T14_a_failed_archive_after_the_quiesce_is_recorded_quiesced_and_continued_by_the_host() -> None:
+    """A failed archive after the quiesce is recorded quiesced and continued by the host:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     box = OneCallSandbox(dict(FILES))
     box.faults["archive"] = [ArchiveFailed("tar: ./x: Cannot open: Permission denied")]
     report, timeline, _ = teardown(box, bank_tries=1)
@@ -622,7 +686,8 @@ def test_T14_a_failed_archive_after_the_quiesce_is_recorded_quiesced_and_continu
 
 @pytest.mark.parametrize("make", [FakeSandbox, OneCallSandbox], ids=["three calls", "one call"])
 def test_T12_a_refused_quiesce_stopped_nothing_and_nothing_is_continued(make: type[FakeSandbox]) -> None:
-    """Refused before any signal (exit 3): nothing is continued either (RULES facts)."""
+    """Refused before any signal (exit 3): nothing is continued either (RULES facts).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     box = make(dict(FILES))
     box.quiesce_report = QuiesceReport(False, True, ("this is the host's initial PID namespace",))
     _, timeline, _ = teardown(box)
@@ -636,7 +701,8 @@ def test_T12_a_refused_quiesce_stopped_nothing_and_nothing_is_continued(make: ty
 
 def test_T14_a_continue_step_cut_at_its_budget_leaves_no_thread_behind() -> None:
     """The continue runs in a cancellation scope: cut at its budget, nothing it started
-    outlives the teardown; the note says the continue failed."""
+    outlives the teardown; the note says the continue failed.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     box = StuckContinue(dict(FILES))
     box.races = [("./log",), ()]
     before = set(threading.enumerate())

@@ -2,7 +2,7 @@
 T6, T8, T20 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from hostile import end, gz, member, pax_header, pax_payload, ustar
-from rigs.escape_reader import read, with_pax
 from rigs.host_archive import (
     CODECS,
     NoSleep,
@@ -21,9 +20,10 @@ from rigs.host_archive import (
     raw_tar,
     stream,
 )
-from rigs.member_budget import _read
-from rigs.resume_use_case import FILES, World
-from rigs.snapshots import TAIL, long_run_refusing_whole_reads, long_run_with_tail
+from rigs.long_timelines import TAIL, long_run_refusing_whole_reads, long_run_with_tail
+from rigs.many_members import _read
+from rigs.resume_world import FILES, World
+from rigs.tar_reader import read, with_pax
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
@@ -52,6 +52,8 @@ from scratchbank.testing.clocks import ManualClock
     ],
 )
 def test_T6_an_out_of_range_pax_mtime_is_a_named_refusal(mtime: str, says: str) -> None:
+    """An out of range pax mtime is a named refusal:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match=says):
         read(with_pax([("mtime", mtime)]))
 
@@ -74,7 +76,8 @@ def test_T6_at_bank_time_such_a_bank_is_refused_by_name_not_raised(tmp_path: obj
 def test_T2_a_raw_stream_is_stored_as_one_gzip_any_gunzip_opens_with_its_digest(
     tmp_path: Path, codec: GzipCodec
 ) -> None:
-    """What the host file holds is one gzip of exactly the tar sent, and the facts describe that file."""
+    """What the host file holds is one gzip of exactly the tar sent, and the facts describe that file.
+    Proves ``scratchbank.application.bank_format.host_archive.HostArchive``."""
     raw = raw_tar()
     assert len(raw) > 2 * BATCH
     facts = stream(
@@ -89,7 +92,8 @@ def test_T2_a_raw_stream_is_stored_as_one_gzip_any_gunzip_opens_with_its_digest(
 
 
 def test_T2_a_sandbox_gzipped_stream_is_stored_byte_for_byte(tmp_path: Path) -> None:
-    """compress_in_sandbox: the host stores what it was sent and checks it through gunzip."""
+    """compress_in_sandbox: the host stores what it was sent and checks it through gunzip.
+    Proves ``scratchbank.application.bank_format.host_archive.HostArchive``."""
     sent = gzip.compress(raw_tar(), compresslevel=6)
     facts = stream(HostArchive(tmp_path / "b.tgz", gzipped_input=True, gzip_level=1, cap=1 << 30), sent)
     assert (tmp_path / "b.tgz").read_bytes() == sent
@@ -98,7 +102,8 @@ def test_T2_a_sandbox_gzipped_stream_is_stored_byte_for_byte(tmp_path: Path) -> 
 
 
 def test_T20_past_the_cap_the_host_counts_the_whole_archive_but_writes_no_more(tmp_path: Path) -> None:
-    """The cap is judged on the whole compressed size; the file stops growing at the cap."""
+    """The cap is judged on the whole compressed size; the file stops growing at the cap.
+    Proves ``scratchbank.application.bank_format.host_archive.HostArchive``."""
     raw = raw_tar(files=30, size=200_000)
     whole = stream(HostArchive(tmp_path / "a.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30), raw)
     cap = whole.bytes // 3
@@ -124,7 +129,8 @@ def test_T8_a_host_file_that_cannot_be_written_is_named_and_the_stream_still_dra
 def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the_earlier_bank(
     full_tmpdir: Path, tmp_path: Path
 ) -> None:
-    """HOST_ARCHIVE_FAILED is tried again within the budget, recorded by name, and stores nothing."""
+    """HOST_ARCHIVE_FAILED is tried again within the budget, recorded by name, and stores nothing.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     import os
 
     store = FilesystemBankStore(tmp_path / "banks")
@@ -149,7 +155,8 @@ def test_T8_a_host_out_of_temporary_space_retries_then_records_why_and_keeps_the
 
 def test_T6_implicit_parents_count_against_the_member_log_budget() -> None:
     """Few members, each under 126 parents of its own: the implicit parents' rows fill the
-    log, not the member count; the budget refuses them by name."""
+    log, not the member count; the budget refuses them by name.
+    Proves ``scratchbank.application.bank_format.reader.TarReader``."""
     deep = b"".join(
         pax_header(pax_payload([("path", f"x{i:06d}" + ("/" + "c" * 30) * 126 + "/f")])) + ustar(member("f"))
         for i in range(400)
@@ -165,6 +172,8 @@ def test_T6_implicit_parents_count_against_the_member_log_budget() -> None:
 
 
 def test_T6_X1_records_carry_the_time_of_the_clock_the_engine_gave() -> None:
+    """Records carry the time of the clock the engine gave:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     clock = ManualClock()
     clock.advance(90)
@@ -188,7 +197,8 @@ def test_T6_X1_records_carry_the_time_of_the_clock_the_engine_gave() -> None:
 
 
 def test_T1_the_teardowns_plan_reads_the_snapshot_and_the_tail_only(tmp_path: Path) -> None:
-    """The teardown's plan on a long run with a snapshot: records read <= tail + a constant."""
+    """The teardown's plan on a long run with a snapshot: records read <= tail + a constant.
+    Proves ``scratchbank.domain.objects.object_name``."""
     timeline, _, _, _ = long_run_with_tail(tmp_path)
     notes: list[str] = []
     first = _first_read(timeline, "run-1", None, Budgets(), ManualClock(), notes, snapshots=timeline)
@@ -200,7 +210,8 @@ def test_T1_the_teardowns_plan_reads_the_snapshot_and_the_tail_only(tmp_path: Pa
 
 
 def test_T8_a_conflict_is_planned_again_on_the_snapshot_and_the_tail(tmp_path: Path) -> None:
-    """_replan after a conflict: snapshot + tail, and the claim it plans at is the run's length."""
+    """_replan after a conflict: snapshot + tail, and the claim it plans at is the run's length.
+    Proves ``scratchbank.application.teardown._first_read``."""
     timeline, _, _, _ = long_run_refusing_whole_reads(tmp_path)
     first = _first_read(timeline, "run-1", None, Budgets(), ManualClock(), [], snapshots=timeline)
     assert first.claim is not None

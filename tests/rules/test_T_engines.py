@@ -3,7 +3,7 @@ T10, T11, T12, T13, T14, T15, T16, T17, T18, T19 (tests/tiers.py: a file of test
 tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,20 @@ from urllib.parse import urlparse
 import pytest
 from async_engine import bank_at_teardown_shielded
 from hostile import gz
-from rigs.attack_findings import _deep_unique, in_child
-from rigs.bank_stores import new_bucket, s3_client
-from rigs.deadlines import (
+from rigs.counted_teardowns import END_THE_EXEC, ONE_EXEC, Stalls, bank, counted, names, stopped, wait_for
+from rigs.forked_child import _deep_unique, in_child
+from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, rig
+from rigs.s3_buckets import new_bucket, s3_client
+from rigs.sandbox_probes import (
+    _members,
+    any_rig,  # noqa: F401 - a fixture
+    frozen,
+    grows,
+    running,
+    wait_until_written,
+    writer,
+)
+from rigs.stalls import (
     STALL_SECONDS,
     TIMELINE_SECONDS,
     TIMES,
@@ -35,17 +46,6 @@ from rigs.deadlines import (
     s3_bucket,  # noqa: F401 - a fixture
     through_proxy,  # noqa: F401 - a fixture
 )
-from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, rig
-from rigs.sandboxes import (
-    _members,
-    any_rig,  # noqa: F401 - a fixture
-    frozen,
-    grows,
-    running,
-    wait_until_written,
-    writer,
-)
-from rigs.teardown_sandboxes import END_THE_EXEC, ONE_EXEC, Stalls, bank, counted, names, stopped, wait_for
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
@@ -108,6 +108,7 @@ def test_T6_implicit_parents_do_not_fill_the_hosts_temp_disk() -> None:
 
 @pytest.mark.s3
 def test_T10_a_large_archive_streams_up_and_back(s3_endpoint: str, tmp_path: Path) -> None:
+    """A large archive streams up and back: ``scratchbank.adapters.s3_bank.S3BankStore``."""
     store = S3BankStore(new_bucket(s3_endpoint), client=s3_client(s3_endpoint))
     src = tmp_path / "big.tgz"
     block = os.urandom(1 << 20)
@@ -128,7 +129,8 @@ def test_T10_a_large_archive_streams_up_and_back(s3_endpoint: str, tmp_path: Pat
 def test_T15_tar_runs_untranslated_whatever_the_callers_locale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tar that would speak French is run with LC_ALL=C: its race lines stay readable."""
+    """A tar that would speak French is run with LC_ALL=C: its race lines stay readable.
+    Proves ``scratchbank.application.ports.Sandbox.archive``."""
     shims = tmp_path / "shims"
     shims.mkdir()
     seen = tmp_path / "seen-locale"
@@ -150,6 +152,7 @@ def test_T15_tar_runs_untranslated_whatever_the_callers_locale(
 
 @pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-busybox", "k8s-double"])
 def test_T8_X5_a_stalled_exec_or_stream_fails_in_time_on_every_transport(engine: str) -> None:
+    """A stalled exec or stream fails in time on every transport: ``scratchbank.adapters.exec_pump.pump``."""
     with rig(engine) as r:
         times = check_sandbox_stalls(r.sandbox, seconds=STALL_SECONDS, grace=5.0)
     TIMES[engine] = times
@@ -162,6 +165,7 @@ def test_T8_X5_a_stalled_exec_or_stream_fails_in_time_on_every_transport(engine:
 def test_T8_T10_an_upload_that_stalls_mid_object_fails_in_time(
     through_proxy: tuple[S3BankStore, S3BankStore], tmp_path: Path
 ) -> None:
+    """An upload that stalls mid object fails in time: ``scratchbank.adapters.s3_bank.S3BankStore.put``."""
     _, stalled = through_proxy
     bank = tmp_path / "bank.tgz"
     bank.write_bytes(bytes(range(256)) * (16 << 10))
@@ -177,6 +181,8 @@ def test_T8_T10_an_upload_that_stalls_mid_object_fails_in_time(
 
 
 def test_T7_T8_a_stuck_exec_under_the_shield_does_not_hold_the_teardown_for_ever() -> None:
+    """A stuck exec under the shield does not hold the teardown for ever:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     timeline.append("run-1", [started()])
     box = StuckArchive()
@@ -203,11 +209,14 @@ def test_T7_T8_a_stuck_exec_under_the_shield_does_not_hold_the_teardown_for_ever
 
 
 def test_T8_pauses_double_and_are_capped() -> None:
+    """Pauses double and are capped: ``scratchbank.application.retry.Pauses``."""
     pauses = iter(Pauses(1.0, 8.0))
     assert [next(pauses) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
 
 
 def test_T8_retry_within_a_budget_tries_until_it_runs_out_then_raises_the_last_error() -> None:
+    """Retry within a budget tries until it runs out then raises the last error:
+    ``scratchbank.application.retry.retry_within``."""
     clock = ManualClock()
     calls: list[float] = []
 
@@ -222,6 +231,7 @@ def test_T8_retry_within_a_budget_tries_until_it_runs_out_then_raises_the_last_e
 
 
 def test_T8_errors_a_retry_cannot_cure_are_raised_at_once() -> None:
+    """Errors a retry cannot cure are raised at once: ``scratchbank.application.retry.retry_within``."""
     clock = ManualClock()
 
     def bug(deadline: Deadline) -> str:
@@ -261,7 +271,7 @@ def test_T8_R15_a_postgres_that_stops_answering_fails_reads_and_appends_in_time(
 @pytest.mark.postgres
 def test_T8_a_postgres_table_lock_held_elsewhere_fails_appends_and_reads_in_time(pg_database: str) -> None:
     """Another connection holds the events table: lock_timeout / statement_timeout end the
-    call on the server, by name."""
+    call on the server, by name. Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     import psycopg
 
     timeline = EventStoreTimeline(pg_database, call_seconds=TIMELINE_SECONDS)
@@ -292,7 +302,8 @@ def test_T8_a_postgres_table_lock_held_elsewhere_fails_appends_and_reads_in_time
 
 
 def test_T8_a_sqlite_write_lock_held_elsewhere_fails_appends_in_time(tmp_path: Path) -> None:
-    """Another process's write transaction holds the file: the busy timeout ends the append."""
+    """Another process's write transaction holds the file: the busy timeout ends the append.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     path = tmp_path / "t.db"
     timeline = EventStoreTimeline(f"sqlite:///{path}", call_seconds=TIMELINE_SECONDS)
     timeline.append("run-1", [started()])
@@ -316,12 +327,15 @@ def test_T8_a_sqlite_write_lock_held_elsewhere_fails_appends_in_time(tmp_path: P
 
 
 def test_T11_sandboxes_read_as_process_isolated(any_rig: Rig) -> None:
+    """Sandboxes read as process isolated: ``scratchbank.application.ports.SandboxFacts``."""
     facts = any_rig.sandbox.facts
     assert facts.process_isolated, facts.isolation
     assert not facts.host_backed
 
 
 def test_T12_quiesce_freezes_a_writer_and_continue_lets_it_run_again(any_rig: Rig) -> None:
+    """Quiesce freezes a writer and continue lets it run again:
+    ``scratchbank.application.ports.Sandbox.quiesce``."""
     path = writer(any_rig)
     report = any_rig.sandbox.quiesce(budget_seconds=30, wait_seconds=2)
     try:
@@ -334,7 +348,8 @@ def test_T12_quiesce_freezes_a_writer_and_continue_lets_it_run_again(any_rig: Ri
 
 
 def test_T12_a_process_started_after_the_first_stop_is_stopped_too(any_rig: Rig) -> None:
-    """A loop that keeps forking new writers: every round stops what started since."""
+    """A loop that keeps forking new writers: every round stops what started since.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.spawn``."""
     r = any_rig
     r.sh(f"mkdir -p {r.scratch}")
     path = f"{r.scratch}/forks"
@@ -354,7 +369,7 @@ def test_T12_host_pid_namespace_is_refused_before_any_signal(engine: str) -> Non
 
     The quiesce runs as nobody, and so does the canary, so that a broken guard could
     stop nothing but the canary.
-    """
+     Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     canary = host_sleep(120)
     try:
         with rig(engine, pid_mode="host") as r:
@@ -372,6 +387,7 @@ def test_T12_host_pid_namespace_is_refused_before_any_signal(engine: str) -> Non
 
 @pytest.mark.parametrize("engine", CONTAINERS)
 def test_T13_a_process_of_another_user_is_reported_unquiesced(engine: str) -> None:
+    """A process of another user is reported unquiesced: ``scratchbank.application.ports.Sandbox.quiesce``."""
     with rig(engine) as r:
         path = writer(r)
         r.sandbox.admin_user = "65534"
@@ -398,7 +414,8 @@ def test_T13_a_writer_that_is_pid_1_means_unquiesced(engine: str) -> None:
 
 
 def test_T13_a_proc_that_hides_other_users_processes_means_unquiesced() -> None:
-    """/proc mounted hidepid: the script cannot check every process, and says so."""
+    """/proc mounted hidepid: the script cannot check every process, and says so.
+    Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
     with rig("local") as r:
         writer(r)
         r.sh("mount -o remount,hidepid=2 /proc")
@@ -409,7 +426,8 @@ def test_T13_a_proc_that_hides_other_users_processes_means_unquiesced() -> None:
 
 
 def test_T13_a_multithreaded_writer_is_stopped_whole() -> None:
-    """Every thread of a writer is checked, not just its main thread."""
+    """Every thread of a writer is checked, not just its main thread.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.spawn``."""
     with rig("local") as r:
         r.sh(f"mkdir -p {r.scratch}")
         path = f"{r.scratch}/threads"
@@ -433,6 +451,8 @@ def test_T13_a_multithreaded_writer_is_stopped_whole() -> None:
 
 
 def test_T14_the_watchdog_continues_when_the_banking_side_never_comes_back(any_rig: Rig) -> None:
+    """The watchdog continues when the banking side never comes back:
+    ``scratchbank.application.ports.Sandbox.quiesce``."""
     path = writer(any_rig)
     report = any_rig.sandbox.quiesce(budget_seconds=2, wait_seconds=1)
     assert report.quiesced, report
@@ -441,6 +461,8 @@ def test_T14_the_watchdog_continues_when_the_banking_side_never_comes_back(any_r
 
 
 def test_T17_T18_archive_through_a_link_and_an_empty_scratch(any_rig: Rig) -> None:
+    """Archive through a link and an empty scratch:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     r = any_rig
     real = f"{r.scratch}-real"
     r.sh(
@@ -457,6 +479,7 @@ def test_T17_T18_archive_through_a_link_and_an_empty_scratch(any_rig: Rig) -> No
 
 
 def test_T17_a_socket_in_the_scratch_is_neutral() -> None:
+    """A socket in the scratch is neutral: ``scratchbank.application.ports.Sandbox.archive``."""
     import socket
 
     with rig("local") as r:
@@ -471,7 +494,8 @@ def test_T17_a_socket_in_the_scratch_is_neutral() -> None:
 
 
 def test_T16_a_writer_racing_an_unquiesced_tar_is_named(any_rig: Rig) -> None:
-    """Without quiesce, a file growing while tar reads is named as raced on both tars."""
+    """Without quiesce, a file growing while tar reads is named as raced on both tars.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.spawn``."""
     r = any_rig
     r.sh(f"mkdir -p {r.scratch} && dd if=/dev/zero of={r.scratch}/big bs=1M count=40 2>/dev/null")
     r.spawn(f"while :; do echo x >> {r.scratch}/big; done")
@@ -484,6 +508,7 @@ def test_T16_a_writer_racing_an_unquiesced_tar_is_named(any_rig: Rig) -> None:
 
 
 def test_T19_a_sandbox_that_is_gone_is_named() -> None:
+    """A sandbox that is gone is named: ``scratchbank.application.ports.Sandbox.archive``."""
     with rig("docker-busybox") as r:
         sandbox = r.sandbox
     with pytest.raises(SandboxGone):
@@ -495,7 +520,8 @@ def test_T19_a_sandbox_that_is_gone_is_named() -> None:
 
 @pytest.mark.parametrize("engine", ONE_EXEC)
 def test_T11_T14_a_quiesced_clean_bank_is_one_exec_and_leaves_processes_running(engine: str) -> None:
-    """Quiesce, archive and continue in one exec; nothing is left stopped."""
+    """Quiesce, archive and continue in one exec; nothing is left stopped.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     with counted(engine) as (r, execs):
         report, store = bank(r.sandbox)
         assert names(execs) == ["bank"]
@@ -512,7 +538,7 @@ def test_T11_T14_a_quiesced_clean_bank_is_one_exec_and_leaves_processes_running(
 def test_T14_an_archive_failure_after_a_quiesce_still_gets_processes_continued(engine: str) -> None:
     """tar cannot enter the scratch after the quiesce stopped everything: the failure is
     recorded with the quiesce, and the host continues the processes (the script leaves
-    them to it)."""
+    them to it). Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     with counted(engine) as (r, execs):
         r.sh(f"rm -rf {r.scratch} && echo x > {r.scratch}")
         execs.clear()  # the local rig's commands are execs too
@@ -532,7 +558,8 @@ def test_T14_the_watchdog_continues_when_the_one_exec_is_cut_mid_archive(engine:
     and nobody says "cont": the watchdog the exec left behind continues the processes once
     its budget runs out. (Not on Docker: an exec killed while its stream is held keeps
     the daemon's next exec waiting for that stream; there the watchdog is the standalone
-    quiesce's, test_sandboxes' T14, and a cut exec runs to its end and continues them.)"""
+    quiesce's, test_sandboxes' T14, and a cut exec runs to its end and continues them.)
+    Proves ``scratchbank.domain.errors.StreamBroken``."""
     with counted(engine) as (r, _execs):
         r.sh(f"head -c 30000000 /dev/urandom > {r.scratch}/big")
         sink = Stalls()
@@ -563,6 +590,8 @@ def test_T14_the_watchdog_continues_when_the_one_exec_is_cut_mid_archive(engine:
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_T11_the_quiesce_report_is_split_from_the_tar_stream_however_it_arrives(chunk: int) -> None:
+    """The quiesce report is split from the tar stream however it arrives:
+    ``scratchbank.adapters.script_reports.QuiesceHead``."""
     head = b"unquiesced: pid 1 (sh) cannot be stopped from inside and may write\nwatchdog 9\nstopped 3\n"
     tar = b"scratchbank-quiesced 0\n" + bytes(range(256)) * 40  # the stream may hold the marker too
     out = io.BytesIO()
@@ -577,6 +606,8 @@ def test_T11_the_quiesce_report_is_split_from_the_tar_stream_however_it_arrives(
 
 
 def test_T11_a_refused_quiesce_reads_as_refused_and_an_endless_report_as_broken() -> None:
+    """A refused quiesce reads as refused and an endless report as broken:
+    ``scratchbank.adapters.script_reports.QuiesceHead``."""
     sink = QuiesceHead(io.BytesIO())
     sink.write(b"refused: this is the host's initial PID namespace\nscratchbank-quiesced 3\n")
     assert sink.report is not None
@@ -587,7 +618,8 @@ def test_T11_a_refused_quiesce_reads_as_refused_and_an_endless_report_as_broken(
 
 
 def test_T14_T16_only_the_last_stderr_line_is_the_bank_status_and_tar_never_reads_it() -> None:
-    """A member named to forge the status inside tar's warnings is tar's warning, not ours."""
+    """A member named to forge the status inside tar's warnings is tar's warning, not ours.
+    Proves ``scratchbank.adapters.script_reports.bank_status``."""
     forged = b"tar: ./x\nscratchbank-bank: continued: file changed as we read it\n"
     status, rest = bank_status(forged + b"scratchbank-bank: left stopped\n")
     assert status == "left stopped"

@@ -2,7 +2,7 @@
 X7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import gzip
 
 import pytest
 from hostile import corpus, host_only_corpus, record_for
-from rigs.escape_records import HOSTILE, bank_of
-from rigs.exec_pump import (
+from rigs.checkpoint_stamps import C1, checkpoints_run
+from rigs.hostile_banks import HOSTILE, bank_of
+from rigs.restore_decisions import LOSES, READS, restore_plan
+from rigs.resume_decisions import decide
+from rigs.scripted_transport import (
     Failing,
     Scripted,
     drive,
     no_thread_left,  # noqa: F401 - a fixture
 )
-from rigs.host_check import check
-from rigs.rules_checkpoints import C1, checkpoints_run
-from rigs.rules_restore import LOSES, READS, restore_plan
-from rigs.rules_resume import decide
-from rigs.rules_teardown import plan
-from rigs.teardown_use_case import FILES, ClaimedDuringBanking, teardown
+from rigs.tar_reader import check
+from rigs.teardown_decisions import plan
+from rigs.teardown_world import FILES, ClaimedDuringBanking, teardown
 
 from scratchbank.adapters.exec_output import Bounded
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
@@ -51,6 +51,8 @@ from scratchbank.testing.builders import banked, node, restore_failed, restored,
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_X4_a_bank_the_parser_chokes_on_parks_the_run_with_its_record(case: str) -> None:
+    """A bank the parser chokes on parks the run with its record:
+    ``scratchbank.application.resume.resume``."""
     data = bank_of(HOSTILE[case])
     timeline, store = InMemoryTimeline(), InMemoryBankStore()
     record = record_for(data)
@@ -82,19 +84,24 @@ def test_X5_a_source_that_fails_cuts_the_exec_and_is_named(no_thread_left: None)
 
 @pytest.mark.parametrize(("name", "data", "says"), corpus(), ids=[c[0] for c in corpus()])
 def test_X2_hostile_bank_is_refused_on_the_host_by_name(name: str, data: bytes, says: str) -> None:
+    """Hostile bank is refused on the host by name:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match=says.replace("(", r"\(")):
         check(data, Limits(uncompressed_bytes=1 << 30))
 
 
 @pytest.mark.parametrize(("name", "data", "says"), host_only_corpus(), ids=[c[0] for c in host_only_corpus()])
 def test_X6_links_out_are_refused_only_for_a_host_directory(name: str, data: bytes, says: str) -> None:
+    """Links out are refused only for a host directory:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     check(data)  # inert inside a sandbox
     with pytest.raises(HostileArchive, match=says):
         check(data, Limits(host_directory=True))
 
 
 def test_X2_the_host_inflates_a_bank_with_isal_and_refuses_as_zlib_did() -> None:
-    """Issue 24 item 2: the bank's gunzip is ISA-L's; a corrupt, truncated or trailing stream is still refused by name."""
+    """Issue 24 item 2: the bank's gunzip is ISA-L's; a corrupt, truncated or trailing stream is still refused by name.
+    Proves ``scratchbank.application.bank_format.gunzip.GzipReader``."""
     from isal import isal_zlib
 
     reader = GzipReader(lambda chunk: None, 1 << 20)
@@ -115,7 +122,8 @@ def test_X2_the_host_inflates_a_bank_with_isal_and_refuses_as_zlib_did() -> None
 
 
 def test_X3_a_sandbox_cut_off_mid_restore_is_never_banked_over_the_bank() -> None:
-    """A lapsed holder's sandbox: banked by the new holder only when its restore landed."""
+    """A lapsed holder's sandbox: banked by the new holder only when its restore landed.
+    Proves ``scratchbank.domain.orphans.orphan_may_bank``."""
     before = [started(), banked(), RunResumed(attempt="a2")]
     assert not orphan_may_bank(before)  # the restore never recorded: a part of the bank
     assert not orphan_may_bank([*before, restore_failed()])
@@ -128,7 +136,8 @@ def test_X3_a_sandbox_cut_off_mid_restore_is_never_banked_over_the_bank() -> Non
 
 
 def test_X6_K8_a_rewind_to_before_a_host_hand_over_restores_no_bank() -> None:
-    """The host directory holds the scratch for good: a rewind to c1 restores nothing."""
+    """The host directory holds the scratch for good: a rewind to c1 restores nothing.
+    Proves ``scratchbank.domain.decide_resume``."""
     from scratchbank.domain.objects import needed_objects
 
     state = fold([*checkpoints_run(), restored(host_backed=True), resumed()])
@@ -141,6 +150,7 @@ def test_X6_K8_a_rewind_to_before_a_host_hand_over_restores_no_bank() -> None:
 
 
 def test_X1_restored_bank_is_recorded_with_its_members() -> None:
+    """Restored bank is recorded with its members: ``scratchbank.domain.after_restore``."""
     out = after_restore(restore_plan(), RestoreAttempt(RestoreResult.RESTORED, bytes=1000))
     r = out.record
     assert (r.restored, r.bytes, r.stale, r.accepted, r.host_backed) == (True, 1000, False, False, False)
@@ -148,6 +158,7 @@ def test_X1_restored_bank_is_recorded_with_its_members() -> None:
 
 
 def test_X1_a_restore_of_a_raced_bank_says_so() -> None:
+    """A restore of a raced bank says so: ``scratchbank.domain.decide_resume``."""
     d = decide_resume(fold((started(), banked(raced=("./a",)))), ResumeRequest())
     out = after_restore(d, RestoreAttempt(RestoreResult.RESTORED, bytes=1))
     assert out.record.raced == ("./a",) and "raced" in out.record.reason
@@ -155,6 +166,7 @@ def test_X1_a_restore_of_a_raced_bank_says_so() -> None:
 
 @pytest.mark.parametrize("result", LOSES)
 def test_X4_lost_bank_parks_scratch_not_portable_and_holds_it(result: RestoreResult) -> None:
+    """Lost bank parks scratch not portable and holds it: ``scratchbank.domain.after_restore``."""
     out = after_restore(restore_plan(), RestoreAttempt(result, detail="x"))
     assert not out.proceed
     assert out.park is not None and out.park.code == SCRATCH_NOT_PORTABLE
@@ -163,6 +175,7 @@ def test_X4_lost_bank_parks_scratch_not_portable_and_holds_it(result: RestoreRes
 
 @pytest.mark.parametrize("result", LOSES)
 def test_X4_accepting_the_loss_goes_on_without_it(result: RestoreResult) -> None:
+    """Accepting the loss goes on without it: ``scratchbank.domain.after_restore``."""
     out = after_restore(restore_plan(accept=True), RestoreAttempt(result))
     assert out.proceed and out.park is None
     assert out.record.accepted and not out.record.restored
@@ -170,6 +183,7 @@ def test_X4_accepting_the_loss_goes_on_without_it(result: RestoreResult) -> None
 
 @pytest.mark.parametrize("result", READS)
 def test_X5_failed_read_parks_without_a_code_and_no_consent_skips_it(result: RestoreResult) -> None:
+    """Failed read parks without a code and no consent skips it: ``scratchbank.domain.after_restore``."""
     for accept in (False, True):
         out = after_restore(restore_plan(accept=accept), RestoreAttempt(result))
         assert not out.proceed
@@ -178,17 +192,21 @@ def test_X5_failed_read_parks_without_a_code_and_no_consent_skips_it(result: Res
 
 
 def test_X3_every_failure_holds_the_bank_and_success_does_not() -> None:
+    """Every failure holds the bank and success does not: ``scratchbank.domain.after_restore``."""
     for result in (*LOSES, *READS):
         assert after_restore(restore_plan(), RestoreAttempt(result)).hold
     assert not after_restore(restore_plan(), RestoreAttempt(RestoreResult.RESTORED)).hold
 
 
 def test_X6_restore_into_a_host_directory_hands_the_scratch_over() -> None:
+    """Restore into a host directory hands the scratch over: ``scratchbank.domain.after_restore``."""
     out = after_restore(restore_plan(), RestoreAttempt(RestoreResult.RESTORED, into_host_dir=True))
     assert out.record.host_backed and out.rule == "X6"
 
 
 def test_X7_host_backed_and_stale_records_must_land_others_are_best_effort() -> None:
+    """Host backed and stale records must land others are best effort:
+    ``scratchbank.domain.after_restore``."""
     host = after_restore(restore_plan(), RestoreAttempt(RestoreResult.RESTORED, into_host_dir=True))
     assert host.must_record
     stale = restore_plan(started(), banked(), node("a"), accept=True)
@@ -202,6 +220,7 @@ def test_X7_host_backed_and_stale_records_must_land_others_are_best_effort() -> 
 
 
 def test_X6_host_backed_handover_means_no_bank_decides() -> None:
+    """Host backed handover means no bank decides: ``scratchbank.domain.decide_resume``."""
     d = decide(started(), banked(), resumed(), restored(host_backed=True), node("a"))
     assert d.verdict is Verdict.GO_ON_WITHOUT
     assert d.rule == "X6"
@@ -211,6 +230,7 @@ def test_X6_host_backed_handover_means_no_bank_decides() -> None:
 
 
 def test_X3_a_failed_restore_holds_the_bank_until_that_sandbox_ends() -> None:
+    """A failed restore holds the bank until that sandbox ends: ``scratchbank.domain.plan_teardown``."""
     held = (started(), banked(), resumed(), restore_failed())
     p = plan(held)
     assert p.action is TeardownAction.SKIP and p.rule == "X3"
@@ -221,6 +241,7 @@ def test_X3_a_failed_restore_holds_the_bank_until_that_sandbox_ends() -> None:
 
 
 def test_X3_a_held_bank_is_not_banked_over() -> None:
+    """A held bank is not banked over: ``scratchbank.domain.decide_resume``."""
     store = InMemoryBankStore()
     store.banks["run-1"] = b"held"
     report, timeline, _ = teardown(
@@ -231,6 +252,8 @@ def test_X3_a_held_bank_is_not_banked_over() -> None:
 
 
 def test_X3_T6_a_hold_recorded_while_banking_is_honoured_at_the_record() -> None:
+    """A hold recorded while banking is honoured at the record:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline = InMemoryTimeline()
     box = ClaimedDuringBanking(timeline, restore_failed())
     report, _, _ = teardown(box, timeline=timeline, history=(started(), banked(), resumed()))

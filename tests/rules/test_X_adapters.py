@@ -2,7 +2,7 @@
 X6, X7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, set_field, ustar
-from rigs.escape_host_directory import (
+from rigs.delivery_timelines import _NoSandboxes
+from rigs.host_archive import stream
+from rigs.host_directory_restore import (
     CHAIN,
     _bank,
     outer,  # noqa: F401 - a fixture
@@ -27,7 +29,10 @@ from rigs.escape_host_directory import (
     root_dir,
     tree_digest,
 )
-from rigs.escape_reader import (
+from rigs.landed_records import FILES, RestoreRecordFails, parked, restored_records
+from rigs.many_members import OLD_CAP, _empty_files, _read
+from rigs.resume_world import ACCEPT, RESTORE_STEPS, FaultySandbox, FaultyStore, World, _failing_fetch
+from rigs.tar_reader import (
     FIELDS,
     HARMLESS,
     _block,
@@ -38,13 +43,9 @@ from rigs.escape_reader import (
     read,
     with_pax,
 )
-from rigs.host_archive import stream
-from rigs.load_without_lies import FILES, RestoreRecordFails, parked, restored_records
-from rigs.member_budget import OLD_CAP, _empty_files, _read
-from rigs.resume_use_case import ACCEPT, RESTORE_STEPS, FaultySandbox, FaultyStore, World, _failing_fetch
-from rigs.runner_deliveries import _NoSandboxes
 from runner_rigs import RecordingInbound, make_rig
 
+from scratchbank.adapters.host_directory import HostDirectory
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
 from scratchbank.adapters.present import outcome_data, outcome_text
 from scratchbank.application.bank_format.gunzip import GzipReader
@@ -83,6 +84,7 @@ from scratchbank.testing.clocks import ManualClock
 
 # -- hole 1: a negative PAX size moved the reader backwards -------------------------------------
 def test_X6_a_negative_pax_size_is_refused_and_nothing_changes(outer: Path) -> None:
+    """A negative pax size is refused and nothing changes: ``scratchbank.application.resume.resume``."""
     before = tree_digest(outer)
     victim = outer / "sibling" / "secret"
     evil = ustar(member("x", tarfile.SYMTYPE, linkname=str(victim))) + ustar(member("x2", size=4), b"PWND")
@@ -98,6 +100,7 @@ def test_X6_a_negative_pax_size_is_refused_and_nothing_changes(outer: Path) -> N
 def test_X6_a_symlink_out_through_other_links_of_the_bank_is_refused(
     outer: Path, order: tuple[int, ...]
 ) -> None:
+    """A symlink out through other links of the bank is refused: ``scratchbank.application.resume.resume``."""
     before = tree_digest(outer)
     out = restore_into(gz(root_dir() + b"".join(CHAIN[i] for i in order) + end()), outer / "dest")
     refused(out, "points outside the scratch ('d/l1/..')")
@@ -109,6 +112,7 @@ def test_X6_a_symlink_out_through_other_links_of_the_bank_is_refused(
     [("abs", "/etc"), ("up", "../sibling"), ("deep", "a/../../x"), ("loop", "loop/x")],
 )
 def test_X6_links_leading_out_or_looping_are_refused(outer: Path, name: str, target: str) -> None:
+    """Links leading out or looping are refused: ``scratchbank.application.resume.resume``."""
     before = tree_digest(outer)
     out = restore_into(
         gz(root_dir() + ustar(member(name, tarfile.SYMTYPE, linkname=target)) + end()), outer / "dest"
@@ -118,6 +122,7 @@ def test_X6_links_leading_out_or_looping_are_refused(outer: Path, name: str, tar
 
 
 def test_X6_links_that_stay_inside_through_other_links_are_restored(outer: Path) -> None:
+    """Links that stay inside through other links are restored: ``scratchbank.application.resume.resume``."""
     raw = (
         root_dir()
         + CHAIN[0]
@@ -137,6 +142,7 @@ def test_X6_links_that_stay_inside_through_other_links_are_restored(outer: Path)
 
 
 def test_X6_modes_as_banked_setid_cleared_and_the_directory_not_0700(outer: Path) -> None:
+    """Modes as banked setid cleared and the directory not 0700: ``scratchbank.application.resume.resume``."""
     out = restore_into(_bank(), outer / "dest")
     assert out.proceeds, out
     dest = outer / "dest"
@@ -152,7 +158,8 @@ def test_X6_modes_as_banked_setid_cleared_and_the_directory_not_0700(outer: Path
 
 
 def test_X6_a_destination_that_is_a_symlink_is_replaced_by_name(outer: Path) -> None:
-    """The link is swapped out and removed; the directory it pointed to is untouched."""
+    """The link is swapped out and removed; the directory it pointed to is untouched.
+    Proves ``scratchbank.application.resume.resume``."""
     (outer / "dest-link").symlink_to(outer / "sibling")
     before = tree_digest(outer / "sibling")
     out = restore_into(_bank(), outer / "dest-link")
@@ -165,6 +172,7 @@ def test_X6_a_destination_that_is_a_symlink_is_replaced_by_name(outer: Path) -> 
 
 
 def test_X6_the_swap_leaves_no_half_tree_and_no_sibling_behind(outer: Path) -> None:
+    """The swap leaves no half tree and no sibling behind: ``scratchbank.application.resume.resume``."""
     out = restore_into(_bank(), outer / "dest")
     assert out.proceeds, out
     assert sorted(p.name for p in outer.iterdir()) == ["canary.txt", "dest", "sibling"]
@@ -173,6 +181,7 @@ def test_X6_the_swap_leaves_no_half_tree_and_no_sibling_behind(outer: Path) -> N
 
 
 def test_X6_less_free_space_than_declared_is_refused_by_name_first(outer: Path) -> None:
+    """Less free space than declared is refused by name first: ``scratchbank.application.resume.resume``."""
     before = tree_digest(outer)
     out = restore_into(_bank(), outer / "dest", manifest_bytes=1 << 60)
     refused(out, "NO_SPACE_AT_DESTINATION")
@@ -181,7 +190,8 @@ def test_X6_less_free_space_than_declared_is_refused_by_name_first(outer: Path) 
 
 
 def test_X6_a_member_the_host_refuses_midway_changes_nothing(outer: Path) -> None:
-    """Checked whole before the first entry is created: a late refusal leaves no trace."""
+    """Checked whole before the first entry is created: a late refusal leaves no trace.
+    Proves ``scratchbank.application.resume.resume``."""
     before = tree_digest(outer)
     raw = root_dir() + ustar(member("fine", size=2), b"ok") + ustar(member("../escape", size=1), b"x") + end()
     refused(restore_into(gz(raw), outer / "dest"), "'..'")
@@ -194,16 +204,21 @@ def test_X6_a_member_the_host_refuses_midway_changes_nothing(outer: Path) -> Non
 # -- PAX sizes: the hole that let a bank move the reader backwards (issue 10 hole 1) -------
 @pytest.mark.parametrize("size", ["-1024", "-1", "+5", "5 ", "0x5", "1e3", ""])
 def test_X2_a_pax_size_off_the_grammar_is_refused(size: str) -> None:
+    """A pax size off the grammar is refused: ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="bad PAX size"):
         read(with_pax([("size", size)]))
 
 
 def test_X2_a_pax_size_that_contradicts_the_ustar_size_is_refused() -> None:
+    """A pax size that contradicts the ustar size is refused:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="contradicts the header's size"):
         read(with_pax([("size", "4")]))
 
 
 def test_X2_a_pax_size_equal_to_the_ustar_size_is_read() -> None:
+    """A pax size equal to the ustar size is read:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     assert [m.size for m in read(with_pax([("size", "5")])).members] == [5]
 
 
@@ -211,27 +226,35 @@ def test_X2_a_pax_size_equal_to_the_ustar_size_is_read() -> None:
 def test_X2_a_header_field_off_its_grammar_or_range_is_refused(
     name: str, start: int, raw: bytes, says: str
 ) -> None:
+    """A header field off its grammar or range is refused:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match=says):
         read(set_field(_block(), start, raw) + end())
 
 
 def test_X2_a_base_256_size_within_range_is_read() -> None:
+    """A base 256 size within range is read: ``scratchbank.application.bank_format.reader.TarReader``."""
     block = set_field(_block(), 124, b"\x80" + b"\x00" * 10 + b"\x05")
     assert [m.size for m in read(block + b"hello" + b"\x00" * 507 + end()).members] == [5]
 
 
 def test_X2_a_header_without_ustar_magic_is_refused() -> None:
+    """A header without ustar magic is refused: ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="not a ustar or GNU tar header"):
         read(set_field(_block(), 257, b"\x00" * 8) + end())
 
 
 @pytest.mark.parametrize("key", sorted(DROPPED_PAX_KEYS))
 def test_X2_a_harmless_pax_key_is_normalised_away(key: str) -> None:
+    """A harmless pax key is normalised away:
+    ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     (info,) = canonical(with_pax([(key, HARMLESS[key])]))
     assert key not in info.pax_headers and (info.uid, info.gid, info.uname, info.gname) == (0, 0, "", "")
 
 
 def test_X2_the_used_pax_keys_are_honoured_and_rewritten_from_the_validated_member() -> None:
+    """The used pax keys are honoured and rewritten from the validated member:
+    ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     assert {"path", "linkpath", "size", "mtime"} == USED_PAX_KEYS
     raw = with_pax([("path", "long/" * 30 + "name"), ("size", "5"), ("mtime", "1600000000.75")])
     raw = (
@@ -258,21 +281,27 @@ def test_X2_the_used_pax_keys_are_honoured_and_rewritten_from_the_validated_memb
     ],
 )
 def test_X2_an_unknown_pax_key_is_refused_by_name(key: str) -> None:
+    """An unknown pax key is refused by name: ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match=f"PAX key '{key}' is not accepted"):
         read(with_pax([(key, "x")]))
 
 
 def test_X2_a_hdrcharset_other_than_binary_or_utf8_is_refused() -> None:
+    """A hdrcharset other than binary or utf8 is refused:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="hdrcharset 'latin-1' is not accepted"):
         read(with_pax([("hdrcharset", "latin-1")]))
 
 
 def test_X2_a_pax_key_given_twice_is_refused() -> None:
+    """A pax key given twice is refused: ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="given twice"):
         read(with_pax([("path", "a"), ("path", "b")]))
 
 
 def test_X2_two_pax_headers_for_one_member_are_refused() -> None:
+    """Two pax headers for one member are refused:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     raw = pax_header(pax_payload([("path", "a")])) + with_pax([("mtime", "5")])
     with pytest.raises(HostileArchive, match="two PAX headers"):
         read(raw)
@@ -280,11 +309,14 @@ def test_X2_two_pax_headers_for_one_member_are_refused() -> None:
 
 @pytest.mark.parametrize("payload", [b"5 a=b\n", b"06 a=b\n", b"7 a=bXY", b"x a=b\n", b"7 =b\nxx"])
 def test_X2_a_malformed_pax_record_is_refused(payload: bytes) -> None:
+    """A malformed pax record is refused: ``scratchbank.application.bank_format.reader.TarReader``."""
     with pytest.raises(HostileArchive, match="malformed PAX"):
         read(pax_header(payload) + ustar(member("f")) + end())
 
 
 def test_X2_any_parser_failure_becomes_a_named_refusal_at_one_boundary() -> None:
+    """Any parser failure becomes a named refusal at one boundary:
+    ``scratchbank.application.bank_format.reader.TarReader.feed``."""
     reader = _Buggy()
     with pytest.raises(UnreadableArchive, match="OverflowError") as first:
         reader.feed(ustar(member("f")))
@@ -294,13 +326,15 @@ def test_X2_any_parser_failure_becomes_a_named_refusal_at_one_boundary() -> None
 
 
 def test_X2_the_gzip_reader_is_the_same_boundary() -> None:
+    """The gzip reader is the same boundary: ``scratchbank.application.bank_format.gunzip.GzipReader``."""
     gunzip = GzipReader(_Buggy().feed, 1 << 20)
     with pytest.raises(UnreadableArchive):
         gunzip.feed(gz(ustar(member("f")) + end()))
 
 
 def test_X2_a_failure_of_what_consumes_the_stream_passes_through_unnamed() -> None:
-    """A broken pipe into a sandbox is not a hostile bank: it keeps its own type."""
+    """A broken pipe into a sandbox is not a hostile bank: it keeps its own type.
+    Proves ``scratchbank.application.bank_format.reader.TarReader``."""
 
     def broken(_: object) -> None:
         raise BrokenPipeError("the sandbox went away")
@@ -312,6 +346,8 @@ def test_X2_a_failure_of_what_consumes_the_stream_passes_through_unnamed() -> No
 
 # -- forward only ------------------------------------------------------------------------------
 def test_X2_implicit_parents_are_accepted_and_a_later_non_directory_there_is_refused() -> None:
+    """Implicit parents are accepted and a later non directory there is refused:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     members = read(ustar(member("a/b/f")) + ustar(member("a", tarfile.DIRTYPE)) + end()).members
     assert sorted((m.path, m.type) for m in members) == [("a", "dir"), ("a/b/f", "file")]
     with pytest.raises(HostileArchive, match="parent of earlier members but not a directory"):
@@ -319,13 +355,16 @@ def test_X2_implicit_parents_are_accepted_and_a_later_non_directory_there_is_ref
 
 
 def test_X2_a_size_that_claims_more_than_the_archive_holds_is_truncation() -> None:
+    """A size that claims more than the archive holds is truncation:
+    ``scratchbank.application.bank_format.reader.TarReader``."""
     block = set_field(_block(), 124, b"%011o\x00" % 4096)
     with pytest.raises(HostileArchive, match="truncated"):
         read(block + b"x" * 512 + end())
 
 
 def test_X2_host_memory_does_not_grow_with_the_member_count() -> None:
-    """The members go to disk (SQLite), in batches: 10x the members, the same Python peak."""
+    """The members go to disk (SQLite), in batches: 10x the members, the same Python peak.
+    Proves ``scratchbank.application.bank_format.reader.TarReader``."""
     small, large = _many(1_000), _many(10_000)
     growth = _peak_while_reading(large) - _peak_while_reading(small)
     assert growth < 1 << 20, f"{growth} bytes more for 9,000 more members"
@@ -338,7 +377,8 @@ def test_X2_host_memory_does_not_grow_with_the_member_count() -> None:
 def test_X2_a_hostile_raw_stream_is_refused_by_name_while_still_stored_and_hashed(
     tmp_path: Path, name: str, data: bytes, says: str
 ) -> None:
-    """The refusal is a named reason on the facts (recorded, never banked), not an exception."""
+    """The refusal is a named reason on the facts (recorded, never banked), not an exception.
+    Proves ``scratchbank.application.bank_format.host_archive.HostArchive``."""
     if "gzip" in says:
         pytest.skip("a gzip-level case: only a sandbox-compressed bank carries its own gzip")
     try:
@@ -354,7 +394,8 @@ def test_X2_a_hostile_raw_stream_is_refused_by_name_while_still_stored_and_hashe
 
 
 def test_X2_a_stream_the_check_cannot_even_parse_is_refused_not_trusted(tmp_path: Path) -> None:
-    """A PAX mtime of "inf" (an overflow, not a format error) still ends in a refusal by name."""
+    """A PAX mtime of "inf" (an overflow, not a format error) still ends in a refusal by name.
+    Proves ``scratchbank.application.bank_format.host_archive.HostArchive``."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo("f")
@@ -371,7 +412,8 @@ def test_X2_a_stream_the_check_cannot_even_parse_is_refused_not_trusted(tmp_path
 
 
 def test_X7_a_lost_restore_record_is_reported_as_not_recorded() -> None:
-    """A best-effort restore record that never landed: the report and its data say so."""
+    """A best-effort restore record that never landed: the report and its data say so.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = RestoreRecordFails(lands=False)
     store = parked(timeline)
     box = FakeSandbox({})
@@ -386,7 +428,8 @@ def test_X7_a_lost_restore_record_is_reported_as_not_recorded() -> None:
 
 
 def test_X7_a_restore_record_that_landed_despite_an_error_is_recorded() -> None:
-    """An append that failed on the way back but landed: re-read, it is recorded."""
+    """An append that failed on the way back but landed: re-read, it is recorded.
+    Proves ``scratchbank.application.resume.resume``."""
     timeline = RestoreRecordFails(lands=True)
     store = parked(timeline)
     out = resume(
@@ -402,7 +445,8 @@ def test_X7_a_restore_record_that_landed_despite_an_error_is_recorded() -> None:
 
 
 def test_X2_a_bank_past_the_old_200k_member_cap_is_accepted() -> None:
-    """200,001 members (and 201 implicit parents): accepted with the default limits."""
+    """200,001 members (and 201 implicit parents): accepted with the default limits.
+    Proves ``scratchbank.application.bank_format.reader.TarReader``."""
     assert Limits().members >= 1_000_000
     assert Limits().member_log_bytes == DEFAULT_BUDGET
     reader = _read(_empty_files(OLD_CAP + 1), Limits())
@@ -416,7 +460,8 @@ def test_X2_a_bank_past_the_old_200k_member_cap_is_accepted() -> None:
 
 def test_X2_a_bank_over_the_member_log_budget_is_refused_by_name() -> None:
     """Far fewer members than the cap, but a member log past a (small) budget: refused,
-    naming the budget, while the log is still within a batch of it."""
+    naming the budget, while the log is still within a batch of it.
+    Proves ``scratchbank.application.bank_format.reader.TarReader``."""
     budget = 1 << 20
     reader = TarReader(Limits(member_log_bytes=budget))
 
@@ -458,7 +503,8 @@ def test_X2_a_listing_line_that_is_json_but_not_a_triple_breaks_the_stream_by_na
 
 
 def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
-    """Issue 24 item 1: the listing is read in batches; a tree equal to the manifest is the same, one entry off is not."""
+    """Issue 24 item 1: the listing is read in batches; a tree equal to the manifest is the same, one entry off is not.
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
     log = MemberLog()
     log.add_implicit("d")
     for i in range(5000):
@@ -614,6 +660,8 @@ def test_X2_the_stream_into_a_sandbox_goes_in_4_MiB_frames() -> None:
 
 
 def test_X1_the_bank_is_restored_before_the_first_node_and_recorded() -> None:
+    """The bank is restored before the first node and recorded:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     out, box = w.resume()
@@ -623,6 +671,8 @@ def test_X1_the_bank_is_restored_before_the_first_node_and_recorded() -> None:
 
 
 def test_X4_a_bank_that_is_gone_parks_scratch_not_portable_and_holds() -> None:
+    """A bank that is gone parks scratch not portable and holds:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     w.store.sweep("run-1")
@@ -636,6 +686,8 @@ def test_X4_a_bank_that_is_gone_parks_scratch_not_portable_and_holds() -> None:
 
 
 def test_X4_a_resume_without_a_sandbox_on_purpose_parks_scratch_not_portable() -> None:
+    """A resume without a sandbox on purpose parks scratch not portable:
+    ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
     out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, without_sandbox=True)
@@ -644,7 +696,8 @@ def test_X4_a_resume_without_a_sandbox_on_purpose_parks_scratch_not_portable() -
 
 
 def test_X4_a_bank_replaced_without_its_record_is_never_restored_as_recorded() -> None:
-    """The banking process was killed between the upload and the record (N3)."""
+    """The banking process was killed between the upload and the record (N3).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     w.timeline.append("run-1", [])
@@ -661,6 +714,8 @@ def test_X4_a_bank_replaced_without_its_record_is_never_restored_as_recorded() -
 
 
 def test_X4_the_sandbox_refusing_the_bank_parks_with_the_code() -> None:
+    """The sandbox refusing the bank parks with the code:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     from scratchbank.domain.errors import RestoreRefused
 
     w = World()
@@ -675,6 +730,8 @@ def test_X4_the_sandbox_refusing_the_bank_parks_with_the_code() -> None:
 
 @pytest.mark.parametrize("fault", ["store", "stream"])
 def test_X5_a_failed_read_parks_without_a_code_and_consent_does_not_skip_it(fault: str) -> None:
+    """A failed read parks without a code and consent does not skip it:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     box = FakeSandbox({})
@@ -689,6 +746,8 @@ def test_X5_a_failed_read_parks_without_a_code_and_consent_does_not_skip_it(faul
 
 
 def test_X2_a_partial_restore_is_refused_by_name() -> None:
+    """A partial restore is refused by name: ``scratchbank.application.teardown.bank_at_teardown``."""
+
     class Lossy(FakeSandbox):
         def staged_lines(self, tree: dict[str, tuple[str, bytes]]) -> list[str]:
             return super().staged_lines(tree)[:-1]  # a file lost on the way
@@ -701,11 +760,17 @@ def test_X2_a_partial_restore_is_refused_by_name() -> None:
 
 
 def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Path) -> None:
+    """A restore into a host directory hands the scratch over: ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
     target = tmp_path / "host-scratch"
     out = resume(
-        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, sandbox=None, host_directory=target
+        "run-1",
+        ResumeRequest(),
+        timeline=w.timeline,
+        store=w.store,
+        sandbox=None,
+        host_directory=HostDirectory(target),
     )
     assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
     rec = w.last()
@@ -715,7 +780,25 @@ def test_X6_a_restore_into_a_host_directory_hands_the_scratch_over(tmp_path: Pat
     assert out2.decision.verdict is Verdict.GO_ON_WITHOUT and out2.decision.rule == "X6"
 
 
+def test_X6_the_public_resume_still_takes_a_host_directory_as_a_path(tmp_path: Path) -> None:
+    """``scratchbank.resume(..., host_directory=PATH)``: the thin convenience builds the
+    HostDirectory adapter (the use case takes the port); the scratch is handed over."""
+    import scratchbank
+
+    w = World()
+    w.park()
+    target = tmp_path / "host-scratch"
+    out = scratchbank.resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target
+    )
+    assert out.proceeds and (target / "clone/README").read_bytes() == b"docs"
+    rec = w.last()
+    assert isinstance(rec, ScratchRestored) and rec.host_backed
+
+
 def test_X7_a_stale_restore_whose_record_cannot_land_fails_without_a_code() -> None:
+    """A stale restore whose record cannot land fails without a code:
+    ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
     w.timeline.append("run-1", [node("measure")])
@@ -763,6 +846,8 @@ def test_X4_X5_a_failed_restores_record_names_what_failed() -> None:
 def test_X3_X4_X5_a_fault_at_any_step_of_the_restore_ends_with_its_record_hold_and_park(
     step: str, store: FaultyStore | None, box: FaultySandbox | None, code: str | None
 ) -> None:
+    """A fault at any step of the restore ends with its record hold and park:
+    ``scratchbank.application.teardown.bank_at_teardown``."""
     w = World()
     w.park()
     if store is not None:
@@ -780,12 +865,15 @@ def test_X3_X4_X5_a_fault_at_any_step_of_the_restore_ends_with_its_record_hold_a
 
 def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_path: Path) -> None:
     """X2/X4: like a sandbox's tar that cannot create the scratch, a host directory that
-    cannot be created is a refusal by name (DESTINATION_REFUSED), not a read to retry."""
+    cannot be created is a refusal by name (DESTINATION_REFUSED), not a read to retry.
+    Proves ``scratchbank.application.resume.resume``."""
     w = World()
     w.park()
     (tmp_path / "a-file").write_text("not a directory")
     target = tmp_path / "a-file" / "scratch"
-    out = resume("run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=target)
+    out = resume(
+        "run-1", ResumeRequest(), timeline=w.timeline, store=w.store, host_directory=HostDirectory(target)
+    )
     rec = w.last()
     assert isinstance(rec, ScratchRestored) and not rec.restored and not rec.host_backed
     assert (
@@ -800,7 +888,8 @@ def test_X3_X4_a_host_directory_that_cannot_be_written_ends_with_its_record(tmp_
 
 
 def test_X5_a_sandbox_that_will_not_start_is_delivered_again(tmp_path: Path) -> None:
-    """A failure a later try may cure: the delivery is nak'd, never acked, the lease let go."""
+    """A failure a later try may cure: the delivery is nak'd, never acked, the lease let go.
+    Proves ``scratchbank.application.ports.ResumeDelivery``."""
     tl = InMemoryTimeline()
     rig = make_rig(tmp_path, tl)
     rig.provider = _NoSandboxes()  # type: ignore[assignment]
@@ -810,3 +899,26 @@ def test_X5_a_sandbox_that_will_not_start_is_delivered_again(tmp_path: Path) -> 
     assert handled.handled is Handled.REDELIVER and "EXEC_FAILED" in handled.detail
     assert not inbound.acked and inbound.naks
     assert rig.lease.acquire("run-1", "runner-b") is not None
+
+
+def test_X5_a_local_exec_whose_pipes_are_past_descriptor_1024_streams_whole(tmp_path: Path) -> None:
+    """200 restores at once with their store sockets hold over 1,024 descriptors: a local
+    exec's pipes numbered past select()'s FD_SETSIZE stream like any other, never X5's
+    STREAM_BROKEN ("filedescriptor out of range in select()")."""
+    from scratchbank.adapters.local_sandbox import LocalSandbox
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    held = [null]
+    try:
+        while held[-1] < 1100:  # the exec's pipes come after these
+            held.append(os.dup(null))
+        sandbox = LocalSandbox(tmp_path / "box", isolate=False)
+        try:
+            out = io.BytesIO()
+            done = sandbox.run("cat", [], stdin=io.BytesIO(b"x" * 300_000), stdout=out)
+        finally:
+            sandbox.destroy()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert done.exit_code == 0 and out.getvalue() == b"x" * 300_000

@@ -2,7 +2,7 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py."""
+tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,19 @@ from pathlib import Path
 import attrs
 import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, record_for, ustar
-from rigs.attack_findings import NOBODY, in_child, root_dir
-from rigs.bank_stores import new_bucket, s3_client
-from rigs.deadlines import (
-    STALL_SECONDS,
-    TIMES,
-    _Endless,
-    s3_bucket,  # noqa: F401 - a fixture
-    through_proxy,  # noqa: F401 - a fixture
+from rigs.forked_child import NOBODY, in_child, root_dir
+from rigs.host_directory_restore import restore_into
+from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, rig
+from rigs.s3_buckets import new_bucket, s3_client
+from rigs.sandbox_probes import (
+    _canonical,
+    _one_file_archive,
+    _restore,
+    _restore_as,
+    _with_scratch,
+    any_rig,  # noqa: F401 - a fixture
 )
-from rigs.escape_host_directory import restore_into
-from rigs.escape_sandbox import (
+from rigs.sandbox_restores import (
     SEED,
     LosesAnEntry,
     box,  # noqa: F401 - a fixture
@@ -38,14 +40,12 @@ from rigs.escape_sandbox import (
     reason,
     restore,
 )
-from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, rig
-from rigs.sandboxes import (
-    _canonical,
-    _one_file_archive,
-    _restore,
-    _restore_as,
-    _with_scratch,
-    any_rig,  # noqa: F401 - a fixture
+from rigs.stalls import (
+    STALL_SECONDS,
+    TIMES,
+    _Endless,
+    s3_bucket,  # noqa: F401 - a fixture
+    through_proxy,  # noqa: F401 - a fixture
 )
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
@@ -100,7 +100,7 @@ def test_X2_the_reader_never_streams_a_member_under_a_path_it_already_streamed_a
     """The same bank at the reader (no Docker): what ``on_member`` hands the canonical
     writer must never hold a member under a path it has already handed over as a symlink,
     whatever the bank says later. Today it streams ``e``, ``d -> e`` and then ``d/pwned``
-    and only refuses at the end."""
+    and only refuses at the end. Proves ``scratchbank.application.bank_format.reader.TarReader``."""
     from scratchbank.application.bank_format.reader import TarReader
     from scratchbank.domain.errors import HostileArchive
 
@@ -144,7 +144,8 @@ def test_X4_a_refused_restore_into_a_scratch_that_is_a_mount_point_leaves_it_as_
     commit, since a mount point cannot be renamed, first deletes every entry of the
     scratch and then moves the staged entries in one by one: the 1.5 MB bank fills the
     mount mid-move. The restore is refused (RESTORE_REFUSED), but the scratch has lost
-    its own files and holds a half-copied bank (and the staging stays beside it)."""
+    its own files and holds a half-copied bank (and the staging stays beside it).
+    Proves ``scratchbank.application.resume.resume``."""
     with rig(f"docker-{flavour}", tmpfs={SCRATCH: "size=1m"}) as r:
         r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && ln -s keep/file {SCRATCH}/link")
         before = fingerprint(r)
@@ -167,7 +168,7 @@ def test_X2_a_mode_0_directory_in_a_non_root_sandbox_is_never_a_broken_stream(fl
     failure the runner redelivers and no consent skips, so the same bank is tried again
     and again and the run can never go on. The staging directory is also left beside the
     scratch. It must be a restore (or a refusal with SCRATCH_NOT_PORTABLE, X4) that leaves
-    nothing staged."""
+    nothing staged. Proves ``scratchbank.application.resume.resume``."""
     with rig(f"docker-{flavour}", user="1000") as r:
         r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && chown -R 1000 {SCRATCH}")
         before = fingerprint(r)
@@ -229,7 +230,7 @@ def test_X6_symlink_containment_of_a_tiny_bank_is_decided_in_bounded_time(tmp_pa
     one core per link here. This 1.4 KB bank takes ~100 s; 200k ``sN`` links (still a
     few hundred KB gzip'd, within every cap) would take days. No named refusal, no bound.
     A linear check (memoised resolution, or a work budget refused by name) takes well under
-    a second."""
+    a second. Proves ``scratchbank.application.resume.resume``."""
     chain = b"".join(
         pax_header(pax_payload([("linkpath", "a/" * 800 + "../" * 800 + (f"c{k + 1}" if k < 39 else "f"))]))
         + ustar(member(f"c{k}", tarfile.SYMTYPE, linkname="x"))
@@ -258,7 +259,8 @@ def test_X4_a_commit_reported_refused_has_not_replaced_the_scratch(flavour: str)
     the restore is recorded as refused (RESTORE_REFUSED, X4 parks SCRATCH_NOT_PORTABLE)
     while the scratch already holds the bank's tree, and the old scratch is left beside
     it as ``.scratchbank-staged.*.old``. Either the restore succeeded (and nothing is left
-    beside the scratch) or it was refused and the scratch is byte for byte as it was."""
+    beside the scratch) or it was refused and the scratch is byte for byte as it was.
+    Proves ``scratchbank.application.resume.resume``."""
     with rig(f"docker-{flavour}", user="1000") as r:
         r.sh(
             f"mkdir -p {SCRATCH}/ro && echo mine > {SCRATCH}/ro/file && chmod 555 {SCRATCH}/ro "
@@ -278,7 +280,8 @@ def test_X2_a_read_only_directory_restores_in_a_non_root_busybox_sandbox() -> No
     """A benign bank: ``ro/`` mode 0555 holding ``ro/f``. GNU tar (non-root) restores it
     (it delays directory modes); BusyBox tar creates ``ro`` 0555 first and then cannot
     create ``ro/f``: every resume of such a run is refused (RESTORE_REFUSED), so the
-    bank can never be restored into a BusyBox sandbox that does not run as root."""
+    bank can never be restored into a BusyBox sandbox that does not run as root.
+    Proves ``scratchbank.application.resume.resume``."""
     with rig("docker-busybox", user="1000") as r:
         r.sh(f"mkdir -p {SCRATCH} && chown -R 1000 {SCRATCH}")
         raw = (
@@ -302,7 +305,8 @@ def test_X4_a_restore_never_deletes_files_of_a_volume_mounted_inside_the_scratch
     scratch aside (the mount moves with it) and ``rm -rf``s it, which walks into the
     mount and deletes the host's files, then fails on the mount point itself (EBUSY),
     so the restore is reported refused while the scratch was replaced, and the old tree
-    stays beside it. The host directory must keep its files."""
+    stays beside it. The host directory must keep its files.
+    Proves ``scratchbank.application.resume.resume``."""
     host = tmp_path / "volume"
     host.mkdir()
     (host / "precious").write_text("keep me")
@@ -368,7 +372,7 @@ def test_X4_a_refused_restore_leaves_nothing_staged_in_a_non_root_gnu_sandbox() 
     modes when the stream is cut, so ``ro`` ends 0555 with a file in it, and both
     restore.sh's ``rm -rf "$staged"`` and the host's discard fail silently: each refused
     try leaves a ``.scratchbank-staged.*`` tree (the whole bank, up to the cap) beside
-    the scratch, and every retry adds one more."""
+    the scratch, and every retry adds one more. Proves ``scratchbank.application.resume.resume``."""
     with rig("docker-gnu", user="1000") as r:
         r.sh(f"mkdir -p {SCRATCH}/keep && echo mine > {SCRATCH}/keep/file && chown -R 1000 {SCRATCH}")
         before = fingerprint(r)
@@ -389,6 +393,7 @@ def test_X4_a_refused_restore_leaves_nothing_staged_in_a_non_root_gnu_sandbox() 
 
 @pytest.mark.s3
 def test_X5_missing_bucket_is_read_again_not_gone(s3_endpoint: str) -> None:
+    """Missing bucket is read again not gone: ``scratchbank.adapters.s3_bank.S3BankStore``."""
     store = S3BankStore("no-such-bucket-" + uuid.uuid4().hex[:8], client=s3_client(s3_endpoint))
     with pytest.raises(BankReadFailed) as caught:
         store.fetch("run-1", io.BytesIO(), max_bytes=10)
@@ -397,12 +402,14 @@ def test_X5_missing_bucket_is_read_again_not_gone(s3_endpoint: str) -> None:
 
 @pytest.mark.s3
 def test_X4_only_no_such_key_is_gone(s3_endpoint: str) -> None:
+    """Only no such key is gone: ``scratchbank.adapters.s3_bank.S3BankStore``."""
     store = S3BankStore(new_bucket(s3_endpoint), client=s3_client(s3_endpoint))
     with pytest.raises(BankGone):
         store.fetch("run-1", io.BytesIO(), max_bytes=10)
 
 
 def test_X5_unreachable_s3_is_read_again() -> None:
+    """Unreachable s3 is read again: ``scratchbank.adapters.s3_bank.S3BankStore``."""
     store = S3BankStore("b", client=s3_client("http://127.0.0.1:9"))
     with pytest.raises(BankReadFailed):
         store.fetch("run-1", io.BytesIO(), max_bytes=10)
@@ -417,7 +424,8 @@ def test_X5_unreachable_s3_is_read_again() -> None:
 def test_X2_a_command_that_exits_without_reading_its_stdin_ends_with_its_own_status(engine: str) -> None:
     """A restore refused before it reads its stream (no room, a mount point) exits at once:
     its exit status is the answer, never a cut at the deadline while the host still tries
-    to send a stream nobody reads (Docker kept the hijacked socket open: 80 s per refusal)."""
+    to send a stream nobody reads (Docker kept the hijacked socket open: 80 s per refusal).
+    Proves ``scratchbank.application.cancellation.Deadline.after``."""
     with rig(engine) as r:
         deadline = Deadline.after(60)
         done = r.sandbox.run("exit 21", [], stdin=_Endless(), deadline=deadline)  # type: ignore[arg-type]
@@ -430,6 +438,8 @@ def test_X2_a_command_that_exits_without_reading_its_stdin_ends_with_its_own_sta
 def test_X5_a_fetch_whose_stream_stalls_mid_object_fails_in_time(
     through_proxy: tuple[S3BankStore, S3BankStore], tmp_path: Path
 ) -> None:
+    """A fetch whose stream stalls mid object fails in time:
+    ``scratchbank.adapters.s3_bank.S3BankStore.fetch``."""
     direct, stalled = through_proxy
     bank = tmp_path / "bank.tgz"
     bank.write_bytes(bytes(range(256)) * (16 << 10))  # 4 MiB, far past the proxy's 256 KiB
@@ -452,7 +462,8 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
 ) -> None:
     """Each hostile bank, recorded as banked with its true size and digest, is refused on
     the host; the sandbox's filesystem is untouched and the host's temp area is clean
-    (this test's own temp area: other processes share /tmp)."""
+    (this test's own temp area: other processes share /tmp).
+    Proves ``scratchbank.application.resume.resume``."""
     import hashlib
     import os
     import tempfile
@@ -502,6 +513,7 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
 
 
 def test_X4_every_refusal_leaves_the_scratch_byte_for_byte_as_it_was(box: Rig) -> None:
+    """Every refusal leaves the scratch byte for byte as it was: ``scratchbank.application.resume.resume``."""
     box.sh(SEED.format(s=box.scratch))
     before = fingerprint(box)
     many = files(*(f"d/f{i}" for i in range(200)))
@@ -522,6 +534,8 @@ def test_X4_every_refusal_leaves_the_scratch_byte_for_byte_as_it_was(box: Rig) -
 
 
 def test_X4_a_tar_refusal_in_the_sandbox_leaves_the_scratch_as_it_was() -> None:
+    """A tar refusal in the sandbox leaves the scratch as it was:
+    ``scratchbank.application.resume.resume``."""
     with rig("docker-busybox", tmpfs={"/tmp/full": "size=256k"}) as r:
         r.sandbox.facts = attrs.evolve(r.sandbox.facts, scratch="/tmp/full/scratch")
         r.scratch = "/tmp/full/scratch"
@@ -533,6 +547,7 @@ def test_X4_a_tar_refusal_in_the_sandbox_leaves_the_scratch_as_it_was() -> None:
 
 
 def test_X2_names_with_a_newline_and_any_byte_restore_and_list(box: Rig) -> None:
+    """Names with a newline and any byte restore and list: ``scratchbank.application.resume.resume``."""
     names = ["new\nline", "tab\there", "back\\slash", "bytes-\udcff\udcfe", "sp ace", "dash-start"]
     raw = ustar(member("./", tarfile.DIRTYPE)) + b"".join(
         member(n, size=1).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape") + b"z" + b"\x00" * 511
@@ -548,7 +563,8 @@ def test_X2_the_old_scratch_goes_after_the_commit_and_leftovers_at_the_next_stag
     """The commit swaps the new tree in and removes the old one after the exec (the
     resume does not wait for it); an old tree a stopped sandbox left beside the scratch
     (``.scratchbank-staged.*.old``, read-only inside as a module cache is) is removed by
-    the next restore's stage. Nothing of either stays, and the scratch is the bank's."""
+    the next restore's stage. Nothing of either stays, and the scratch is the bank's.
+    Proves ``scratchbank.application.resume.resume``."""
     s = box.scratch
     box.sh(SEED.format(s=s))
     left = f"$(dirname {s})/.scratchbank-staged.dead.old"
@@ -560,6 +576,7 @@ def test_X2_the_old_scratch_goes_after_the_commit_and_leftovers_at_the_next_stag
 
 
 def test_X2_implicit_parent_directories_are_accepted(box: Rig) -> None:
+    """Implicit parent directories are accepted: ``scratchbank.application.resume.resume``."""
     out = restore(gz(files("a/b/c/deep", "a/x", "top") + end()), box.sandbox)
     assert out.proceeds, out
     assert box.sh(f"cat {box.scratch}/a/b/c/deep") == "abc"
@@ -569,7 +586,8 @@ def test_X6_a_host_backed_scratch_holds_links_out_but_nothing_on_the_host_follow
     tmp_path: Path,
 ) -> None:
     """In a sandbox links out are allowed by design: only the sandbox's tar creates them,
-    and the host reads the staged tree as a listing, never through a link."""
+    and the host reads the staged tree as a listing, never through a link.
+    Proves ``scratchbank.application.resume.resume``."""
     host = tmp_path / "scratch"
     host.mkdir()
     outside = tmp_path / "outside"
@@ -592,7 +610,8 @@ def test_X6_a_host_backed_scratch_holds_links_out_but_nothing_on_the_host_follow
 
 
 def test_X2_thousands_of_long_names_list_exactly_on_busybox() -> None:
-    """BusyBox's `xargs -0` splits names at its buffer boundaries; the listing must not."""
+    """BusyBox's `xargs -0` splits names at its buffer boundaries; the listing must not.
+    Proves ``scratchbank.application.resume.resume``."""
     names = [f"d{i % 40}/a-rather-long-file-name-to-fill-buffers-{i:05d}.json" for i in range(3000)]
     with rig("docker-busybox") as r:
         out = restore(gz(files(*names, size=1) + end()), r.sandbox)
@@ -602,7 +621,8 @@ def test_X2_thousands_of_long_names_list_exactly_on_busybox() -> None:
 
 
 def test_X2_the_canonical_stream_may_go_gzip_level_1(box: Rig) -> None:
-    """For a slow transport: the same staged restore over a gzip'd canonical stream."""
+    """For a slow transport: the same staged restore over a gzip'd canonical stream.
+    Proves ``scratchbank.application.resume.check_resume``."""
     from scratchbank.application.restore import restore_bank
     from scratchbank.application.resume import check_resume
 
@@ -622,7 +642,8 @@ def test_X2_the_canonical_stream_may_go_gzip_level_1(box: Rig) -> None:
 def test_X1_directory_modes_are_restored_as_banked_in_a_non_root_sandbox(flavour: str) -> None:
     """The stream carries directories u+rwx (a non-root tar must fill them) and commit
     applies the banked modes deepest first: a 0555 directory holding a file, a 0500 one
-    under it and a name with a space and a newline all end with their banked modes."""
+    under it and a name with a space and a newline all end with their banked modes.
+    Proves ``scratchbank.application.resume.resume``."""
     with rig(f"docker-{flavour}", user="1000") as r:
         r.sh(f"mkdir -p {r.scratch} && chown -R 1000 {r.scratch}")
         raw = (
@@ -644,6 +665,8 @@ def test_X1_directory_modes_are_restored_as_banked_in_a_non_root_sandbox(flavour
 
 
 def test_X2_restore_reproduces_files_modes_links_and_mtimes(any_rig: Rig) -> None:
+    """Restore reproduces files modes links and mtimes:
+    ``scratchbank.application.bank_format.spill_log.manifest_lines``."""
     r = any_rig
     r.sh(
         f"rm -rf {r.scratch}; mkdir -p {r.scratch}/d && cd {r.scratch} && echo hello > f && "
@@ -661,6 +684,8 @@ def test_X2_restore_reproduces_files_modes_links_and_mtimes(any_rig: Rig) -> Non
 
 
 def test_X2_a_cut_stream_is_broken_not_refused(any_rig: Rig) -> None:
+    """A cut stream is broken not refused:
+    ``scratchbank.application.bank_format.spill_log.manifest_lines``."""
     r = any_rig
     r.sh(f"rm -rf {r.scratch}; mkdir -p {r.scratch} && echo x > {r.scratch}/f")
     banked = io.BytesIO()
@@ -673,6 +698,8 @@ def test_X2_a_cut_stream_is_broken_not_refused(any_rig: Rig) -> None:
 
 @pytest.mark.parametrize("engine", CONTAINERS)
 def test_X2_a_read_only_or_full_scratch_is_refused_by_tar(engine: str) -> None:
+    """A read only or full scratch is refused by tar:
+    ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     with rig(engine, tmpfs={"/tmp/full": "size=64k"}) as r:
         data = b"z" * 200_000
         canonical, sha = _one_file_archive(data)
@@ -687,7 +714,8 @@ def test_X2_a_read_only_or_full_scratch_is_refused_by_tar(engine: str) -> None:
 
 @pytest.mark.parametrize("engine", ["local", "k8s-double"])
 def test_X2_a_full_scratch_is_refused_by_tar_in_a_namespace(engine: str) -> None:
-    """The sandbox's own mount namespace: a 64 KiB tmpfs that a 200 KB bank cannot fill."""
+    """The sandbox's own mount namespace: a 64 KiB tmpfs that a 200 KB bank cannot fill.
+    Proves ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     with rig(engine) as r:
         full = f"{r.scratch}-full"
         r.sh(f"mkdir -p {full} && mount -t tmpfs -o size=64k tmpfs {full}")

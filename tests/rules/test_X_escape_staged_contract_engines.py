@@ -2,7 +2,7 @@
 file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. These sit apart from test_X_engines.py: a name of theirs (a test's or a
+tests/rigs/ (named for what they hold). These sit apart from test_X_engines.py: a name of theirs (a test's or a
 fixture's) is another test's there."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import io
 import json
 
 import pytest
-from rigs.escape_staged_contract import (
+from rigs.staged_restore import (
     EXPECTED,
     canonical,
     sandbox,  # noqa: F401 - a fixture
@@ -26,6 +26,8 @@ from scratchbank.domain.errors import RestoreRefused
 
 
 def test_X2_stage_lists_the_tree_and_leaves_the_scratch_until_commit(sandbox: Sandbox) -> None:
+    """Stage lists the tree and leaves the scratch until commit:
+    ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     before = sandbox.list_scratch()
     assert before == [json.dumps(["keep", "file", 4])]
     tar, listing = canonical(), io.BytesIO()
@@ -41,6 +43,8 @@ def test_X2_stage_lists_the_tree_and_leaves_the_scratch_until_commit(sandbox: Sa
 
 
 def test_X2_a_stream_tar_cannot_read_is_refused_and_nothing_stays(sandbox: Sandbox) -> None:
+    """A stream tar cannot read is refused and nothing stays:
+    ``scratchbank.application.ports.Sandbox.list_scratch``."""
     before = sandbox.list_scratch()
     with pytest.raises(RestoreRefused):
         sandbox.stage_restore(io.BytesIO(b"not a tar" * 200), compressed=False, listing=io.BytesIO())
@@ -48,6 +52,8 @@ def test_X2_a_stream_tar_cannot_read_is_refused_and_nothing_stays(sandbox: Sandb
 
 
 def test_X2_less_free_space_than_the_bank_needs_is_refused_first(sandbox: Sandbox) -> None:
+    """Less free space than the bank needs is refused first:
+    ``scratchbank.application.bank_format.writer.CanonicalWriter``."""
     before = sandbox.list_scratch()
     with pytest.raises(RestoreRefused):
         sandbox.stage_restore(

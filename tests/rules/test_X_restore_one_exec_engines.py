@@ -2,7 +2,7 @@
 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
-tests/rigs/<that file>.py. These sit apart from test_X_engines.py: a name of theirs (a test's or a
+tests/rigs/ (named for what they hold). These sit apart from test_X_engines.py: a name of theirs (a test's or a
 fixture's) is another test's there."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from typing import BinaryIO
 
 import pytest
 from hostile import end, gz
-from rigs.escape_sandbox import SEED, files, fingerprint, reason, restore
-from rigs.real_sandboxes import Rig, rig
-from rigs.restore_one_exec import (
+from rigs.one_exec_restore import (
     Counted,
     DropsFromListing,
     _stage,
     box,  # noqa: F401 - a fixture
 )
+from rigs.real_sandboxes import Rig, rig
+from rigs.sandbox_restores import SEED, files, fingerprint, reason, restore
 
 from scratchbank.application.ports import RestoresInOneExec, StagedRestore
 from scratchbank.domain.errors import StreamBroken
@@ -28,6 +28,7 @@ from scratchbank.domain.errors import StreamBroken
 
 
 def test_X2_a_restore_into_a_scripted_sandbox_is_one_exec(box: Rig) -> None:
+    """A restore into a scripted sandbox is one exec: ``scratchbank.application.resume.resume``."""
     box.sh(SEED.format(s=box.scratch))
     counted = Counted(box.sandbox)
     assert isinstance(box.sandbox, RestoresInOneExec)
@@ -40,6 +41,8 @@ def test_X2_a_restore_into_a_scripted_sandbox_is_one_exec(box: Rig) -> None:
 
 
 def test_X4_a_listing_that_is_not_the_manifest_is_discarded_in_the_same_exec(box: Rig) -> None:
+    """A listing that is not the manifest is discarded in the same exec:
+    ``scratchbank.application.resume.resume``."""
     box.sh(SEED.format(s=box.scratch))
     before = fingerprint(box)
     counted = Counted(box.sandbox)
@@ -50,6 +53,7 @@ def test_X4_a_listing_that_is_not_the_manifest_is_discarded_in_the_same_exec(box
 
 
 def test_X4_a_host_that_fails_while_deciding_discards_and_says_why(box: Rig) -> None:
+    """A host that fails while deciding discards and says why: ``scratchbank.domain.errors.StreamBroken``."""
     box.sh(SEED.format(s=box.scratch))
     before = fingerprint(box)
 
@@ -64,6 +68,8 @@ def test_X4_a_host_that_fails_while_deciding_discards_and_says_why(box: Rig) -> 
 
 
 def test_X4_a_discard_verdict_leaves_the_scratch_as_it_was(box: Rig) -> None:
+    """A discard verdict leaves the scratch as it was:
+    ``scratchbank.application.ports.RestoresInOneExec.restore_in_one_exec``."""
     box.sh(SEED.format(s=box.scratch))
     before = fingerprint(box)
     seen: list[StagedRestore] = []
@@ -84,7 +90,8 @@ def test_X4_a_discard_verdict_leaves_the_scratch_as_it_was(box: Rig) -> None:
 @pytest.mark.parametrize("engine", ["local", "docker-busybox"])
 def test_X2_a_byte_changed_on_the_way_is_a_broken_stream(engine: str) -> None:
     """A file's byte changed in a data frame (count and end frame right, tar extracts it):
-    the digest of what was read is not the end frame's, exit 20 (size AND digest end to end)."""
+    the digest of what was read is not the end frame's, exit 20 (size AND digest end to end).
+    Proves ``scratchbank.adapters.restore_wire.FramedStream``."""
     from scratchbank.adapters.restore_wire import STREAM_BROKE, FramedStream
 
     with rig(engine) as box:
@@ -98,7 +105,8 @@ def test_X2_a_byte_changed_on_the_way_is_a_broken_stream(engine: str) -> None:
 
 @pytest.mark.parametrize("engine", ["local", "docker-busybox"])
 def test_X2_a_frame_repeated_on_the_way_is_a_broken_stream(engine: str) -> None:
-    """A whole frame sent twice (the end frame right): received is not the count sent, exit 20."""
+    """A whole frame sent twice (the end frame right): received is not the count sent, exit 20.
+    Proves ``scratchbank.adapters.restore_wire.FramedStream``."""
     from scratchbank.adapters.restore_wire import STREAM_BROKE, FramedStream
 
     with rig(engine) as box:

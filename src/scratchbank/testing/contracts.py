@@ -1,7 +1,8 @@
 """Contract suites for the ports: subclass one per adapter, define ``make``, let pytest run it.
 
 Every adapter we ship (fakes included) passes these; an engine writing its own
-Timeline, BankStore or Sandbox subclasses the same class to prove it behaves the same.
+Timeline, BankStore, Sandbox, RunLock or RestoreTarget subclasses the same class to prove
+it behaves the same.
 Function-style checkers do the same for a test that already has an adapter in hand:
 ``check_timeline(make)``, ``check_bank_store(make, tmp)`` and ``check_stall(call)`` ("a
 stalled call fails in time"), with ``check_sandbox_stalls(sandbox)`` running the
@@ -11,6 +12,7 @@ stalls every scripted sandbox transport must survive.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import tarfile
@@ -23,12 +25,17 @@ from typing import Any, ClassVar
 
 import pytest
 
+from scratchbank.application.bank_format.gunzip import GzipReader
 from scratchbank.application.bank_format.host_archive import HostArchive
-from scratchbank.application.cancellation import Deadline
+from scratchbank.application.bank_format.manifest_line import line_of
+from scratchbank.application.bank_format.reader import TarReader
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import (
     BankStore,
+    ForwardingBankStore,
     QuiescedArchive,
     RestoresInOneExec,
+    RestoreTarget,
     RunLock,
     Sandbox,
     StagedRestore,
@@ -52,8 +59,11 @@ from scratchbank.domain.errors import (
     TimelineConflict,
     TimelineUnreadable,
 )
+from scratchbank.domain.fold import Bank, Evidence
 from scratchbank.domain.objects import BankStamp, StoredObject, object_name
-from scratchbank.domain.records import UnknownRecord
+from scratchbank.domain.records import ScratchBanked, UnknownRecord
+from scratchbank.domain.restore import RestoreAttempt, RestoreResult
+from scratchbank.domain.resume_gate import ResumeDecision, Verdict
 from scratchbank.testing.builders import banked, node, started
 
 HOSTILE_IDS = ("../etc", "a/b", "", ".", "..", "a\x00b", "/abs", "x" * 200)
@@ -769,3 +779,152 @@ def check_run_lock(
             pass_time(lock, seconds)
 
     return _run_contract(_Bound())
+
+
+# ---- The restore target (a sandbox's scratch, a host directory) ------------------------------
+
+
+def _ustar(name: str, data: bytes = b"", *, directory: bool = False) -> bytes:
+    """One member as plain ustar (the name unchecked: a hostile one is the point)."""
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
+    info.size, info.mode, info.mtime = len(data), 0o755 if directory else 0o644, 1_700_000_000
+    return info.tobuf(tarfile.USTAR_FORMAT) + data + b"\x00" * ((-len(data)) % 512)
+
+
+def _bank(*members: bytes) -> bytes:
+    return gzip.compress(b"".join(members) + b"\x00" * 1024, mtime=0)
+
+
+def _recorded(data: bytes, manifest_bytes: int | None = None) -> ScratchBanked:
+    """A faithful record of ``data``: its size and SHA-256, and the manifest the host's
+    reader computes when it accepts the bank (none when it refuses)."""
+    manifest = None
+    with contextlib.suppress(HostileArchive):
+        reader = TarReader()
+        gunzip = GzipReader(reader.feed, 1 << 30)
+        gunzip.feed(data)
+        gunzip.close()
+        reader.close()
+        manifest = reader.log.manifest()
+    return ScratchBanked(
+        banked=True,
+        empty=False,
+        unknown=False,
+        bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        manifest_entries=manifest.entries if manifest else None,
+        manifest_bytes=manifest_bytes
+        if manifest_bytes is not None
+        else (manifest.bytes if manifest else None),
+        manifest_sha256=manifest.sha256 if manifest else None,
+    )
+
+
+class _CutOnFetch(ForwardingBankStore):
+    """A store whose fetch cuts the run context first (the lease lost mid-restore, L5)."""
+
+    def __init__(self, inner: BankStore, cancel: Cancel) -> None:
+        super().__init__(inner)
+        self.cancel = cancel
+
+    def before(self, call: str, run_id: str) -> None:
+        if call == "fetch":
+            self.cancel.cut("the lease was lost")
+
+
+class RestoreTargetContract:
+    """What every RestoreTarget does (application/ports.py), where a sandbox's scratch and a
+    host directory share behaviour (X1-X6, L5): a checked bank is restored as its manifest;
+    a refusal (a hostile member, bytes not as recorded, more than the room, a cut run
+    context) leaves the target byte for byte as it was.
+
+    Subclasses define ``hands_over`` (what the target says), ``make`` (a target holding
+    an old tree), ``listing`` (what stands at the target, sorted manifest lines) and
+    ``checksum`` (everything the target can see, staged and leftover trees included).
+    """
+
+    RUN = "run-t"
+    GOOD = _bank(
+        _ustar("./", directory=True),
+        _ustar("sub", directory=True),
+        _ustar("sub/f", b"abc"),
+        _ustar("top", b"t"),
+    )
+    EXPECTED = sorted([line_of("sub", "dir", 0), line_of("sub/f", "file", 3), line_of("top", "file", 1)])
+    HOSTILE = _bank(_ustar("ok", b"o"), _ustar("../escape", b"x"))
+    OTHER = _bank(_ustar("top", b"T"))  # a valid bank, not the recorded one
+
+    hands_over: ClassVar[bool]
+
+    def make(self, tmp: Path) -> RestoreTarget:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def listing(self, target: RestoreTarget) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def checksum(self, target: RestoreTarget) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _restore(
+        self,
+        target: RestoreTarget,
+        stored: bytes,
+        *,
+        recorded: bytes | None = None,
+        manifest_bytes: int | None = None,
+        cancel: Cancel | None = None,
+    ) -> RestoreAttempt:
+        from scratchbank.adapters.memory import InMemoryBankStore
+        from scratchbank.application.restore import restore_bank
+
+        record = _recorded(recorded if recorded is not None else stored, manifest_bytes)
+        memory = InMemoryBankStore()
+        memory.banks[self.RUN] = stored
+        store: BankStore = memory if cancel is None else _CutOnFetch(memory, cancel)
+        bank = Bank(Evidence(1, ScratchBanked.WIRE), record, 1)
+        decision = ResumeDecision(Verdict.RESTORE, "X1", "restore", bank=bank)
+        return restore_bank(self.RUN, decision, store=store, into=target, cancel=cancel)
+
+    def test_a_checked_bank_is_restored_as_its_manifest(self, tmp_path: Path) -> None:
+        """X1, X6: through the port, RESTORED with the bank's bytes; the tree is its manifest."""
+        target = self.make(tmp_path)
+        got = self._restore(target, self.GOOD)
+        assert got.result is RestoreResult.RESTORED, got
+        assert got.bytes == len(self.GOOD)
+        assert got.into_host_dir is self.hands_over
+        assert self.listing(target) == self.EXPECTED
+        assert target.hands_over is self.hands_over
+
+    def test_a_hostile_bank_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
+        """X3, X6: a member leading out of the tree: refused on the host, the target as it was."""
+        target = self.make(tmp_path)
+        before = self.checksum(target)
+        got = self._restore(target, self.HOSTILE)
+        assert got.result is RestoreResult.REFUSED_ON_HOST, got
+        assert self.checksum(target) == before
+
+    def test_a_bank_not_as_recorded_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
+        """X3: stored bytes whose size and digest are not the record's: refused, the target as it was."""
+        target = self.make(tmp_path)
+        before = self.checksum(target)
+        got = self._restore(target, self.OTHER, recorded=self.GOOD)
+        assert got.result is RestoreResult.REFUSED_ON_HOST, got
+        assert self.checksum(target) == before
+
+    def test_a_bank_larger_than_the_room_is_refused_and_changes_nothing(self, tmp_path: Path) -> None:
+        """X2, X6: a bank declaring more bytes than the target has free: refused first."""
+        target = self.make(tmp_path)
+        before = self.checksum(target)
+        got = self._restore(target, self.GOOD, manifest_bytes=1 << 60)
+        assert got.result in (RestoreResult.REFUSED_ON_HOST, RestoreResult.REFUSED_IN_SANDBOX), got
+        assert self.checksum(target) == before
+
+    def test_a_restore_cut_midway_is_lease_lost_and_changes_nothing(self, tmp_path: Path) -> None:
+        """L5: the run context cut once the fetch began: LEASE_LOST, nothing moved into place."""
+        target = self.make(tmp_path)
+        before = self.checksum(target)
+        got = self._restore(target, self.GOOD, cancel=Cancel())
+        assert got.result is not RestoreResult.RESTORED, got
+        assert "LEASE_LOST" in got.detail, got
+        assert self.checksum(target) == before

@@ -1,7 +1,9 @@
 """The explorer's scenarios and its model of the rules (issue 18, item 5).
 
-Actors drive the public service (``ScratchService``) over real adapters (an SQLite or
-PostgreSQL ``EventStoreTimeline``, a ``FilesystemBankStore``) and ``FakeSandbox``es,
+Actors drive the public service (``ScratchService``, as ``ExplorerService``: the grants it
+holds are ``StillHeldLock``s, which no thread refreshes, the clocks standing still) over
+real adapters (an SQLite or PostgreSQL ``EventStoreTimeline``, a ``FilesystemBankStore``)
+and ``FakeSandbox``es,
 each port wrapped by the explorer (``scratchbank.testing.explorer``). Every schedule runs
 on a run of its own (a fresh run id in the same timeline and store), from a preset:
 
@@ -73,9 +75,9 @@ from typing import Any
 import attrs
 
 from scratchbank.adapters.memory import FakeSandbox
-from scratchbank.application.ports import BankStore, LockGrant, ResumeDelivery, Timeline
+from scratchbank.application.ports import BankStore, LockGrant, ResumeDelivery, RunLock, Timeline
 from scratchbank.application.resume import ResumeOutcome, Target
-from scratchbank.application.run_lock import LOCK_TTL
+from scratchbank.application.run_lock import LOCK_TTL, HeldLock
 from scratchbank.application.service import ScratchService
 from scratchbank.domain.admission import Consents
 from scratchbank.domain.errors import QueueUnavailable, ScratchbankError
@@ -158,10 +160,26 @@ def node(name: str) -> NodeFinished:
     return NodeFinished(node=name, kind="agent", succeeded=True, in_sandbox=True, on_cycle=False)
 
 
+class StillHeldLock(HeldLock):
+    """A held grant that nothing refreshes: the explorer's clocks stand still, and a refresh
+    thread would be a schedule it does not control (was the product's ``keep_alive=False``)."""
+
+    def _keep_alive(self) -> None:
+        """No refresh thread."""
+
+
+class ExplorerService(ScratchService):
+    """The public service, holding the grants of the executions it starts or is handed
+    without a refresh thread (``StillHeldLock``)."""
+
+    def _hold(self, lock: RunLock, grant: LockGrant) -> HeldLock:
+        return StillHeldLock(lock, grant, ttl=self.lock_ttl)
+
+
 def service(timeline: Any, store: Any, clock: Any = None, lock: Any = None) -> ScratchService:
     """The public service over these ports (and the run's lock, where the service takes one)."""
     extra = {"lock": lock} if lock is not None and "lock" in attrs.fields_dict(ScratchService) else {}
-    return ScratchService(timeline=timeline, store=store, clock=clock or ManualClock(), **extra)
+    return ExplorerService(timeline=timeline, store=store, clock=clock or ManualClock(), **extra)
 
 
 @attrs.define
@@ -194,7 +212,7 @@ def hand(mine: ScratchService, grant: LockGrant) -> None:
     """Hand ``grant`` (an execution's, its holder the execution id) to ``mine``: its
     teardown of that execution lets the lock go once recorded (A16). Nothing refreshes
     it (the explorer's clocks stand still)."""
-    mine.hand_over(grant, keep_alive=False)
+    mine.hand_over(grant)
 
 
 def take_lock(world: World, run_id: str, execution: str) -> LockGrant | None:

@@ -1,0 +1,98 @@
+"""One alarm thread per process for every cut at a deadline (issue 26).
+
+A call that cannot be given an overall deadline one ``recv`` at a time (a store's socket,
+a stream's body) is cut from outside when its deadline passes. Every such cut, the
+timeline's store calls and the stores' ``Watchdog`` alike, is an ``Alarm`` on the one
+``ALARMS``: a heap of deadlines served by one daemon thread, started at the first arm (and
+again in a forked child). No cut starts a thread of its own: a timer thread per call
+started inside the call's slot, and under load every slot holder waited for its thread to
+start. A disarmed alarm is dropped when its time comes; a cut runs on the alarm thread, so
+it must be quick (shut a socket down, set an event), never block.
+
+The transports' stdin feeders are not alarms: they live in the exec pump (exec_pump.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+
+class Alarm:
+    """One armed cut: ``fire`` runs it once unless ``disarm`` came first; ``fired`` once it ran."""
+
+    __slots__ = ("at", "cut", "done", "fired", "lock")
+
+    def __init__(self, at: float, cut: Callable[[], None]) -> None:
+        self.at, self.cut = at, cut
+        self.fired = self.done = False
+        self.lock = threading.Lock()
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.done or self.fired:
+                return
+            self.fired = True
+        with contextlib.suppress(Exception):  # the transport may already be gone
+            self.cut()
+
+    def disarm(self) -> None:
+        """The call ended: the cut will not run. It lets go of the cut (and so of the
+        transport the cut closes over) now, not when its time would have come."""
+        with self.lock:
+            self.done = True
+            self.cut = _nothing
+
+
+def _nothing() -> None:
+    """A disarmed alarm's cut."""
+
+
+class Alarms:
+    """Every cut of the process on one thread: a heap of (time, alarm) by ``clock``
+    (``time.monotonic``; a test injects its own and ``poke``s after advancing it)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Alarm]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, cut: Callable[[], None]) -> Alarm:
+        """``cut`` in ``seconds`` (at once when <= 0), on the alarm thread, unless disarmed first."""
+        alarm = Alarm(self.clock() + seconds, cut)
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():  # first arm (or a forked child)
+                self._thread = threading.Thread(target=self._run, name="scratchbank-alarms", daemon=True)
+                self._thread.start()
+            heapq.heappush(self._heap, (alarm.at, next(self._order), alarm))
+            if self._heap[0][2] is alarm:
+                self._cond.notify()
+        return alarm
+
+    def poke(self) -> None:
+        """Look at the clock again now (an injected clock was advanced)."""
+        with self._cond:
+            self._cond.notify()
+
+    def armed(self) -> int:
+        """Alarms still in the heap (disarmed ones leave it when their time comes)."""
+        with self._cond:
+            return len(self._heap)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > self.clock():
+                    self._cond.wait(self._heap[0][0] - self.clock() if self._heap else None)
+                alarm = heapq.heappop(self._heap)[2]
+            alarm.fire()
+
+
+#: The process's one alarm thread (every Watchdog, every timeline call's cut).
+ALARMS = Alarms()
