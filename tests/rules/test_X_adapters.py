@@ -601,7 +601,7 @@ def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again(
 
 
 def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> None:
-    """Issue 24 item 1, differential: canonical lines skip the JSON, and every comparison and refusal stays as it was."""
+    """Issue 24 item 1, differential: ``load_listing`` compares and refuses as when every line was decoded."""
     assert _compared(b"".join(_LISTED)) == (0, 0)
     assert (
         _compared(b'["d/a b", "file", 99999999999999999999]\n') == "StreamBroken"
@@ -646,7 +646,7 @@ def test_X2_a_one_walk_listing_reads_find_type_letters_and_an_unknown_letter_bre
 
 
 def test_X2_the_stream_into_a_sandbox_goes_in_4_MiB_frames() -> None:
-    """Issue 24: one ``dd`` per frame in the sandbox; 4 MiB frames (a 1 GB stream: 256 of them, not ~1,000)."""
+    """Issue 24: ``FramedStream`` sends 4 MiB frames (one ``dd`` each in the sandbox: 256 for 1 GB, not ~1,000)."""
     from scratchbank.adapters.restore_wire import FramedStream
 
     framed = FramedStream(io.BytesIO(b"x" * (9 << 20)))

@@ -128,7 +128,7 @@ _TRICKY = (
 
 @pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-gnu"])
 def test_X2_the_tree_is_listed_in_one_walk_where_find_is_gnu(engine: str) -> None:
-    """GNU find lists in one walk (":TYPE SIZE" lines), BusyBox in two (stat's): the same manifest lines."""
+    """GNU find lists in one walk, BusyBox in two: ``write_listing`` reads the same manifest lines from both."""
     import tempfile
 
     from scratchbank.adapters.restore_wire import write_listing
@@ -153,7 +153,7 @@ def test_X2_the_tree_is_listed_in_one_walk_where_find_is_gnu(engine: str) -> Non
 
 
 def test_X2_the_host_digests_the_stream_into_a_sandbox_once() -> None:
-    """The framing's SHA-256 is the host's one digest of the stream: the canonical writer takes none."""
+    """``restore_bank`` digests the stream once (``FramedStream``'s): the canonical writer takes none."""
     import hashlib
     import types
 
