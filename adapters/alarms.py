@@ -17,9 +17,16 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
+
+#: The longest the alarm thread waits at once before looking at the clock again: a wait
+#: past the platform's timeout (``inf``, a deadline of years) raised and killed the thread.
+LONGEST_WAIT = 3600.0
 
 
 class Alarm:
@@ -62,10 +69,21 @@ class Alarms:
         self._heap: list[tuple[float, int, Alarm]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        _EVERY.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: none of the parent's cuts (its calls are not this process's;
+        a cut would shut a descriptor the parent shares), a fresh lock, no thread yet."""
+        self._cond = threading.Condition()
+        self._heap = []
+        self._thread = None
 
     def arm(self, seconds: float, cut: Callable[[], None]) -> Alarm:
-        """``cut`` in ``seconds`` (at once when <= 0), on the alarm thread, unless disarmed first."""
-        alarm = Alarm(self.clock() + seconds, cut)
+        """``cut`` in ``seconds`` (at once when <= 0 or nan, never when inf), on the alarm
+        thread, unless disarmed first."""
+        now = self.clock()
+        at = now + seconds
+        alarm = Alarm(now if math.isnan(at) else at, cut)  # a nan in the heap unsorts it
         with self._cond:
             if self._thread is None or not self._thread.is_alive():  # first arm (or a forked child)
                 self._thread = threading.Thread(target=self._run, name="scratchbank-alarms", daemon=True)
@@ -89,10 +107,22 @@ class Alarms:
         while True:
             with self._cond:
                 while not self._heap or self._heap[0][0] > self.clock():
-                    self._cond.wait(self._heap[0][0] - self.clock() if self._heap else None)
+                    self._cond.wait(
+                        min(self._heap[0][0] - self.clock(), LONGEST_WAIT) if self._heap else None
+                    )
                 alarm = heapq.heappop(self._heap)[2]
             alarm.fire()
 
+
+_EVERY: weakref.WeakSet[Alarms] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for alarms in list(_EVERY):
+        alarms._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 #: The process's one alarm thread (every Watchdog, every timeline call's cut).
 ALARMS = Alarms()

@@ -372,6 +372,8 @@ class EventStoreTimeline:
         settings = settings | _timeouts(settings, call_seconds, self.in_flight) | dict(env or {})
         #: A quiet SQLite file read ``immutable`` (``_Quiet``); None: read the plain way.
         self._quiet: _Quiet | None = None
+        self._reopening = threading.Lock()
+        self._retired: list[InfrastructureFactory[Any]] = []  # closed by close()
         self._plain: Mapping[str, str] = settings
         if read_only:  # a read (`status`): no table created, no snapshot saved, no checkpoint
             self._plain = settings | _read_only(settings)
@@ -411,14 +413,19 @@ class EventStoreTimeline:
             raise TimelineUnreadable(f"cannot open the timeline store {self.url}: {error}") from error
 
     def _no_longer_quiet(self) -> None:
-        """A writer came to the file under an immutable read: from now on read the plain way."""
-        self._quiet = None
-        old = self._factory
-        self._open(self._plain)
-        old.close()
+        """A writer came to the file under an immutable read: from now on read the plain way.
+        Once, whichever call sees it first; the first store is closed with the timeline,
+        not now: another call may still be reading on it (its pool would close under it)."""
+        with self._reopening:
+            if self._quiet is None:  # another call reopened already
+                return
+            self._quiet = None
+            self._retired.append(self._factory)
+            self._open(self._plain)
 
     def close(self) -> None:
-        self._factory.close()
+        for factory in (*self._retired, self._factory):
+            factory.close()
 
     # -- every store call goes through here ----------------------------------------------
 

@@ -121,15 +121,28 @@ def refuse_mount_points(target: Path) -> None:
 
 @contextmanager
 def opened_destination(target: Path) -> Iterator[Destination]:
+    """The destination's parent, made when missing; a restore that fails or is cut inside
+    removes the (empty) parents made here: a refusal leaves the host as it was."""
+    made = [p for p in target.parents if not os.path.lexists(p)]  # deepest first
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:
+        _unmake(made)
         raise DestinationRefused(f"cannot open {target.parent}: {error.strerror}") from None
     try:
         yield Destination(fd, target.name)
+    except BaseException:
+        _unmake(made)
+        raise
     finally:
         os.close(fd)
+
+
+def _unmake(made: list[Path]) -> None:
+    for parent in made:  # deepest first; one that is not empty (someone else's now) stays
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
 
 
 def _settle(fd: int, m: Member) -> None:

@@ -17,7 +17,7 @@ from scratchbank.domain.errors import TimelineConflict
 from scratchbank.domain.records import Record
 
 from .ports import Clock, SandboxFacts, SystemClock, Timeline
-from .recording import RETRYABLE
+from .recording import RETRYABLE, Claim, landed
 from .retry import Budget, retry_within
 
 #: S5: the adoption record's own budget (the records' default, RULES.md facts).
@@ -61,11 +61,22 @@ def adopt_child(
 def _record_within(timeline: Timeline, child_run: str, record: Record, budget: Budget) -> str | None:
     """Append the adoption record, retrying a store outage within ``budget``; None once
     written, else why not. The child has no claim of its own yet: an append that raced
-    another writer is tried again at the new tail (the record only adds a fact)."""
+    another writer is tried again at the new tail (the record only adds a fact). A try
+    whose reply was lost is settled by reading: landed, it is never written twice."""
+    tried: list[Claim] = []  # where earlier tries appended, their outcome unknown
+
+    def once(_deadline: object) -> None:
+        if any(landed(timeline, claim, [record]) for claim in tried):
+            return
+        claim = Claim(child_run, len(timeline.read(child_run)))
+        try:
+            timeline.append(child_run, [record], expected=claim.position)
+        except RETRYABLE:
+            tried.append(claim)
+            raise
+
     try:
-        retry_within(
-            budget, lambda _d: timeline.append(child_run, [record]), retry_on=(*RETRYABLE, TimelineConflict)
-        )
+        retry_within(budget, once, retry_on=(*RETRYABLE, TimelineConflict))
     except (*RETRYABLE, TimelineConflict) as error:
         return error.message
     return None

@@ -352,6 +352,85 @@ def test_R15_an_alarm_cuts_at_its_deadline_by_the_clock_it_was_given() -> None:
         assert not dog.fired and not early.is_set()
 
 
+def test_R15_an_alarm_at_an_infinite_deadline_leaves_the_alarm_thread_serving() -> None:
+    """A cut armed at ``inf`` (a call given no deadline) never fires and never kills the
+    one alarm thread: every later cut still lands, on that same thread, no traceback.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters.alarms import Alarms
+
+    alarms = Alarms()
+    crashed: list[BaseException | None] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: crashed.append(args.exc_value)
+    try:
+        never, first, second = threading.Event(), threading.Event(), threading.Event()
+        served: list[int] = []
+
+        def on_thread(event: threading.Event) -> Any:
+            return lambda: (served.append(threading.get_ident()), event.set())
+
+        alarms.arm(float("inf"), never.set)
+        alarms.arm(0.0, on_thread(first))
+        assert first.wait(60.0)
+        alarms.arm(0.0, on_thread(second))
+        assert second.wait(60.0)
+    finally:
+        threading.excepthook = hook
+    assert crashed == [] and not never.is_set()
+    assert len(set(served)) == 1  # the one alarm thread served both
+
+
+def test_R15_an_alarm_at_a_nan_deadline_cuts_at_once_and_delays_no_other_cut() -> None:
+    """A deadline that is no number (nan) cuts at once and leaves the heap in order: a
+    cut armed after it with the nearest deadline still lands first (an injected clock).
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters.alarms import Alarms
+
+    clock = ManualClock()
+    alarms = Alarms(clock.monotonic)
+    late, nan, later, soon = (threading.Event() for _ in range(4))
+    with alarms._cond:  # all four in the heap before the alarm thread looks
+        alarms.arm(10.0, late.set)
+        alarms.arm(float("nan"), nan.set)
+        alarms.arm(20.0, later.set)
+        alarms.arm(1.0, soon.set)
+    assert nan.wait(10.0)
+    clock.advance(1.0)
+    alarms.poke()
+    assert soon.wait(10.0)
+    assert not late.is_set() and not later.is_set()
+
+
+def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None:
+    """A child forked while a call's cut is armed starts with no alarm of its parent's: its
+    own first alarm does not shut the parent's socket down (a shared descriptor).
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    import os
+    import socket
+
+    from scratchbank.adapters.alarms import Alarms
+
+    clock = ManualClock()
+    alarms = Alarms(clock.monotonic)
+    ours, peer = socket.socketpair()
+    with ours, peer:
+        parents = alarms.arm(10.0, lambda: ours.shutdown(socket.SHUT_RDWR))
+        pid = os.fork()
+        if pid == 0:  # the child: its clock past the parent's deadline, one alarm of its own
+            try:
+                clock.advance(20.0)
+                mine = threading.Event()
+                alarms.arm(0.0, mine.set)
+                os._exit(0 if mine.wait(30.0) else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        parents.disarm()
+        assert os.waitstatus_to_exitcode(status) == 0
+        peer.sendall(b"x")
+        assert ours.recv(1) == b"x"  # the parent's socket is still open both ways
+
+
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
 
 
@@ -547,3 +626,48 @@ def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
         for line in lines:
             for rule in re.findall(r"\b([TSRXCLNA]\d{1,2})\b", line):
                 assert f"{rule}: {RULES[rule].title}" in line, line
+
+
+def test_R15_a_quiet_reader_reopening_never_closes_the_store_under_another_call(tmp_path: Path) -> None:
+    """A read-only timeline whose quiet file gains a writer reopens the plain way; a read
+    already in flight on the store it opened first still ends with its records, never
+    TIMELINE_UNREADABLE (the first store is not closed under it).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
+    from scratchbank.testing.builders import node, started
+
+    url = f"sqlite:///{tmp_path}/timeline.db"
+    first = EventStoreTimeline(url)
+    first.append("run-q", [started()])
+    first.close()
+    reader = EventStoreTimeline(url, read_only=True, in_flight=2)
+    entered, go = threading.Event(), threading.Event()
+    on_first_store = reader._select
+
+    def in_flight(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert go.wait(60.0)
+        return on_first_store(*args, **kwargs)
+
+    reader._select = in_flight
+    got: list[object] = []
+    slow = threading.Thread(target=lambda: got.append(_read_or_error(reader, "run-q")))
+    slow.start()
+    assert entered.wait(60.0)
+    writer = EventStoreTimeline(url)
+    try:
+        writer.append("run-q", [node("late", "tool")])  # the file is no longer quiet
+        assert len(reader.read("run-q")) == 2  # this read reopens the plain way
+        go.set()
+        slow.join(60.0)
+        assert isinstance(got[0], tuple) and len(got[0]) >= 1, got
+    finally:
+        go.set()
+        writer.close()
+        reader.close()
+
+
+def _read_or_error(timeline: EventStoreTimeline, run_id: str) -> object:
+    try:
+        return timeline.read(run_id)
+    except Exception as error:  # the test shows what the read raised
+        return error

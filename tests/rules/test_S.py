@@ -6,6 +6,8 @@ tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rigs.adoption_and_delivery import CONTAINER, HOST, TOOL, _StoreDown
 from rigs.resume_decisions import ACCEPT, BOTH, FORCE, decide, kinds
 
@@ -22,7 +24,7 @@ from scratchbank.domain import (
     decide_adoption,
     remedy,
 )
-from scratchbank.domain.records import SandboxShared
+from scratchbank.domain.records import Record, SandboxShared
 from scratchbank.testing.builders import forsaken, node, shared, started
 
 # ---- from tests/rules/test_[CSX]*.py: Adoption into a parent's sandbox (S1, S5) and the runner's delivery rules (C3-C6).
@@ -118,6 +120,38 @@ def test_S5_a_record_that_does_not_land_within_its_budget_keeps_the_child_out() 
         clock=SystemClock(),
     )
     assert not got.adopted and got.rule == "S5" and "budget" in got.reason
+
+
+def test_S5_an_adoption_record_whose_reply_was_lost_is_settled_by_reading_never_written_twice() -> None:
+    """The first append lands but its reply is lost (TIMELINE_WRITE_FAILED): the retry reads
+    that it landed and writes nothing more; the child is adopted, its record there once.
+    Proves ``scratchbank.application.adoption.adopt_child``."""
+    from scratchbank.domain.errors import TimelineWriteFailed
+    from scratchbank.testing.clocks import ManualClock
+
+    class LostReply(InMemoryTimeline):
+        lost = 1
+
+        def append(self, run_id: str, records: Sequence[Record], *, expected: int | None = None) -> int:
+            end = super().append(run_id, records, expected=expected)
+            if self.lost:
+                self.lost -= 1
+                raise TimelineWriteFailed("committed, but the reply was lost")
+            return end
+
+    timeline = LostReply()
+    got = adopt_child(
+        "run-1.c",
+        [TOOL],
+        parent_run="run-1",
+        parent=CONTAINER,
+        parent_copy_based=False,
+        timeline=timeline,
+        budget=60.0,
+        clock=ManualClock(),
+    )
+    assert got.adopted, got
+    assert len(timeline.read("run-1.c")) == 1
 
 
 # ---- from tests/test_rules_resume.py: The resume gate, rule by rule (R1-R15, S2-S4, C1-C2, C9-C10, A1-A12).

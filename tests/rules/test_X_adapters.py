@@ -922,3 +922,40 @@ def test_X5_a_local_exec_whose_pipes_are_past_descriptor_1024_streams_whole(tmp_
         for fd in held:
             os.close(fd)
     assert done.exit_code == 0 and out.getvalue() == b"x" * 300_000
+
+
+def test_X6_a_restore_cut_before_the_swap_leaves_no_parent_directory_it_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L5, X6: a restore into a destination whose parents did not exist, cut while the fresh
+    copy is written: LEASE_LOST, and the host byte for byte as before (no parent left made).
+    Proves ``scratchbank.adapters.host_directory.restore_into_host_directory``."""
+    from scratchbank.adapters import host_directory
+    from scratchbank.adapters.memory import InMemoryBankStore
+    from scratchbank.application.cancellation import Cancel
+    from scratchbank.domain.errors import LeaseLost
+    from scratchbank.domain.fold import Bank, Evidence
+    from scratchbank.domain.records import ScratchBanked
+    from scratchbank.testing.contracts import RestoreTargetContract, _recorded
+
+    data = RestoreTargetContract.GOOD
+    store = InMemoryBankStore()
+    store.banks["run-t"] = data
+    bank = Bank(Evidence(1, ScratchBanked.WIRE), _recorded(data), 1)
+    cancel = Cancel()
+    made = host_directory.make_fresh
+
+    def made_then_cut(dest: host_directory.Destination) -> str:
+        name = made(dest)
+        cancel.cut("the lease was lost")  # the check pass is done: the write pass is cut
+        return name
+
+    monkeypatch.setattr(host_directory, "make_fresh", made_then_cut)
+    (tmp_path / "canary").write_text("canary")
+    before = tree_digest(tmp_path)
+    with pytest.raises(LeaseLost):
+        host_directory.restore_into_host_directory(
+            "run-t", bank, tmp_path / "new" / "deeper" / "dest", store=store, cap=1 << 20, cancel=cancel
+        )
+    assert tree_digest(tmp_path) == before
+    assert sorted(os.listdir(tmp_path)) == ["canary"]
