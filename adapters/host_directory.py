@@ -96,21 +96,46 @@ def _unescape_mount_path(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
+def _mount_points() -> list[str] | None:
+    """Every mount point of this process's namespace (None: no /proc to ask)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            return [_unescape_mount_path(line.split(" ")[4]) for line in info if line.count(" ") > 4]
+    except OSError:
+        return None
+
+
 def mount_points_inside(target: Path) -> list[str]:
     """Mount points strictly inside the directory at ``target`` (none when it is a link)."""
     if os.path.islink(target) or not os.path.isdir(target):
         return []
     root = os.path.realpath(target) + "/"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
-            points = [_unescape_mount_path(line.split(" ")[4]) for line in info if line.count(" ") > 4]
-    except OSError:
+    points = _mount_points()
+    if points is None:
         return []  # no /proc: the removal still never crosses a device (remove_tree)
     return sorted(p for p in points if p.startswith(root))
 
 
+def is_mount_point(target: Path) -> bool:
+    """Is the directory at ``target`` itself a mount point (a bind mount of the same
+    filesystem included, which ``os.path.ismount`` does not see)?"""
+    if os.path.islink(target) or not os.path.isdir(target):
+        return False
+    points = _mount_points()
+    if points is None:
+        return os.path.ismount(target)
+    return os.path.realpath(target) in points
+
+
 def refuse_mount_points(target: Path) -> None:
-    """X6: the old tree is removed after the swap; never through a mount point in it."""
+    """X6: the old tree is swapped out, then removed: a destination that is itself a
+    mount point cannot be swapped (EBUSY), and the removal never goes through a mount
+    point inside it. Both are refused first, before anything is written."""
+    if is_mount_point(target):
+        raise DestinationRefused(
+            f"{target} is a mount point: it cannot be swapped for the restored tree; "
+            "restore into a directory inside it, or elsewhere"
+        )
     inside = mount_points_inside(target)
     if inside:
         raise DestinationRefused(

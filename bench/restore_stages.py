@@ -33,8 +33,9 @@ from run import Rig
 from scratchbank.application.teardown import Budgets
 
 
-def _traced(box: engines.Box, stages: list[list[tuple[str, float]]]) -> None:
-    """Wrap the box's sandbox ``call`` so each restore exec's trace lines are kept."""
+def _traced(box: engines.Box, stages: list[tuple[str, list[tuple[str, float]]]], side: list[str]) -> None:
+    """Wrap the box's sandbox ``call`` so each restore exec's trace lines are kept, with
+    the side (``side[0]``: restore, old) that ran it."""
     sandbox = box.sandbox
     inner = sandbox.call
 
@@ -46,7 +47,7 @@ def _traced(box: engines.Box, stages: list[list[tuple[str, float]]]) -> None:
             if len(words) == 3 and words[0] == b"scratchbank-trace"
         ]
         if marks and marks[0][0] == "start":
-            stages.append(marks)
+            stages.append((side[0], marks))
         return done
 
     sandbox.call = call  # type: ignore[method-assign]
@@ -54,13 +55,14 @@ def _traced(box: engines.Box, stages: list[list[tuple[str, float]]]) -> None:
 
 def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -> dict[str, Any]:
     box = engines.make(engine, trees.tree(tree_name))
-    stages: list[list[tuple[str, float]]] = []
+    stages: list[tuple[str, list[tuple[str, float]]]] = []
+    current = ["restore"]
     try:
         rig = Rig(box, "fs", work / tree_name, Budgets())
         why = rig.try_bank()
         assert not why, why
         rig.fetch_bank()
-        _traced(box, stages)
+        _traced(box, stages, current)
         ratios, restore_s, bare_s, old_ratios = [], [], [], []
         order = [("restore", rig.settle, rig.restore), ("bare", rig.bare_prepare, rig.bare_extract)]
         if old:  # the same restore with another restore.sh (before/after in the same minute)
@@ -69,6 +71,7 @@ def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -
             took = {}
             for name, prepare, side in order[i % len(order) :] + order[: i % len(order)]:
                 prepare()
+                current[0] = name
                 t0 = time.monotonic()
                 side()
                 took[name] = time.monotonic() - t0
@@ -78,10 +81,11 @@ def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -
             if old:
                 old_ratios.append(took["old"] / took["bare"])
         per: dict[str, list[float]] = defaultdict(list)
-        for marks in stages:
+        for who, marks in stages:
+            tag = "" if who == "restore" else f"{who}: "
             for (_, before), (name, at) in itertools.pairwise(marks):
-                per[name].append(at - before)
-            per["(exec, start to last mark)"].append(marks[-1][1] - marks[0][1])
+                per[tag + name].append(at - before)
+            per[tag + "(exec, start to last mark)"].append(marks[-1][1] - marks[0][1])
         rig.close()
         return {
             "engine": engine,

@@ -12,8 +12,9 @@ Per engine that is up (local, the Kubernetes API double, Docker, Podman) and sto
    verify) against a bare ``tar xzf`` of the same bank in the same sandbox, into a fresh
    directory beside the scratch (same filesystem);
 3. the user's alternatives: ``docker cp`` / ``podman cp`` / ``kubectl cp`` out and back in;
-4. bigger trees on the local engine (205 MB mix, 1 GB mostly incompressible, 1,000,000
-   tiny files; full run only);
+4. bigger trees on every engine (205 MB mix, 1 GB mostly incompressible, 1,000,000
+   tiny files; full run only; ``--big-pairs`` pairs each, default 2, with the engine's
+   ``cp`` in; ``--big-trees thousand,ten_mb`` substitutes small trees to try the section);
 5. host peak memory (VmHWM of a fresh banking / restoring process), 10 MB -> 1 GB and
    1,000 -> 1,000,000 files;
 6. the host's gzip (ISA-L vs zlib) on the raw tar of a tree (ADR 0003);
@@ -463,6 +464,8 @@ class Plan:
     sections: tuple[str, ...]
     out: str
     work: Path
+    big_pairs: int = 2
+    big_trees: tuple[str, ...] = ("mixed", "gigabyte", "million")
 
 
 def parse_plan() -> Plan:
@@ -476,6 +479,12 @@ def parse_plan() -> Plan:
     parser.add_argument("--engines", default=",".join(engines.available()))
     parser.add_argument("--sections", default=",".join(SECTIONS), help="any of " + ",".join(SECTIONS))
     parser.add_argument("--out", default="")
+    parser.add_argument("--big-pairs", type=int, default=2, help="interleaved pairs per big-tree comparison")
+    parser.add_argument(
+        "--big-trees",
+        default="mixed,gigabyte,million",
+        help="the big section's trees (thousand,ten_mb: a small substitute to try it)",
+    )
     args = parser.parse_args()
     stem = f"bench/results/{dt.date.today().isoformat()}{'-quick' if args.quick else ''}"
     sections = tuple(x for x in args.sections.split(",") if x and not (args.quick and x in ("big", "codecs")))
@@ -487,6 +496,8 @@ def parse_plan() -> Plan:
         sections,
         args.out or f"{stem}.json",
         Path(tempfile.mkdtemp(prefix="scratchbank-bench-")),
+        max(1, args.big_pairs),
+        tuple(t for t in args.big_trees.split(",") if t),
     )
 
 
@@ -518,13 +529,16 @@ def source_section(plan: Plan, results: dict[str, Any]) -> None:
 
 
 def big_section(plan: Plan, results: dict[str, Any]) -> None:
-    """The 205 MB mix, 1 GB mostly incompressible and 1,000,000 tiny files, on the local engine."""
-    for tree_name in ("mixed", "gigabyte", "million"):
-        if "local" in plan.engines:
-            box = engines.make("local", trees.tree(tree_name))
+    """The 205 MB mix, 1 GB mostly incompressible and 1,000,000 tiny files, on every engine,
+    ``big_pairs`` pairs each, the engine's ``cp`` in and out beside (issue 24)."""
+    for tree_name in plan.big_trees:
+        for name in plan.engines:
+            box = engines.make(name, trees.tree(tree_name))
             try:
                 results["comparisons"] += as_json(
-                    compare_engine(box, "fs", plan.work, plan.n, tree_name, alternatives=False)
+                    compare_engine(
+                        box, "fs", plan.work / name, plan.big_pairs, tree_name, alternatives=True, quick=True
+                    )
                 )
             finally:
                 box.close()

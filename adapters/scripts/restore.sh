@@ -8,10 +8,11 @@
 #       count and digest what was read (both checked against the end frame: the bank's
 #       size and digest end to end, SECURITY.md), print "scratchbank-staged COUNT SHA256", then the
 #       staged tree: a line with the byte counts of the stats and of the names, one
-#       "MODEHEX SIZE" line per entry, then the entries' names NUL-separated in the same
-#       order (a name may hold any byte but NUL and '/', a newline too). With
-#       "converse", the line "scratchbank-awaiting-verdict" ends the listing, and the
-#       same exec then reads the host's verdict from stdin: "commit"
+#       "MODEHEX SIZE" line (stat's) or ":TYPE SIZE" line (GNU find's %y) per entry,
+#       then the entries' names NUL-separated in the same order (a name may hold any
+#       byte but NUL and '/', a newline too). With "converse", the line
+#       "scratchbank-awaiting-verdict" ends the listing, and the same exec then
+#       reads the host's verdict from stdin: "commit"
 #       and the directory modes (framed, as commit reads them), or anything else (an
 #       EOF too) to discard: exit 22.
 #   restore.sh commit SCRATCH TOKEN   apply the directory modes read from framed stdin
@@ -53,11 +54,17 @@ trace() { # $1 a stage's name: its end time to stderr, only when SCRATCHBANK_TRA
 }
 
 walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
-    # Two walks of a tree nobody else writes (a fresh staging directory): stat's lines
-    # (no names in them) and the names NUL-separated, in the same order. Not `xargs -0`:
-    # BusyBox 1.35's splits names at its buffer boundaries.
+    # The entries' stats lines (no names in them) and their names NUL-separated, in the
+    # same order. GNU find writes both in ONE walk (-fprintf, -fprint0): ":TYPE SIZE"
+    # lines, TYPE find's %y letter. Elsewhere (BusyBox) two walks of a tree nobody else
+    # writes (a fresh staging directory): stat's "MODEHEX SIZE" lines, then the names.
+    # Not `xargs -0`: BusyBox 1.35's splits names at its buffer boundaries.
     (
         cd "$1/." 2>/dev/null || exit 1
+        if find . -maxdepth 0 -fprintf /dev/null '' 2>/dev/null; then
+            find . -mindepth 1 -fprintf "$2/stats" ':%y %s\n' -fprint0 "$2/names" 2>/dev/null || exit 1
+            exit 0
+        fi
         find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 1
         trace stats
         find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 1

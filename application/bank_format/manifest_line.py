@@ -22,6 +22,8 @@ def line_of(path: str, kind: str, size: int) -> str:
 
 
 _loads = json.JSONDecoder().decode
+#: a size past SQLite's INTEGER (a hostile sandbox's stat) is an unreadable line, never an OverflowError
+_SIZES = 1 << 63
 
 
 def parse_line(raw: bytes) -> tuple[str, str, int]:
@@ -38,6 +40,6 @@ def parse_line(raw: bytes) -> tuple[str, str, int]:
             path, kind, size = json.loads(raw)
     except (ValueError, TypeError):  # TypeError: a line that is JSON but not a list (``5``)
         raise StreamBroken(f"unreadable listing line {raw[:80]!r}") from None
-    if not (isinstance(path, str) and kind in KINDS and isinstance(size, int) and size >= 0):
+    if not (isinstance(path, str) and kind in KINDS and isinstance(size, int) and 0 <= size < _SIZES):
         raise StreamBroken(f"unreadable listing line {raw[:80]!r}")
     return path, kind, size

@@ -302,6 +302,13 @@ class MemberLog:
         if len(self._listed) >= self.BATCH:
             self._land_listed()
 
+    def add_listed_line(self, line: str, kind: str, size: int) -> None:
+        """A listed entry that is not a directory, by its canonical line (``line_of``'s,
+        not decoded again): only a directory's key is ever read (the implicit parents)."""
+        self._listed.append((b"", kind, size, line))
+        if len(self._listed) >= self.BATCH:
+            self._land_listed()
+
     def _land_listed(self) -> None:
         self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
         self._listed.clear()

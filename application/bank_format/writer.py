@@ -26,14 +26,23 @@ class CanonicalWriter:
     the bank is ever copied.
     """
 
-    def __init__(self, out: BinaryIO, *, gzip_level: int | None = None, writable_dirs: bool = False) -> None:
+    def __init__(
+        self,
+        out: BinaryIO,
+        *,
+        gzip_level: int | None = None,
+        writable_dirs: bool = False,
+        digest: bool = True,
+    ) -> None:
+        """``digest``: take the SHA-256 of every byte written (False: ``finish`` returns
+        "", for a stream whose framing digests the same bytes already: issue 24)."""
         self._out = out
         self._writable_dirs = writable_dirs
         self._z = choose_codec(gzip_level).open() if gzip_level is not None else None
         self._pending = 0
         self.bytes = 0
         self.tar_bytes = 0
-        self._digest = hashlib.sha256()
+        self._digest = hashlib.sha256() if digest else None
 
     def _write(self, data: bytes) -> None:
         self.tar_bytes += len(data)
@@ -42,13 +51,15 @@ class CanonicalWriter:
         if data:
             self._out.write(data)
             self.bytes += len(data)
-            self._digest.update(data)
+            if self._digest is not None:
+                self._digest.update(data)
 
     def _emit(self, data: bytes) -> None:
         if data:
             self._out.write(data)
             self.bytes += len(data)
-            self._digest.update(data)
+            if self._digest is not None:
+                self._digest.update(data)
 
     def member(self, m: Member) -> None:
         """Write a member's header; with ``writable_dirs`` a directory is written u+rwx
@@ -69,12 +80,12 @@ class CanonicalWriter:
             self._pending = 0
 
     def finish(self) -> str:
-        """End the archive; return the SHA-256 of every byte written."""
+        """End the archive; return the SHA-256 of every byte written ("" unless ``digest``)."""
         self._pad()
         self._write(b"\x00" * (2 * BLOCK))
         if self._z is not None:
             self._emit(self._z.flush())
-        return self._digest.hexdigest()
+        return self._digest.hexdigest() if self._digest is not None else ""
 
 
 def dir_modes(log: MemberLog) -> Iterator[tuple[str, int]]:

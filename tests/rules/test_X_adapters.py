@@ -51,6 +51,7 @@ from scratchbank.adapters.present import outcome_data, outcome_text
 from scratchbank.application.bank_format.gunzip import GzipReader
 from scratchbank.application.bank_format.host_archive import HostArchive
 from scratchbank.application.bank_format.listing import load_listing
+from scratchbank.application.bank_format.manifest_line import parse_line
 from scratchbank.application.bank_format.members import Member
 from scratchbank.application.bank_format.reader import Limits, TarReader
 from scratchbank.application.bank_format.spill_log import DEFAULT_BUDGET, MemberLog
@@ -523,6 +524,136 @@ def test_X2_a_listing_read_in_bulk_compares_as_line_by_line() -> None:
     )
     assert (off.missing, off.unexpected) == (1, 1)
     log.close()
+
+
+def _compared(lines: bytes, *, decode_all: bool = False) -> tuple[int, int] | str:
+    """load_listing's comparison of ``lines`` with a small manifest, or its refusal's name."""
+    from scratchbank.application.bank_format import listing as listing_module
+
+    log = MemberLog()
+    log.add_implicit("d")
+    log.add(Member("d/a b", "file", 3, 0o644, 0))
+    log.add(Member('d/q"\\\n\t\x7f', "file", 4, 0o644, 0))
+    log.add(Member("e", "dir", 0, 0o755, 0))
+    log.add(Member("d/\u00e9", "file", 2, 0o644, 0))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            if decode_all:  # the path every line took before issue 24: parse_line, then line_of
+                patch.setattr(listing_module, "_CANONICAL", re.compile(b"(?!)"))
+            got = load_listing(log, io.BytesIO(lines))
+        return (got.missing, got.unexpected)
+    except StreamBroken as error:
+        return type(error).__name__
+    finally:
+        log.close()
+
+
+_LISTED = [
+    b'["d", "dir", 0]\n',
+    b'["e", "dir", 0]\n',
+    b'["d/a b", "file", 3]\n',
+    b'["d/q\\"\\\\\\n\\t\\u007f", "file", 4]\n',
+    b'["d/\\u00e9", "file", 2]\n',
+]
+_VARIANTS = [
+    b'["d/a\\u0020b", "file", 3]\n',  # the same path, not canonical
+    b'["d\\/a b", "file", 3]\n',
+    b'[ "d/a b", "file", 3]\n',
+    b'["d/a b", "file", 03]\n',
+    b'["d/a b", "file", -3]\n',
+    b'["d/a b", "file", 3.0]\n',
+    b'["d/a b", "file", 99999999999999999999]\n',
+    b'["d/a b", "File", 3]\n',
+    b'["d/a b", "file", 3]',
+    b'["d/a\tb", "file", 3]\n',  # a raw control byte: not JSON
+    b'["d/a\\qb", "file", 3]\n',  # an escape JSON has not
+    b'["d/a b", "file", 3] \n',
+    b'["d/x", "symlink", 0]\n',
+    b'["d/x", "fifo", 0]\n',
+    b'["d/x", "other", 7]\n',
+    b'["d/\xc3\xa9", "file", 2]\n',
+    b"5\n",
+    b"\n",
+]
+
+
+def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again() -> None:
+    """Issue 24 item 1: a line exactly as line_of writes it (not a directory's) skips parse_line."""
+    from scratchbank.application.bank_format import listing as listing_module
+
+    decoded: list[bytes] = []
+
+    def counting(raw: bytes) -> tuple[str, str, int]:
+        decoded.append(raw)
+        return parse_line(raw)
+
+    files = b"".join(b'["d/f%05d", "file", %d]\n' % (i, i) for i in range(5000))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(listing_module, "parse_line", counting)
+        log = MemberLog()
+        for i in range(5000):
+            log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+        log.add_implicit("d")
+        got = load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + files + b'["d\\/f00001", "file", 1]\n'))
+        log.close()
+    assert (got.missing, got.unexpected) == (0, 0)  # "d\\/f00001" is d/f00001's line, once decoded
+    assert decoded == [b'["d", "dir", 0]\n', b'["d\\/f00001", "file", 1]\n']
+
+
+def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> None:
+    """Issue 24 item 1, differential: ``load_listing`` compares and refuses as when every line was decoded."""
+    assert _compared(b"".join(_LISTED)) == (0, 0)
+    assert (
+        _compared(b'["d/a b", "file", 99999999999999999999]\n') == "StreamBroken"
+    )  # was a raw OverflowError
+    for i, line in enumerate(_LISTED):
+        without = b"".join(_LISTED[:i] + _LISTED[i + 1 :])
+        assert _compared(without) == _compared(without, decode_all=True), line
+    for variant in _VARIANTS:
+        for lines in (b"".join(_LISTED) + variant, variant + b"".join(_LISTED[1:])):
+            assert _compared(lines) == _compared(lines, decode_all=True), variant
+
+
+def _listed(raw_listing: bytes) -> list[str]:
+    import tempfile
+
+    from scratchbank.adapters.restore_wire import write_listing
+
+    with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
+        raw.write(raw_listing)
+        raw.seek(0)
+        write_listing(raw, lines)
+        lines.seek(0)
+        return lines.read().decode("ascii").splitlines()
+
+
+def test_X2_a_one_walk_listing_reads_find_type_letters_and_an_unknown_letter_breaks_the_stream() -> None:
+    """Issue 24: restore.sh's one-walk ":TYPE SIZE" lines (GNU find's %y) read as stat's do; any other is StreamBroken."""
+    stats = b":d 4096\n:f 3\n:l 3\n:p 0\n:s 0\n81a4 7\n"
+    names = b"./d\0./d/f\0./l\0./p\0./s\0./n\nx\0"
+    got = _listed(b"%d %d\n" % (len(stats), len(names)) + stats + names)
+    assert got == [
+        '["d", "dir", 0]',
+        '["d/f", "file", 3]',
+        '["l", "symlink", 3]',
+        '["p", "fifo", 0]',
+        '["s", "other", 0]',
+        '["n\\nx", "file", 7]',
+    ]
+    for bad in (b":z 1\n", b":ff 1\n", b": 1\n", b":f\n"):
+        with pytest.raises(StreamBroken, match="unreadable"):
+            _listed(b"%d 4\n" % len(bad) + bad + b"./a\0")
+
+
+def test_X2_the_stream_into_a_sandbox_goes_in_4_MiB_frames() -> None:
+    """Issue 24: ``FramedStream`` sends 4 MiB frames (one ``dd`` each in the sandbox: 256 for 1 GB, not ~1,000)."""
+    from scratchbank.adapters.restore_wire import FramedStream
+
+    framed = FramedStream(io.BytesIO(b"x" * (9 << 20)))
+    wire = framed.read()
+    heads = re.findall(rb"data (\d+)\n", wire)
+    assert [int(n) for n in heads] == [4 << 20, 4 << 20, 1 << 20]
+    assert wire.endswith(b"end %d %s\n" % (9 << 20, hashlib.sha256(b"x" * (9 << 20)).hexdigest().encode()))
 
 
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).

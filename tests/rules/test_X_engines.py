@@ -352,6 +352,40 @@ def test_X6_replacing_the_old_tree_never_deletes_through_a_mount_point_inside_it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "outside"]
 
 
+def test_X6_a_destination_that_is_itself_a_mount_point_is_refused_by_name_before_any_write(
+    tmp_path: Path,
+) -> None:
+    """The destination is itself a mount point (a volume): it cannot be swapped (EBUSY). It is
+    refused first, naming the mount point, not after the whole tree was written beside it and
+    the swap failed with a remedy about permissions or space; the volume keeps its files.
+    Proves ``scratchbank.adapters.host_directory.refuse_mount_points``."""
+    import ctypes
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace")
+    volume, dest = tmp_path / "volume", tmp_path / "dest"
+    volume.mkdir()
+    dest.mkdir()
+    (volume / "old").write_text("old")
+    bank = gz(root_dir() + ustar(member("f", size=1), b"z") + end())
+
+    def in_own_mount_namespace() -> object:
+        if ctypes.CDLL(None, use_errno=True).unshare(0x00020000) != 0:  # CLONE_NEWNS
+            return "no mount namespace"
+        subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+        subprocess.run(["mount", "--bind", str(volume), str(dest)], check=True)
+        out = restore_into(bank, dest)
+        return out.restore.record.reason if out.restore else "no restore"
+
+    answer = in_child(in_own_mount_namespace)
+    if answer == {"result": repr("no mount namespace")}:
+        pytest.skip("cannot make a mount namespace here")
+    assert "is a mount point" in str(answer) and "DESTINATION_REFUSED" in str(answer), answer
+    assert sorted(p.name for p in volume.iterdir()) == ["old"] and (volume / "old").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "volume"]
+
+
 # -- X6 (minor): a refused host-directory restore still creates the destination's parents ------
 def test_X6_a_restore_refused_for_space_creates_nothing_outside_the_destination(tmp_path: Path) -> None:
     """The destination ``tmp/new/deeper/dest`` does not exist yet. The restore is refused

@@ -115,3 +115,70 @@ def test_X2_a_frame_repeated_on_the_way_is_a_broken_stream(engine: str) -> None:
         done = _stage(box, "", first + framed)
         assert done.exit_code == STREAM_BROKE, done.err
         assert "received" in done.err
+
+
+# ---- issue 24: the restore at the speed of a bare extract. The staged tree is listed in one
+# walk where the sandbox's find is GNU's (BusyBox: its two walks), and the host digests the
+# stream once (the framing's digest; the canonical writer takes none for a sandbox).
+
+_TRICKY = (
+    "mkdir -p {s}/d && printf abc >{s}/d/f && ln -s d/f {s}/l && mkfifo {s}/p && printf 12345 >'{s}/n\nx'"
+)
+
+
+@pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-gnu"])
+def test_X2_the_tree_is_listed_in_one_walk_where_find_is_gnu(engine: str) -> None:
+    """GNU find lists in one walk, BusyBox in two: ``write_listing`` reads the same manifest lines from both."""
+    import tempfile
+
+    from scratchbank.adapters.restore_wire import write_listing
+    from scratchbank.adapters.scripted import RESTORE
+    from scratchbank.application.bank_format.manifest_line import line_of
+
+    with rig(engine) as box:
+        box.sh(f"rm -rf {box.scratch} && mkdir -p {box.scratch}")
+        box.sh(_TRICKY.format(s=box.scratch))
+        done = box.sandbox.run(RESTORE, ["list", box.scratch])
+        assert done.exit_code == 0, done.err
+        first_stat = done.stdout.split(b"\n", 2)[1][:1]
+        assert (first_stat == b":") == (engine != "docker-busybox"), done.stdout[:200]
+        with tempfile.TemporaryFile() as raw, tempfile.TemporaryFile() as lines:
+            raw.write(done.stdout)
+            raw.seek(0)
+            write_listing(raw, lines)
+            lines.seek(0)
+            got = sorted(lines.read().decode("ascii").splitlines())
+    want = [("d", "dir", 0), ("d/f", "file", 3), ("l", "symlink", 3), ("n\nx", "file", 5), ("p", "fifo", 0)]
+    assert got == sorted(line_of(*entry) for entry in want)
+
+
+def test_X2_the_host_digests_the_stream_into_a_sandbox_once() -> None:
+    """``restore_bank`` digests the stream once (``FramedStream``'s): the canonical writer takes none."""
+    import hashlib
+    import types
+
+    from scratchbank.adapters import restore_wire
+    from scratchbank.application.bank_format import writer
+
+    hashed = {"framing": 0, "writer": 0}
+
+    def counting(who: str) -> types.SimpleNamespace:
+        class Counted:
+            def __init__(self) -> None:
+                self._h = hashlib.sha256()
+
+            def update(self, data: bytes) -> None:
+                hashed[who] += len(data)
+                self._h.update(data)
+
+            def hexdigest(self) -> str:
+                return self._h.hexdigest()
+
+        return types.SimpleNamespace(sha256=Counted)
+
+    with pytest.MonkeyPatch.context() as patch, rig("local") as box:
+        patch.setattr(restore_wire, "hashlib", counting("framing"))
+        patch.setattr(writer, "hashlib", counting("writer"))
+        out = restore(gz(files("a/new", "top") + end()), box.sandbox)
+        assert out.proceeds, out
+    assert hashed["framing"] > 0 and hashed["writer"] == 0, hashed
