@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
 import attrs
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import (
     AggregateRecorder,
     ConnectionUnavailableError,
@@ -491,6 +492,8 @@ class EventStoreTimeline:
             if self._busy(error, reading=fail is TimelineUnreadable):
                 raise TimelineBusy(f"{what}: the store's writer stayed busy: {error}") from error
             raise fail(f"{what}: {error}") from error
+        except EventSourcingError as error:  # the library's others (a pool closed under the call...)
+            raise fail(f"{what}: {error!r}") from error
         finally:
             alarm.disarm()
 

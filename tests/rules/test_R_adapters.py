@@ -628,6 +628,37 @@ def test_R2_every_refusal_line_names_its_rule_in_words() -> None:
                 assert f"{rule}: {RULES[rule].title}" in line, line
 
 
+def test_R15_any_error_of_the_store_library_is_named_never_raw(tmp_path: Path) -> None:
+    """An error of eventsourcing's outside its PersistenceError family (a pool closed under a
+    call) is the call's named error: TIMELINE_UNREADABLE for a read, TIMELINE_WRITE_FAILED for
+    an append, never a raw traceback.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline._cut_at_deadline``."""
+    from eventsourcing.persistence import ConnectionPoolClosedError
+
+    from scratchbank.domain.errors import TimelineUnreadable, TimelineWriteFailed
+    from scratchbank.testing.builders import node, started
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/timeline.db")
+    try:
+        timeline.append("run-e", [started()])
+
+        def closed(*args: Any, **kwargs: Any) -> Any:
+            raise ConnectionPoolClosedError("the pool was closed")
+
+        reader, inserter = timeline._select, timeline._insert_events
+        timeline._select = closed
+        with pytest.raises(TimelineUnreadable, match="pool was closed"):
+            timeline.read("run-e")
+        timeline._select = reader
+        timeline._insert_events = closed
+        with pytest.raises(TimelineWriteFailed, match="pool was closed"):
+            timeline.append("run-e", [node("a", "tool")], expected=1)
+        timeline._insert_events = inserter
+        assert len(timeline.read("run-e")) == 1  # nothing landed
+    finally:
+        timeline.close()
+
+
 def test_R15_a_quiet_reader_reopening_never_closes_the_store_under_another_call(tmp_path: Path) -> None:
     """A read-only timeline whose quiet file gains a writer reopens the plain way; a read
     already in flight on the store it opened first still ends with its records, never
