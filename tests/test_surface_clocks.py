@@ -11,7 +11,7 @@ WALL_CLOCK = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"), ("
 ALLOWED = {
     ROOT / "src" / "scratchbank" / "testing" / "clocks.py",
     # real runner processes stamp their records with their own clocks: "now" is theirs too
-    ROOT / "tests" / "rigs" / "runner_sweeper_faults.py",
+    ROOT / "tests" / "rigs" / "swept_cluster.py",
 }
 
 
@@ -33,3 +33,9 @@ def test_no_test_reads_the_wall_clock_outside_a_clock_module() -> None:
     assert not calls, "inject a clock (scratchbank.testing.clocks.ManualClock) instead of: " + ", ".join(
         calls
     )
+
+
+def test_every_file_allowed_a_wall_clock_exists() -> None:
+    """A renamed or removed clock module leaves no stale entry behind (a rename made the
+    allowed file's new name a failure and its old one an entry for nothing)."""
+    assert sorted(str(p.relative_to(ROOT)) for p in ALLOWED if not p.exists()) == []
