@@ -86,11 +86,16 @@ def restore_bank(
 
     ``into``: the restore target (a host directory's adapter, a sandbox's SandboxTarget);
     ``sandbox``: the same as ``into=SandboxTarget(sandbox, gzip_level)`` when ``into`` is None.
+    ``cap``: the most bytes fetched, never below the bank's recorded size (a bank the host
+    banked under a larger teardown cap is restored, not refused as over the cap).
     ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
     member or chunk and the staged tree is discarded (LEASE_LOST, read again: X5); cut before,
     nothing is fetched.
     """
     assert decision.bank is not None
+    # The host itself measured and recorded this many bytes when it banked (under the
+    # teardown's cap, which may be larger than a restore's default): never refuse them.
+    cap = max(cap, decision.bank.record.bytes)
     if into is None and sandbox is not None:
         into = SandboxTarget(sandbox, gzip_level)
     if into is None:

@@ -959,3 +959,36 @@ def test_X6_a_restore_cut_before_the_swap_leaves_no_parent_directory_it_created(
         )
     assert tree_digest(tmp_path) == before
     assert sorted(os.listdir(tmp_path)) == ["canary"]
+
+
+def test_X2_a_bank_the_host_banked_under_a_larger_cap_is_restored_not_refused_as_hostile() -> None:
+    """A teardown may bank under a cap larger than a restore's default (``Budgets.cap_bytes``:
+    a 1 GB scratch under 4 GiB); the restore's cap never falls below the size the host itself
+    recorded, so that bank is restored, not refused REFUSED_ON_HOST "over the cap" (X4: a lost
+    bank). A store object not as its record says stays refused (the X2 tests of bytes not
+    as recorded). Proves ``scratchbank.application.restore.restore_bank``."""
+    from scratchbank.adapters.memory import InMemoryBankStore
+    from scratchbank.application.restore import restore_bank
+    from scratchbank.application.teardown import Budgets, bank_at_teardown
+    from scratchbank.domain import RestoreResult, fold
+    from scratchbank.domain.records import ScratchBanked
+
+    timeline, store = InMemoryTimeline(), InMemoryBankStore()
+    timeline.append("run-c", [started()])
+    files = {f"f{i}": os.urandom(2000) for i in range(4)}  # ~8 kB that gzip cannot shrink
+    report = bank_at_teardown(
+        "run-c",
+        timeline=timeline,
+        store=store,
+        sandbox=FakeSandbox(files=dict(files)),
+        run_finished=False,
+        budgets=Budgets(cap_bytes=1 << 20),
+    )
+    assert report.recorded
+    record = timeline.read("run-c")[-1]
+    assert isinstance(record, ScratchBanked) and record.bytes > 4096
+    decision = decide_resume(fold(timeline.read("run-c")), ResumeRequest())
+    into = FakeSandbox(files={})
+    got = restore_bank("run-c", decision, store=store, sandbox=into, cap=4096)  # below the bank
+    assert got.result is RestoreResult.RESTORED, got.detail
+    assert into.files == files
