@@ -204,34 +204,7 @@ def gz(raw: bytes) -> bytes:
 
 
 def record_for(data: bytes, manifest_bytes: int | None = None) -> object:
-    """A faithful ``sandbox_scratch_banked`` for a bank: its real size and SHA-256, and
-    the manifest our reader computes when it accepts the bank (none when it refuses)."""
-    import hashlib
+    """A faithful ``sandbox_scratch_banked`` for a bank: the testing kit's ``faithful_record``."""
+    from scratchbank.testing.contracts import faithful_record
 
-    from scratchbank.application.bank_format.gunzip import GzipReader
-    from scratchbank.application.bank_format.reader import TarReader
-    from scratchbank.domain.errors import HostileArchive
-    from scratchbank.domain.records import ScratchBanked
-
-    manifest = None
-    try:
-        reader = TarReader()
-        gunzip = GzipReader(reader.feed, 1 << 30)
-        gunzip.feed(data)
-        gunzip.close()
-        reader.close()
-        manifest = reader.log.manifest()
-    except HostileArchive:
-        pass
-    return ScratchBanked(
-        banked=True,
-        empty=False,
-        unknown=False,
-        bytes=len(data),
-        sha256=hashlib.sha256(data).hexdigest(),
-        manifest_entries=manifest.entries if manifest else None,
-        manifest_bytes=manifest_bytes
-        if manifest_bytes is not None
-        else (manifest.bytes if manifest else None),
-        manifest_sha256=manifest.sha256 if manifest else None,
-    )
+    return faithful_record(data, manifest_bytes)

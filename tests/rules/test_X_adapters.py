@@ -936,12 +936,12 @@ def test_X6_a_restore_cut_before_the_swap_leaves_no_parent_directory_it_created(
     from scratchbank.domain.errors import LeaseLost
     from scratchbank.domain.fold import Bank, Evidence
     from scratchbank.domain.records import ScratchBanked
-    from scratchbank.testing.contracts import RestoreTargetContract, _recorded
+    from scratchbank.testing.contracts import RestoreTargetContract, faithful_record
 
     data = RestoreTargetContract.GOOD
     store = InMemoryBankStore()
     store.banks["run-t"] = data
-    bank = Bank(Evidence(1, ScratchBanked.WIRE), _recorded(data), 1)
+    bank = Bank(Evidence(1, ScratchBanked.WIRE), faithful_record(data), 1)
     cancel = Cancel()
     made = host_directory.make_fresh
 

@@ -796,7 +796,7 @@ def _bank(*members: bytes) -> bytes:
     return gzip.compress(b"".join(members) + b"\x00" * 1024, mtime=0)
 
 
-def _recorded(data: bytes, manifest_bytes: int | None = None) -> ScratchBanked:
+def faithful_record(data: bytes, manifest_bytes: int | None = None) -> ScratchBanked:
     """A faithful record of ``data``: its size and SHA-256, and the manifest the host's
     reader computes when it accepts the bank (none when it refuses)."""
     manifest = None
@@ -878,7 +878,7 @@ class RestoreTargetContract:
         from scratchbank.adapters.memory import InMemoryBankStore
         from scratchbank.application.restore import restore_bank
 
-        record = _recorded(recorded if recorded is not None else stored, manifest_bytes)
+        record = faithful_record(recorded if recorded is not None else stored, manifest_bytes)
         memory = InMemoryBankStore()
         memory.banks[self.RUN] = stored
         store: BankStore = memory if cancel is None else _CutOnFetch(memory, cancel)
