@@ -8,6 +8,7 @@ loadfile) can give their minutes to a worker of their own."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rigs.explorer_worlds import (
@@ -158,3 +159,33 @@ def test_A16_dead_actors_and_their_grants_leave_no_thread_behind(world: World) -
     _no_thread_left(
         world, (Scenario("fresh", ("old", "exec", "resume")), Scenario("parked", ("old", "resume", "exec")))
     )
+
+
+def test_A16_a_memoised_verdict_is_the_verdict_checked_afresh(
+    fast_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A16 (the explorer's own proof): with the fences removed, the random sample's verdicts
+    with the end-of-schedule memo (``_fingerprint``: every schedule's run id read as one) are
+    those checked afresh, schedule by schedule, violations found. Proves
+    ``scratchbank.application.run_lock.start_run``."""
+    import scratchbank.testing.interleavings as kit
+
+    def verdicts(root: Path) -> dict[tuple[int, str], list[str]]:
+        seen: dict[tuple[int, str], list[str]] = {}
+        for k, scenario in enumerate(THREE):
+            with filesystem_world(root / f"s{k}", memory=True) as world:
+                world.wrap_timeline, world.wrap_lock = _Unfenced, _AlwaysGrants
+
+                def run(chooser: Any, scenario: Scenario = scenario, world: World = world, k: int = k) -> Any:
+                    trace, violations = run_one(world, scenario, chooser)
+                    seen[(k, show(trace))] = sorted(v.kind for v in violations)
+                    return trace, violations
+
+                explore_random(scenario.name, run, Bounds(max_faults=2), 3, schedules=8, seed=SEED + k)
+        return seen
+
+    memoised = verdicts(fast_dir / "memo")
+    monkeypatch.setattr(kit, "_fingerprint", lambda *_args: None)
+    afresh = verdicts(fast_dir / "afresh")
+    assert memoised == afresh
+    assert any(memoised.values()), "the planted fence removal found nothing"
