@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import attrs
 import pytest
 
-from rigs.real_sandboxes import Rig, rig
+from rigs.real_sandboxes import KeptContainers, Rig
 from scratchbank.adapters.exec_output import ExecResult
 from scratchbank.adapters.scripted import Exec, ScriptedSandbox
 from scratchbank.application.ports import Decide, StagedRestore
@@ -25,8 +25,9 @@ ENGINES = ["local", "docker-busybox", "docker-gnu", "podman-busybox", "k8s-doubl
 
 
 @pytest.fixture(params=ENGINES)
-def box(request: pytest.FixtureRequest) -> Iterator[Rig]:
-    with rig(request.param) as r:
+def box(request: pytest.FixtureRequest, kept_containers: KeptContainers) -> Iterator[Rig]:
+    """A fresh scratch in the module's kept container (a restore breaks nothing else)."""
+    with kept_containers.rig(request.param) as r:
         yield r
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import attrs
 import docker
+import pytest
 from engines import EXERCISED, need
 
 from scratchbank.adapters.docker_sandbox import DockerSandbox
@@ -62,7 +63,9 @@ def engine_url(kind: str) -> str:
 
 
 @contextmanager
-def container_rig(name: str, **run: Any) -> Iterator[Rig]:
+def _container(name: str, **run: Any) -> Iterator[tuple[Any, Any]]:
+    """A container of the engine and image ``name`` names (``docker-busybox``...) and its
+    client, removed at the end."""
     kind, flavour = name.split("-")
     client = docker.DockerClient(base_url=engine_url(kind), timeout=120)
     image = f"scratchbank-{flavour}:test" if kind == "docker" else f"localhost/scratchbank-{flavour}:test"
@@ -71,23 +74,76 @@ def container_rig(name: str, **run: Any) -> Iterator[Rig]:
         image, command, detach=True, network_mode="none", name=f"sb-{uuid.uuid4().hex[:10]}", **run
     )
     try:
-        sandbox = DockerSandbox(box.id, scratch=SCRATCH, podman=kind == "podman", client=client)
-
-        def sh(cmd: str, user: str = "0", check: bool = True) -> str:
-            code, out = box.exec_run(["sh", "-c", cmd], user=user)
-            text = out.decode(errors="replace")
-            if check and code != 0:
-                raise AssertionError(f"{cmd!r} exited {code}: {text}")
-            return text
-
-        def spawn(cmd: str, user: str = "0") -> None:
-            box.exec_run(["sh", "-c", cmd], user=user, detach=True)
-
-        EXERCISED.add(kind)
-        yield Rig(name, sandbox, sh, spawn, SCRATCH)
+        yield box, client
     finally:
         box.remove(force=True)
         client.close()
+
+
+def _rig_in(name: str, box: Any, client: Any) -> Rig:
+    """A rig over a running container: a sandbox adapter of its own (no state of an earlier
+    rig's adapter), commands run in it."""
+    kind = name.split("-")[0]
+    sandbox = DockerSandbox(box.id, scratch=SCRATCH, podman=kind == "podman", client=client)
+
+    def sh(cmd: str, user: str = "0", check: bool = True) -> str:
+        code, out = box.exec_run(["sh", "-c", cmd], user=user)
+        text = out.decode(errors="replace")
+        if check and code != 0:
+            raise AssertionError(f"{cmd!r} exited {code}: {text}")
+        return text
+
+    def spawn(cmd: str, user: str = "0") -> None:
+        box.exec_run(["sh", "-c", cmd], user=user, detach=True)
+
+    EXERCISED.add(kind)
+    return Rig(name, sandbox, sh, spawn, SCRATCH)
+
+
+@contextmanager
+def container_rig(name: str, **run: Any) -> Iterator[Rig]:
+    with _container(name, **run) as (box, client):
+        yield _rig_in(name, box, client)
+
+
+#: How a kept container is made fresh for its next test: every process but its PID 1 (and
+#: this shell) killed, and its /tmp emptied (the image's /tmp is empty): the scratch, all
+#: staged beside it and every in-sandbox script's work files live there. Prints what /tmp
+#: still holds (nothing, or the reset failed).
+RESET = "kill -9 -1 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; ls -A /tmp"
+
+
+class KeptContainers:
+    """One container per engine and image for a module's tests that need only a fresh
+    scratch in a running container (restores, archives, facts), each handed out reset
+    (``RESET``) with an adapter of its own: a container start is seconds of the engine's
+    CPU. A test that breaks its container (kills, quiesce, floods, its own options) takes
+    a fresh one (``rig``)."""
+
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+        self._boxes: dict[str, tuple[Any, Any]] = {}
+
+    @contextmanager
+    def rig(self, name: str) -> Iterator[Rig]:
+        """A reset container rig for ``name`` (one of CONTAINERS); others are fresh."""
+        if name not in CONTAINERS:
+            with rig(name) as r:
+                yield r
+            return
+        if name not in self._boxes:
+            self._boxes[name] = self._stack.enter_context(_container(name))
+        made = _rig_in(name, *self._boxes[name])
+        left = made.sh(RESET, check=False).strip()
+        assert not left, f"{name}: the kept container's /tmp still holds {left!r} after its reset"
+        yield made
+
+
+@pytest.fixture(scope="module")
+def kept_containers() -> Iterator[KeptContainers]:
+    """The module's kept containers (``KeptContainers``), removed once its tests ran."""
+    with ExitStack() as stack:
+        yield KeptContainers(stack)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import io
 import pytest
 from waiting import eventually
 
-from rigs.real_sandboxes import ENGINES, Rig, rig
+from rigs.real_sandboxes import ENGINES, KeptContainers, Rig, rig
 from scratchbank.adapters.scripted import RESTORE as RESTORE_SCRIPT
 from scratchbank.application.bank_format.reader import TarReader
 from scratchbank.application.bank_format.spill_log import Manifest, manifest_lines
@@ -75,7 +75,15 @@ def writer(r: Rig, name: str = "grow") -> str:
 
 @pytest.fixture(params=ENGINES)
 def any_rig(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A fresh sandbox of every engine, for a test that breaks it (kills, quiesce, floods)."""
     with rig(request.param) as r:
+        yield r
+
+
+@pytest.fixture(params=ENGINES)
+def kept_rig(request: pytest.FixtureRequest, kept_containers: KeptContainers):  # type: ignore[no-untyped-def]
+    """A fresh scratch of every engine, the containers kept for the module (``KeptContainers``)."""
+    with kept_containers.rig(request.param) as r:
         yield r
 
 

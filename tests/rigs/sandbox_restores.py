@@ -16,7 +16,7 @@ import attrs
 import pytest
 from hostile import member, record_for, ustar
 
-from rigs.real_sandboxes import Rig, rig
+from rigs.real_sandboxes import KeptContainers, Rig
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.application.ports import ByteSink, Sandbox, StagedRestore
 from scratchbank.application.resume import ResumeOutcome, resume
@@ -31,8 +31,9 @@ SEED = "rm -rf {s}; mkdir -p {s}/keep && echo mine > {s}/keep/file && ln -s keep
 
 
 @pytest.fixture(params=RIGS)
-def box(request: pytest.FixtureRequest) -> Iterator[Rig]:
-    with rig(request.param) as r:
+def box(request: pytest.FixtureRequest, kept_containers: KeptContainers) -> Iterator[Rig]:
+    """A fresh scratch in the module's kept container (a restore breaks nothing else)."""
+    with kept_containers.rig(request.param) as r:
         yield r
 
 

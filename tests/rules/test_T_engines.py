@@ -25,13 +25,14 @@ from async_engine import bank_at_teardown_shielded
 from hostile import gz
 from rigs.counted_teardowns import END_THE_EXEC, ONE_EXEC, Stalls, bank, counted, names, stopped, wait_for
 from rigs.forked_child import _deep_unique, in_child
-from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, rig
+from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, kept_containers, rig  # noqa: F401 - a fixture
 from rigs.s3_buckets import new_bucket, s3_client
 from rigs.sandbox_probes import (
     _members,
     any_rig,  # noqa: F401 - a fixture
     frozen,
     grows,
+    kept_rig,  # noqa: F401 - a fixture
     running,
     wait_until_written,
     writer,
@@ -326,9 +327,9 @@ def test_T8_a_sqlite_write_lock_held_elsewhere_fails_appends_in_time(tmp_path: P
 # ---- from tests/test_sandboxes.py: The sandbox adapters and their in-sandbox scripts, against real engines (T11-T18, X2).
 
 
-def test_T11_sandboxes_read_as_process_isolated(any_rig: Rig) -> None:
+def test_T11_sandboxes_read_as_process_isolated(kept_rig: Rig) -> None:
     """Sandboxes read as process isolated: ``scratchbank.application.ports.SandboxFacts``."""
-    facts = any_rig.sandbox.facts
+    facts = kept_rig.sandbox.facts
     assert facts.process_isolated, facts.isolation
     assert not facts.host_backed
 
@@ -460,10 +461,10 @@ def test_T14_the_watchdog_continues_when_the_banking_side_never_comes_back(any_r
     grows(any_rig, path)  # nobody says "cont": the watchdog's budget runs out, it continues them
 
 
-def test_T17_T18_archive_through_a_link_and_an_empty_scratch(any_rig: Rig) -> None:
+def test_T17_T18_archive_through_a_link_and_an_empty_scratch(kept_rig: Rig) -> None:
     """Archive through a link and an empty scratch:
     ``scratchbank.application.bank_format.reader.TarReader``."""
-    r = any_rig
+    r = kept_rig
     real = f"{r.scratch}-real"
     r.sh(
         f"rm -rf {r.scratch} {real}; mkdir -p {real}/sub && echo data > {real}/sub/f && ln -s {real} {r.scratch}"

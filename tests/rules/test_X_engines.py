@@ -21,7 +21,7 @@ import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, record_for, ustar
 from rigs.forked_child import NOBODY, in_child, root_dir
 from rigs.host_directory_restore import restore_into
-from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, rig
+from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, kept_containers, rig  # noqa: F401 - a fixture
 from rigs.s3_buckets import new_bucket, s3_client
 from rigs.sandbox_probes import (
     _canonical,
@@ -30,6 +30,7 @@ from rigs.sandbox_probes import (
     _restore_as,
     _with_scratch,
     any_rig,  # noqa: F401 - a fixture
+    kept_rig,  # noqa: F401 - a fixture
 )
 from rigs.sandbox_restores import (
     SEED,
@@ -698,10 +699,10 @@ def test_X1_directory_modes_are_restored_as_banked_in_a_non_root_sandbox(flavour
 # ---- from tests/test_sandboxes.py: The sandbox adapters and their in-sandbox scripts, against real engines (T11-T18, X2).
 
 
-def test_X2_restore_reproduces_files_modes_links_and_mtimes(any_rig: Rig) -> None:
+def test_X2_restore_reproduces_files_modes_links_and_mtimes(kept_rig: Rig) -> None:
     """Restore reproduces files modes links and mtimes:
     ``scratchbank.application.bank_format.spill_log.manifest_lines``."""
-    r = any_rig
+    r = kept_rig
     r.sh(
         f"rm -rf {r.scratch}; mkdir -p {r.scratch}/d && cd {r.scratch} && echo hello > f && "
         "chmod 4750 f && ln f hard && ln -s f link && touch -d '2020-01-02 03:04:05' f d"
@@ -717,10 +718,10 @@ def test_X2_restore_reproduces_files_modes_links_and_mtimes(any_rig: Rig) -> Non
     assert "hard 750" in stat and "d 755 1577934245" in stat and stat.strip().endswith("f")
 
 
-def test_X2_a_cut_stream_is_broken_not_refused(any_rig: Rig) -> None:
+def test_X2_a_cut_stream_is_broken_not_refused(kept_rig: Rig) -> None:
     """A cut stream is broken not refused:
     ``scratchbank.application.bank_format.spill_log.manifest_lines``."""
-    r = any_rig
+    r = kept_rig
     r.sh(f"rm -rf {r.scratch}; mkdir -p {r.scratch} && echo x > {r.scratch}/f")
     banked = io.BytesIO()
     r.sandbox.archive(banked, compress=False, verify=False)

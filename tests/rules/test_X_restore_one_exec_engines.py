@@ -18,7 +18,7 @@ from rigs.one_exec_restore import (
     _stage,
     box,  # noqa: F401 - a fixture
 )
-from rigs.real_sandboxes import Rig, rig
+from rigs.real_sandboxes import Rig, kept_containers, rig  # noqa: F401 - a fixture
 from rigs.sandbox_restores import SEED, files, fingerprint, reason, restore
 
 from scratchbank.application.ports import RestoresInOneExec, StagedRestore
