@@ -63,10 +63,12 @@ sandbox is torn down alone, then:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import itertools
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -296,11 +298,24 @@ def execution_of(records: Sequence[Record], attempt: str) -> str | None:
     return None
 
 
+@functools.cache
+def _takes_execution(kind: type[ScratchService]) -> bool:
+    """Does this service's ``bank_at_teardown`` take the execution it banks (A18)? (Asked
+    once per class: a signature costs more than the explorer's own step.)"""
+    return "execution" in inspect.signature(kind.bank_at_teardown).parameters
+
+
+@functools.lru_cache(maxsize=4096)
+def _timeless(record: Record) -> str:
+    """A record as the end-of-schedule memo compares it: its wire form but for its time."""
+    return json.dumps({k: v for k, v in encode(record).items() if k != "at"}, sort_keys=True)
+
+
 def tear_down(mine: ScratchService, run_id: str, sandbox: Any, execution: Callable[[], str | None]) -> Any:
     """``bank_at_teardown`` of a sandbox; told which execution it banks (A18) where the
     service takes it (``execution`` is asked only then)."""
     extra: dict[str, Any] = {}
-    if "execution" in inspect.signature(mine.bank_at_teardown).parameters:
+    if _takes_execution(type(mine)):
         named = execution()
         extra = {} if named is None else {"execution": named}
     return mine.bank_at_teardown(run_id, sandbox, run_finished=False, **extra)
@@ -708,7 +723,7 @@ def _check_end(world: World, story: Story, seen: Sequence[Seen], dead: set[str])
 
 def _fingerprint(
     world: World, story: Story, seen: Sequence[Seen], dead: set[str], records: Sequence[Record]
-) -> tuple[Any, ...] | None:
+) -> str | None:
     """Everything ``_check_end`` reads, as a value: two schedules that end in equal
     fingerprints end in the same verdicts (the timeline's records but for their times,
     the run's objects in the store by content, every sandbox's files, who is dead, what
@@ -724,25 +739,15 @@ def _fingerprint(
             None if holder is None else (holder.holder, holder.token),
             tuple(sorted((actor, e, g.token) for actor, (e, g) in story.held.items())),
         )
-    # the run's own id, wherever a value is exactly it, reads as one placeholder: every
-    # schedule runs on a run of its own, and the verdicts never depend on which id it is
-    # (an object's stamp names its run: the template's stays apart, as any other run's)
-    named, anonymous = f'"{story.run_id}"', '"<run>"'
-    timeless = tuple(
-        json.dumps({k: v for k, v in encode(r).items() if k != "at"}, sort_keys=True).replace(
-            named, anonymous
-        )
-        for r in records
-    )
+    timeless = tuple(_timeless(r) for r in records)
     folder = world.store_root / "runs" / story.run_id
     stored = tuple(
         (
             str(p.relative_to(folder)),
-            hashlib.sha256(
-                p.read_bytes().replace(named.encode(), anonymous.encode())
-                if p.name.endswith(".stamp")
-                else p.read_bytes()
-            ).hexdigest(),
+            # a stamp as written (it names its run and execution: renamed below), else a digest
+            p.read_text(errors="replace")
+            if p.name.endswith(".stamp")
+            else hashlib.sha256(p.read_bytes()).hexdigest(),
         )
         for p in sorted(folder.rglob("*"))
         if p.is_file()
@@ -769,7 +774,22 @@ def _fingerprint(
         for s in seen
     )
     requests = tuple(sorted((name, r.consents) for name, r in story.requests.items()))
-    return (timeless, stored, sandboxes, resumes, requests, locked)
+    return anonymous(repr((timeless, stored, sandboxes, resumes, requests, locked)), story.run_id)
+
+
+#: The ids the product draws at random (``new_execution``, ``new_attempt``): names, never values.
+_DRAWN_IDS = re.compile(r"\b(?:x|op)-[0-9a-f]{16}\b")
+
+
+def anonymous(text: str, run_id: str) -> str:
+    """``text`` with the schedule's run id read as one placeholder (every schedule runs on a
+    run of its own: an object's stamp names its run; the template's stays apart) and each
+    randomly drawn execution or attempt id renamed by its first appearance (``<1>``, ...):
+    the verdicts depend on which ids are equal, never on their values, so two ends equal up
+    to such a renaming are checked once."""
+    text = re.sub(rf"(?<![\w-]){re.escape(run_id)}(?![\w-])", "<run>", text)
+    names: dict[str, str] = {}
+    return _DRAWN_IDS.sub(lambda m: names.setdefault(m.group(0), f"<{len(names) + 1}>"), text)
 
 
 def _resumes_seen(story: Story, ran: Ran, records: Sequence[Record], found: list[Violation]) -> list[Seen]:
