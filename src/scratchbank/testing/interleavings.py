@@ -299,7 +299,7 @@ def execution_of(records: Sequence[Record], attempt: str) -> str | None:
 
 
 @functools.cache
-def _takes_execution(kind: type[ScratchService]) -> bool:
+def _takes_execution(kind: Any) -> bool:
     """Does this service's ``bank_at_teardown`` take the execution it banks (A18)? (Asked
     once per class: a signature costs more than the explorer's own step.)"""
     return "execution" in inspect.signature(kind.bank_at_teardown).parameters
