@@ -298,11 +298,16 @@ def execution_of(records: Sequence[Record], attempt: str) -> str | None:
     return None
 
 
-@functools.cache
-def _takes_execution(kind: Any) -> bool:
+_TAKES_EXECUTION: dict[type[ScratchService], bool] = {}
+
+
+def _takes_execution(kind: type[ScratchService]) -> bool:
     """Does this service's ``bank_at_teardown`` take the execution it banks (A18)? (Asked
     once per class: a signature costs more than the explorer's own step.)"""
-    return "execution" in inspect.signature(kind.bank_at_teardown).parameters
+    known = _TAKES_EXECUTION.get(kind)
+    if known is None:
+        known = _TAKES_EXECUTION[kind] = "execution" in inspect.signature(kind.bank_at_teardown).parameters
+    return known
 
 
 @functools.lru_cache(maxsize=4096)
