@@ -63,47 +63,48 @@ ADAPTERS = {
 }
 TIERS = ("pure", "adapters", "engines")
 #: The slowest files, slowest first (the sum of their tests' setup, call and teardown, in s, of a
-#: whole-suite run with 3 workers at load ~12: /work/dur.xml of 2026-12-02, 3,712 s in all): they
-#: are collected first, and pytest_xdist_make_scheduler below keeps that order, so that each
-#: starts on the first free worker and the short files fill in around them (a long file that
-#: starts last bounds the wall time). The sampled explorer's six chunks (SPREAD) go where their
-#: size puts them.
+#: whole-suite run with 4 workers on the loaded machine: /work/dur-s5.xml of 2026-12-02, 3,454 s
+#: in all; "~": estimated after session 5's cuts): they are collected first, and
+#: pytest_xdist_make_scheduler below keeps that order, so that each starts on the first free
+#: worker and the short files fill in around them (a long file that starts last bounds the wall
+#: time). The sampled explorer's six chunks (SPREAD) go where one chunk's size puts them.
 SLOW_FIRST = (
-    "test_A_interleavings_engines",  # 353
-    "test_T_engines",  # 298
-    "test_H_engines",  # 219
-    "test_P_engines",  # 189
-    "test_guarantees",  # 163
-    "test_runner_faults",  # 163
-    "test_X_engines",  # 157
-    "test_A_engines",  # 144
-    "test_surface_core_install",  # 116
-    "test_surface_operator_findings",  # 98
-    "test_C_engines",  # 95
-    "test_cli_operators",  # 91
-    "test_surface_errors",  # 90
-    "test_checkpoints",  # 89
-    "test_surface_queue",  # 84
-    "test_A_interleavings_sampled_engines",  # 380 (six chunks of ~75)
-    "test_end_to_end",  # 72
-    "test_sandbox_contract",  # 68
-    "test_X_restore_one_exec_engines",  # 65
-    "test_C_interleavings_engines",  # 63
-    "test_header_grammar",  # 58
-    "test_cli_sandboxes",  # 48
-    "test_R_engines",  # 47
-    "test_fuzz_sandbox_output",  # 41
-    "test_fuzz_banks",  # 37
-    "test_run_machine",  # 36
-    "test_hostile_sandbox",  # 32
-    "test_R_adapters",  # 30
-    "test_L_engines",  # 28
-    "test_teardown_machine",  # 26
-    "test_runner_story",  # 26
-    "test_X_escape_staged_contract_engines",  # 25
-    "test_R_load_without_lies_adapters",  # 22
-    "test_X_adapters",  # 21
-    "test_http_api",  # 19
+    "test_T_engines",  # 295
+    "test_H_engines",  # 185
+    "test_X_engines",  # 190, ~165 (kept containers)
+    "test_P_engines",  # 162
+    "test_A_interleavings_engines",  # 157, ~120 (the explorer's memo)
+    "test_A_engines",  # 134
+    "test_guarantees",  # 118
+    "test_runner_faults",  # 103
+    "test_surface_operator_findings",  # 87
+    "test_A_interleavings_sampled_engines",  # 857 (six chunks of 96-170), ~460 (six of ~80)
+    "test_sandbox_contract",  # 79
+    "test_C_engines",  # 74
+    "test_X_restore_one_exec_engines",  # 93, ~70 (kept containers)
+    "test_surface_errors",  # 68
+    "test_X_adapters",  # 65
+    "test_surface_core_install",  # 61
+    "test_run_machine",  # 45
+    "test_cli_operators",  # 43
+    "test_surface_queue",  # 43
+    "test_C_interleavings_engines",  # 41
+    "test_fuzz_banks",  # 39
+    "test_R_engines",  # 36
+    "test_checkpoints",  # 32
+    "test_end_to_end",  # 32
+    "test_R_load_without_lies_adapters",  # 30
+    "test_L_engines",  # 26
+    "test_teardown_machine",  # 21
+    "test_hostile_sandbox",  # 21
+    "test_quickstart",  # 20
+    "test_http_api",  # 20
+    "test_cli_sandboxes",  # 16
+    "test_k8s",  # 15
+    "test_runner_story",  # 15
+    "test_R_adapters",  # 15
+    "test_fuzz_sandbox_output",  # 14
+    "test_X_escape_staged_contract_engines",  # 14
 )
 
 

@@ -77,9 +77,10 @@ THREE = (
 #: timeline and the run's lock in memory (``filesystem_world(memory=True)``: the same
 #: fences, half a schedule's cost), the store on real files; SQLITE_SCHEDULES more on the
 #: SQLite timeline and lock. The 10,000 run in tests/rules/test_A_interleavings_sampled_engines.py, a file of
-#: their own so that the suite's workers share the rest of this one. Measured on this shared 2-core machine (load 9-14): 18.7 ms of CPU a
-#: schedule in memory (32-47 ms on SQLite), 10,000 in 470-560 s of wall time under that load
-#: (~21 schedules/s), ~100-120 s when the two cores are free (estimated from the CPU time).
+#: their own so that the suite's workers share the rest of this one. Measured on this shared
+#: 2-core machine: 9.6 ms of CPU a schedule in memory (six chunks of 300; 17.9 ms before session
+#: 5, when the end-of-schedule memo rarely hit: each schedule's run and execution ids made every
+#: end look new, now renamed in its fingerprint), so ~100 CPU-seconds for the 10,000.
 SQLITE_SCHEDULES = int(os.environ.get("SCRATCHBANK_EXPLORER_SQLITE_SCHEDULES", "1000"))
 
 
