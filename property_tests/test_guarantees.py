@@ -221,6 +221,10 @@ def test_R4_R5_failed_answered_and_engine_side_finishes_never_make_a_bank_stale(
     assert fold([*timeline, finish]).stale_writes == fold(timeline).stale_writes
 
 
+# 100 examples in CI (was the profile's 300): at 100 (and at 50), five unseeded runs all caught
+# the planted bug (a rewind of three or more nodes, none said on a cycle, taking back a write
+# whose cycle nobody recorded), and so did the derandomized ci run.
+@settings(max_examples=FEWER)
 @given(s.own_timelines, s.banks, s.node_names, st.lists(s.node_names, max_size=3))
 def test_R6_a_write_whose_cycle_nobody_recorded_is_never_taken_back(
     timeline: list[Record], bank: Record, name: str, others: list[str]
