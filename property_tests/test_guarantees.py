@@ -159,6 +159,10 @@ def test_unknown_record_types_never_change_a_decision(
     assert (a.verdict, a.code, [c.kind for c in a.causes]) == (b.verdict, b.code, [c.kind for c in b.causes])
 
 
+# 100 examples in CI (was the profile's 300): at 100, five unseeded runs all caught the planted
+# bug (a refusal of two or more causes naming a position past the timeline), and so did the
+# derandomized ci run.
+@settings(max_examples=FEWER)
 @given(s.timelines, s.requests)
 def test_decisions_name_their_rule_and_a_refusal_names_its_causes(
     timeline: list[Record], request: ResumeRequest
