@@ -21,7 +21,14 @@ import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, record_for, ustar
 from rigs.forked_child import NOBODY, in_child, root_dir
 from rigs.host_directory_restore import restore_into
-from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, kept_containers, rig  # noqa: F401 - a fixture
+from rigs.real_sandboxes import (  # noqa: F401 - a fixture
+    CONTAINERS,
+    SCRATCH,
+    KeptContainers,
+    Rig,
+    kept_containers,
+    rig,
+)
 from rigs.s3_buckets import new_bucket, s3_client
 from rigs.sandbox_probes import (
     _canonical,
@@ -456,12 +463,14 @@ def test_X5_unreachable_s3_is_read_again() -> None:
 
 
 @pytest.mark.parametrize("engine", ["local", "docker-busybox", "podman-busybox", "k8s-double"])
-def test_X2_a_command_that_exits_without_reading_its_stdin_ends_with_its_own_status(engine: str) -> None:
+def test_X2_a_command_that_exits_without_reading_its_stdin_ends_with_its_own_status(
+    engine: str, kept_containers: KeptContainers
+) -> None:
     """A restore refused before it reads its stream (no room, a mount point) exits at once:
     its exit status is the answer, never a cut at the deadline while the host still tries
     to send a stream nobody reads (Docker kept the hijacked socket open: 80 s per refusal).
     Proves ``scratchbank.application.cancellation.Deadline.after``."""
-    with rig(engine) as r:
+    with kept_containers.rig(engine) as r:
         deadline = Deadline.after(60)
         done = r.sandbox.run("exit 21", [], stdin=_Endless(), deadline=deadline)  # type: ignore[arg-type]
         assert done.exit_code == 21
@@ -493,7 +502,7 @@ def test_X5_a_fetch_whose_stream_stalls_mid_object_fails_in_time(
 
 @pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
 def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
-    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept_containers: KeptContainers
 ) -> None:
     """Each hostile bank, recorded as banked with its true size and digest, is refused on
     the host; the sandbox's filesystem is untouched and the host's temp area is clean
@@ -509,7 +518,7 @@ def test_X2_the_hostile_corpus_never_reaches_the_sandbox(
     own_tmp = tmp_path / "tmp"
     own_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
-    with rig(engine) as r:
+    with kept_containers.rig(engine) as r:
         r.sh("mkdir -p /tmp/outside && echo safe > /tmp/outside/sentinel && touch /tmp/marker && sleep 1")
         for name, data, _ in corpus():
             timeline = InMemoryTimeline()
