@@ -30,6 +30,7 @@ Needs SCRATCHBANK_POSTGRES_URL and SCRATCHBANK_S3_ENDPOINT for the second backen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -47,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 HERE = Path(__file__).resolve().parent
 BATCH = 1000
@@ -151,6 +153,42 @@ class TreeCpu:
         self._thread.join()
 
 
+def server_roots() -> list[int]:
+    """The S3 (moto) and PostgreSQL servers this bench talks to: the processes whose command
+    line names the port of ``SCRATCHBANK_S3_ENDPOINT`` or ``SCRATCHBANK_POSTGRES_URL``."""
+    ports = set()
+    for name in ("SCRATCHBANK_S3_ENDPOINT", "SCRATCHBANK_POSTGRES_URL"):
+        with contextlib.suppress(ValueError):
+            if port := urlparse(os.environ.get(name, "")).port:
+                ports.add(str(port))
+    roots = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in args]
+        if any(w == "-p" and i + 1 < len(words) and words[i + 1] in ports for i, w in enumerate(words)):
+            roots.append(int(entry.name))
+    return roots
+
+
+def servers_seconds(roots: list[int]) -> float:
+    """The CPU the servers (and their processes: PostgreSQL's backends) used so far."""
+    stats = proc_stats()
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        kids.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [r for r in roots if r in stats]
+    while todo:
+        pid = todo.pop()
+        total += stats[pid][1] + stats[pid][2]
+        todo += kids.get(pid, [])
+    return total
+
+
 class CpuMeter:
     """CPU utilisation over a stretch of wall time: this process and its children per
     core (``tree``: also every descendant still running, from /proc), and the whole
@@ -158,6 +196,8 @@ class CpuMeter:
 
     def __init__(self, tree: bool = False) -> None:
         self.tree = TreeCpu() if tree else None
+        self.servers = server_roots()
+        self.servers0 = servers_seconds(self.servers)
         self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
 
     def figures(self) -> dict[str, Any]:
@@ -177,6 +217,8 @@ class CpuMeter:
             "cpu_util": round(util, 3),
             **({"cpu_util_waited_only": round(waited / wall / cores, 3)} if self.tree is not None else {}),
             "machine_util": round(machine_util, 3),
+            #: the S3 and PostgreSQL servers' share of the cores (shared: others' calls count too)
+            "servers_util": round((servers_seconds(self.servers) - self.servers0) / wall / cores, 3),
             "bound": bound,
         }
 

@@ -46,6 +46,9 @@ class Sampler:
         self.own: Counter[str] = Counter()
         self.pairs: Counter[str] = Counter()
         self.samples = 0
+        #: the phase's other threads (an S3 put's thread, the alarm thread...), by name
+        self.others: Counter[str] = Counter()
+        self.other_samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.watched: set[int] = set()
@@ -68,6 +71,13 @@ class Sampler:
                     self.own[own] += 1
                     self.pairs[f"{inner} | {own}"] += 1
                     self.samples += 1
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in frames.items():
+                if ident in self.watched or ident == threading.get_ident():
+                    continue
+                name = names.get(ident, "?").split("-run")[0].rstrip("-0123456789")
+                self.others[f"[{name}] {_line(frame)[0]} | {_line(frame)[1]}"] += 1
+                self.other_samples += 1
             time.sleep(self.interval)
 
     def figures(self, top: int = 15) -> dict[str, Any]:
@@ -79,4 +89,8 @@ class Sampler:
             "inner": share(self.inner),
             "own": share(self.own),
             "pairs": share(self.pairs),
+            "other_thread_samples": self.other_samples,
+            "others": [
+                (k, round(v / max(self.other_samples, 1), 3)) for k, v in self.others.most_common(top)
+            ],
         }

@@ -1,0 +1,85 @@
+"""Rules T: banking and its retries. The adapters tier's tests of T8 on the event store (tests/tiers.py:
+a file of tests/rules/ has its tier in its name): a retried append lands once (issue 26).
+
+An append whose insert landed but whose answer was lost (a connection cut after the commit) is
+TimelineWriteFailed to its caller, who retries it (T8). Without an expected position the retry
+would read the new length and insert the same records again after themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import OperationalError
+
+from scratchbank.adapters.event_store import EventStoreTimeline
+from scratchbank.domain.errors import TimelineWriteFailed
+from scratchbank.domain.records import NodeFinished, RunStarted
+from scratchbank.testing.builders import node, started
+
+
+def _lossy(timeline: EventStoreTimeline, *, lands: bool) -> list[int]:
+    """The next insert raises as a lost reply: after it committed (``lands``) or before."""
+    real: Callable[[Any], None] = timeline._insert_events
+    left = [1]
+
+    def insert(stored: Any) -> None:
+        if left and not lands:
+            left.pop()
+            raise OperationalError("server closed the connection unexpectedly")
+        real(stored)
+        if left:
+            left.pop()
+            raise OperationalError("server closed the connection unexpectedly")
+
+    timeline._insert_events = insert
+    return left
+
+
+def _kinds(timeline: EventStoreTimeline, run_id: str) -> list[str]:
+    return [type(r).__name__ for r in timeline.read(run_id)]
+
+
+def test_T8_an_append_retried_after_its_answer_was_lost_lands_once(tmp_path: Path) -> None:
+    """No expected position: the insert committed, its answer was lost; the caller's retry
+    with the same records finds them in place and writes nothing more.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    records = [node("n1")]
+    _lossy(timeline, lands=True)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", records)
+    assert timeline.append("run-1", records) == 2
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished"]
+    assert timeline.append("run-1", records) == 3  # a later append of the same records is its own
+
+
+def test_T8_an_append_at_its_position_retried_after_its_answer_was_lost_is_no_conflict(tmp_path: Path) -> None:
+    """With an expected position: the retry of a landed append is not another writer's conflict.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    _lossy(timeline, lands=True)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", [node("n1")], expected=1)
+    assert timeline.append("run-1", [node("n1")], expected=1) == 2
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished"]
+
+
+def test_T8_an_append_whose_answer_was_lost_before_it_landed_lands_on_retry(tmp_path: Path) -> None:
+    """The insert failed before committing, and another writer took its place since: the
+    retry lands once, after the other writer's records.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    timeline, other = EventStoreTimeline(url), EventStoreTimeline(url)
+    timeline.append("run-1", [started()])
+    _lossy(timeline, lands=False)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", [node("n1")])
+    other.append("run-1", [RunStarted()], expected=1)
+    assert timeline.append("run-1", [node("n1")]) == 3
+    read = timeline.read("run-1")
+    assert [type(r) for r in read] == [RunStarted, RunStarted, NodeFinished]
