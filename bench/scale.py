@@ -281,13 +281,14 @@ def bank_store(backend: str, work: Path) -> Any:
         from scratchbank.adapters.fs_bank import FilesystemBankStore
 
         return FilesystemBankStore(work / "banks")
-    import boto3
-
-    from scratchbank.adapters.s3_bank import S3BankStore
+    from scratchbank.adapters.s3_bank import IN_FLIGHT, S3BankStore, s3_client
 
     endpoint = os.environ["SCRATCHBANK_S3_ENDPOINT"]
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="b", aws_secret_access_key="b"
+    # the store's own client (its pool sized for its calls in flight); SCRATCHBANK_SCALE_S3_POOL
+    # sets another pool size (10: botocore's default, the before of issue 26's comparison)
+    pool = int(os.environ.get("SCRATCHBANK_SCALE_S3_POOL") or IN_FLIGHT)
+    client = s3_client(
+        endpoint, in_flight=pool, region_name="us-east-1", aws_access_key_id="b", aws_secret_access_key="b"
     )
     bucket = "scale-" + uuid.uuid4().hex[:8]
     client.create_bucket(Bucket=bucket)
@@ -311,7 +312,7 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     from scale_profile import Sampler
 
     sampler = Sampler()
-    barrier = threading.Barrier(n)
+    barrier = threading.Barrier(n + 1)  # the n, and this thread once its meters are set
     took: list[float] = [0.0] * n
     ended: list[str] = [""] * n
 
@@ -332,9 +333,11 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     for t in threads:
         t.start()
         sampler.watched.add(t.ident or 0)
-    meter, t0, fds = CpuMeter(), time.perf_counter(), FdPeak()
+    meter, fds = CpuMeter(), FdPeak()
     if sample:
         sampler.__enter__()
+    barrier.wait()  # the meters start before the work does (a slow meter's setup is not the work's)
+    t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
