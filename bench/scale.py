@@ -448,11 +448,20 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
 
     try:
         sample = os.environ.get("SCRATCHBANK_SCALE_SAMPLE") == "1"
+        traced = os.environ.get("SCRATCHBANK_SCALE_TRACEMALLOC") == "1"
         store_calls()
+        from scale_profile import MemPeak
+
+        mem = MemPeak() if traced else None
         result: dict[str, Any] = {"teardown": phase(n, teardown, sample)}
         result["teardown"]["store"] = store_calls()
+        if mem is not None:
+            result["teardown"]["heap"] = mem.figures()
+            mem = MemPeak()
         result["resume"] = phase(n, resume, sample)
         result["resume"]["store"] = store_calls()
+        if mem is not None:
+            result["resume"]["heap"] = mem.figures()
         false = 0
         for kind, record in (("banked", ScratchBanked), ("restored", ScratchRestored)):
             false += sum(not any(isinstance(r, record) for r in timeline.read(run)) for run in said[kind])
