@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import platform
 import re
@@ -358,6 +359,24 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     }
 
 
+class DroppedConnections(logging.Handler):
+    """Counts the connections urllib3 dropped because its pool was full (each a call that
+    opened a connection of its own and closed it after: the S3 client's pool too small)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+        logging.getLogger("urllib3.connectionpool").addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "pool is full" in record.getMessage():
+            self.count += 1
+
+    def take(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
 def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[str, Any]:
     from scratchbank.adapters.event_store import EventStoreTimeline
     from scratchbank.adapters.local_sandbox import LocalSandbox
@@ -446,6 +465,7 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
             return keep(f"restore {out.restore.rule}: {reason[:160]}", reason)
         return "ok" if out.recorded else "restored, record not written"
 
+    dropped = DroppedConnections()
     try:
         sample = os.environ.get("SCRATCHBANK_SCALE_SAMPLE") == "1"
         traced = os.environ.get("SCRATCHBANK_SCALE_TRACEMALLOC") == "1"
@@ -455,11 +475,13 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         mem = MemPeak() if traced else None
         result: dict[str, Any] = {"teardown": phase(n, teardown, sample)}
         result["teardown"]["store"] = store_calls()
+        result["teardown"]["connections_dropped"] = dropped.take()
         if mem is not None:
             result["teardown"]["heap"] = mem.figures()
             mem = MemPeak()
         result["resume"] = phase(n, resume, sample)
         result["resume"]["store"] = store_calls()
+        result["resume"]["connections_dropped"] = dropped.take()
         if mem is not None:
             result["resume"]["heap"] = mem.figures()
         false = 0

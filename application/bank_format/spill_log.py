@@ -137,7 +137,7 @@ class MemberLog:
         self._db.execute("PRAGMA journal_mode = OFF")  # a private, throwaway database: never rolled back
         self._db.execute("PRAGMA synchronous = OFF")
         self.budget = budget
-        self._filter = bytearray(_FILTER_BITS // 8)
+        self._filter = bytearray()  # built when the first batch lands (``flush``): issue 26
         self._indexed: set[str] = set()
         self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._db.executescript(_SCHEMA)
@@ -189,6 +189,10 @@ class MemberLog:
             return
         rows = list(self._pending.values())
         self._pending.clear()
+        if not self._landed:  # until now every key was in memory: the filter starts here
+            self._filter = bytearray(_FILTER_BITS // 8)
+            for row in rows:
+                self._mark(row[1])
         self._landed = True
         before = self._db.total_changes
         self._db.executemany(_UPSERT, rows)
@@ -212,6 +216,8 @@ class MemberLog:
                 raise PathTaken(_s(row[2]), str(found[1]))
 
     def _mark(self, key: bytes) -> None:
+        if not self._filter:  # nothing landed yet: ``flush`` marks the first batch
+            return
         a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
         self._filter[a >> 3] |= 1 << (a & 7)
         self._filter[b >> 3] |= 1 << (b & 7)

@@ -57,7 +57,9 @@ def test_T8_an_append_retried_after_its_answer_was_lost_lands_once(tmp_path: Pat
     assert timeline.append("run-1", records) == 3  # a later append of the same records is its own
 
 
-def test_T8_an_append_at_its_position_retried_after_its_answer_was_lost_is_no_conflict(tmp_path: Path) -> None:
+def test_T8_an_append_at_its_position_retried_after_its_answer_was_lost_is_no_conflict(
+    tmp_path: Path,
+) -> None:
     """With an expected position: the retry of a landed append is not another writer's conflict.
     Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
     timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
@@ -83,3 +85,30 @@ def test_T8_an_append_whose_answer_was_lost_before_it_landed_lands_on_retry(tmp_
     assert timeline.append("run-1", [node("n1")]) == 3
     read = timeline.read("run-1")
     assert [type(r) for r in read] == [RunStarted, RunStarted, NodeFinished]
+
+
+def test_T2_a_small_scratchs_member_log_holds_no_fixed_size_filter() -> None:
+    """The host's member log of a 200-member bank holds well under its 2 MiB key filter (built
+    only once rows land on disk: 100 MiB at 50 teardowns at once before, issue 26); a path
+    repeated past the first landed batch is still caught.
+    Proves ``scratchbank.application.bank_format.spill_log.MemberLog.flush``."""
+    import tracemalloc
+
+    from scratchbank.application.bank_format.members import Member, PathTaken
+    from scratchbank.application.bank_format.spill_log import MemberLog
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        log = MemberLog()
+        for i in range(200):
+            log.add(Member(f"d/f{i}", "file", i, 0o644, 0))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 512 * 1024, f"{held} bytes held for 200 members"
+    for i in range(200, MemberLog.BATCH + 10):
+        log.add(Member(f"d/f{i}", "file", i, 0o644, 0))
+    with pytest.raises(PathTaken):
+        log.add(Member("d/f7", "file", 1, 0o644, 0))
+    log.close()
