@@ -138,6 +138,7 @@ class MemberLog:
         self._db.execute("PRAGMA synchronous = OFF")
         self.budget = budget
         self._filter = bytearray()  # built when the first batch lands (``flush``): issue 26
+        self._mask, self._marks = _FILTER_BITS - 1, 0
         self._indexed: set[str] = set()
         self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._db.executescript(_SCHEMA)
@@ -189,8 +190,12 @@ class MemberLog:
             return
         rows = list(self._pending.values())
         self._pending.clear()
-        if not self._landed:  # until now every key was in memory: the filter starts here
-            self._filter = bytearray(_FILTER_BITS // 8)
+        if not self._landed:  # until now every key was in memory: the filter starts here,
+            # its full size once a whole batch lands (a big bank), else ~16 bits per row held
+            bits = (
+                _FILTER_BITS if len(rows) >= self.BATCH else max(1 << 13, 1 << (16 * len(rows)).bit_length())
+            )
+            self._filter, self._mask = bytearray(bits // 8), bits - 1
             for row in rows:
                 self._mark(row[1])
         self._landed = True
@@ -218,12 +223,23 @@ class MemberLog:
     def _mark(self, key: bytes) -> None:
         if not self._filter:  # nothing landed yet: ``flush`` marks the first batch
             return
-        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        a, b = int.from_bytes(key[:3], "little") & self._mask, int.from_bytes(key[3:6], "little") & self._mask
         self._filter[a >> 3] |= 1 << (a & 7)
         self._filter[b >> 3] |= 1 << (b & 7)
+        self._marks += 1
+        if self._marks * 16 > self._mask + 1 and self._mask + 1 < _FILTER_BITS:
+            self._grow()  # a small filter filling up (rows came after the end's flush)
+
+    def _grow(self) -> None:
+        """The filter at its full size, every key held (landed and pending) marked again."""
+        self._filter, self._mask, self._marks = bytearray(_FILTER_BITS // 8), _FILTER_BITS - 1, 0
+        for (key,) in self._db.execute("SELECT key FROM members"):
+            self._mark(bytes(key))
+        for key in self._pending:
+            self._mark(key)
 
     def _may_hold(self, key: bytes) -> bool:
-        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        a, b = int.from_bytes(key[:3], "little") & self._mask, int.from_bytes(key[3:6], "little") & self._mask
         return bool(self._filter[a >> 3] & (1 << (a & 7)) and self._filter[b >> 3] & (1 << (b & 7)))
 
     def _index_lines(self, *tables: str) -> None:

@@ -103,12 +103,17 @@ def test_T2_a_small_scratchs_member_log_holds_no_fixed_size_filter() -> None:
         log = MemberLog()
         for i in range(200):
             log.add(Member(f"d/f{i}", "file", i, 0o644, 0))
+        log.flush()  # the end of the stream: its rows land
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     assert held < 512 * 1024, f"{held} bytes held for 200 members"
-    for i in range(200, MemberLog.BATCH + 10):
-        log.add(Member(f"d/f{i}", "file", i, 0o644, 0))
     with pytest.raises(PathTaken):
         log.add(Member("d/f7", "file", 1, 0o644, 0))
+    for i in range(200, 2 * MemberLog.BATCH + 10):  # rows after the end's flush: the filter grows
+        log.add(Member(f"d/f{i}", "file", i, 0o644, 0))
+    for path in ("d/f7", f"d/f{MemberLog.BATCH}"):
+        with pytest.raises(PathTaken):
+            log.add(Member(path, "file", 1, 0o644, 0))
+    assert sorted(m.path for m in log) == sorted(f"d/f{i}" for i in range(2 * MemberLog.BATCH + 10))
     log.close()
