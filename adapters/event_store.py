@@ -24,6 +24,14 @@ the connection pool is sized from the same number, so load queues here instead o
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
 
+A lost answer (issue 26): an insert that failed after it may have committed (the reply
+lost, the connection cut) raises TimelineWriteFailed, and its position and content are
+kept per run; the caller's retry of the same records inserts at that same position, so
+the unique (stream, version) constraint settles it: it lands there once, or it finds the
+lost insert there (nothing more is written), or another writer's records (the lost one
+never landed, and no longer can). Without an expected position a retry used to read the
+new length and write the records a second time. Within one timeline object (one process).
+
 Snapshots (ADR 0010): an append that carries the timeline past a multiple of
 ``snapshot_every`` records saves the folded state there, so a decision in a fresh
 process folds at most that many records after the latest snapshot. Reads are paged
