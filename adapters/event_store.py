@@ -699,8 +699,10 @@ class EventStoreTimeline:
                 while len(self._unsure) > FOLDED_RUNS:
                     self._unsure.popitem(last=False)
             raise
-        with self._folded_lock:
-            self._unsure.pop(run_id, None)
+        with self._folded_lock:  # this insert took the lost one's position: it never landed
+            unsure = self._unsure.get(run_id)
+            if unsure is not None and unsure.start == stored[0].originator_version - 1:
+                del self._unsure[run_id]
 
     def _settle(self, run_id: str, records: Sequence[Record], expected: int | None) -> int | None:
         """The retry of an append whose answer was lost: insert at the position the lost one

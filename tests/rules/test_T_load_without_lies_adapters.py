@@ -117,3 +117,19 @@ def test_T2_a_small_scratchs_member_log_holds_no_fixed_size_filter() -> None:
             log.add(Member(path, "file", 1, 0o644, 0))
     assert sorted(m.path for m in log) == sorted(f"d/f{i}" for i in range(2 * MemberLog.BATCH + 10))
     log.close()
+
+
+def test_T8_a_lost_append_retried_after_another_append_landed_still_lands_once(tmp_path: Path) -> None:
+    """The lost insert committed, another append of this process landed after it, then the
+    lost one is retried: still written once.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    _lossy(timeline, lands=True)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", [node("n1")])
+    timeline._insert_events = real
+    assert timeline.append("run-1", [RunStarted()]) == 3
+    assert timeline.append("run-1", [node("n1")]) == 2  # where its records end: they landed first
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "RunStarted"]
