@@ -701,7 +701,7 @@ class EventStoreTimeline:
             raise
         with self._folded_lock:  # this insert took the lost one's position: it never landed
             unsure = self._unsure.get(run_id)
-            if unsure is not None and unsure.start == stored[0].originator_version - 1:
+            if unsure is not None and stored and unsure.start == stored[0].originator_version - 1:
                 del self._unsure[run_id]
 
     def _settle(self, run_id: str, records: Sequence[Record], expected: int | None) -> int | None:
