@@ -709,6 +709,71 @@ def _listed(raw_listing: bytes) -> list[str]:
         return lines.read().decode("ascii").splitlines()
 
 
+def test_X2_a_plain_one_walk_listing_is_written_in_bulk_not_an_entry_at_a_time() -> None:
+    """Issue 24 item 2: a one-walk listing of plain names is written a batch at a time (no per-entry call)."""
+    from scratchbank.adapters import restore_wire
+
+    calls: list[bytes] = []
+
+    def counting(stat_line: bytes, name: bytes) -> str:
+        calls.append(name)
+        return str(_per_entry(stat_line, name))
+
+    _per_entry = restore_wire._manifest_line
+    stats = b"".join(b":f %d\n" % i for i in range(5000)) + b":d 4096\n"
+    names = b"".join(b"./d/f%05d.py\0" % i for i in range(5000)) + b"./d\0"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(restore_wire, "_manifest_line", counting)
+        got = _listed(b"%d %d\n" % (len(stats), len(names)) + stats + names)
+    assert got == [f'["d/f{i:05d}.py", "file", {i}]' for i in range(5000)] + ['["d", "dir", 0]']
+    assert calls == []
+
+
+_STAT_LINES = st.sampled_from(
+    [
+        b":f 3",
+        b":d 4096",
+        b":l 0",
+        b":p 0",
+        b":s 0",
+        b":f 007",
+        b":f 0",
+        b":x 1",
+        b"81a4 7",
+        b"41ed 9",
+        b":f",
+        b"",
+    ]
+)
+_NAME_BYTES = st.binary(max_size=6).map(lambda b: b"./" + b.replace(b"\0", b"a")) | st.sampled_from(
+    [b"./a", b"./a b", b'./q"', b"./\\", b"a", b"./\xc3\xa9", b"./\x7f"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(_STAT_LINES, _NAME_BYTES), max_size=12), cut=st.integers(-2, 2))
+def test_X2_a_listing_written_in_bulk_reads_and_refuses_as_an_entry_at_a_time(
+    entries: list[tuple[bytes, bytes]], cut: int
+) -> None:
+    """Issue 24 item 2, differential: ``write_listing``'s batches write the lines, and refuse, as an entry at a time."""
+    from scratchbank.adapters import restore_wire
+
+    stats = b"".join(s + b"\n" for s, _ in entries[: max(0, len(entries) + min(cut, 0))])
+    names = b"".join(n + b"\0" for _, n in entries[: max(0, len(entries) - max(cut, 0))])
+    raw = b"%d %d\n" % (len(stats), len(names)) + stats + names
+
+    def written(*, one_at_a_time: bool) -> list[str] | str:
+        with pytest.MonkeyPatch.context() as patch:
+            if one_at_a_time:
+                patch.setattr(restore_wire, "_PLAIN_STATS", re.compile(b"(?!)"))
+            try:
+                return _listed(raw)
+            except StreamBroken as error:
+                return type(error).__name__
+
+    assert written(one_at_a_time=False) == written(one_at_a_time=True)
+
+
 def test_X2_a_one_walk_listing_reads_find_type_letters_and_an_unknown_letter_breaks_the_stream() -> None:
     """Issue 24: restore.sh's one-walk ":TYPE SIZE" lines (GNU find's %y) read as stat's do; any other is StreamBroken."""
     stats = b":d 4096\n:f 3\n:l 3\n:p 0\n:s 0\n81a4 7\n"
