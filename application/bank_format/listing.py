@@ -15,7 +15,7 @@ import heapq
 import itertools
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 from scratchbank.domain.errors import StreamBroken
@@ -29,6 +29,8 @@ _BATCH_BYTES = 1 << 19
 RUN_BYTES = 4 << 20
 #: what a line held in memory costs besides its bytes (a bytes object's header, a list slot)
 _OBJECT_BYTES = 41
+#: runs spilled before they are merged into one (each read back holds ~150 KB)
+_MAX_RUNS = 16
 #: lines compared a block at a time while the two streams agree (a list compare, in C)
 _BLOCK = 4096
 
@@ -192,12 +194,22 @@ class _Runs:
 
     def _spill(self) -> None:
         self._lines.sort()
-        run = self._stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - closed by close()
-        for i in range(0, len(self._lines), _BLOCK):
-            run.write(b"\n".join(self._lines[i : i + _BLOCK]) + b"\n")
-        run.seek(0)
-        self._files.append(run)
+        self._files.append(self._run(self._lines))
         self._lines, self._held = [], 0
+        if len(self._files) >= _MAX_RUNS:  # merged into one: what the runs hold read back stays bounded
+            runs, self._files = self._files, []
+            self._files.append(self._run(heapq.merge(*(_read_run(run) for run in runs))))
+            for run in runs:
+                run.close()
+
+    def _run(self, lines: Iterable[bytes]) -> BinaryIO:
+        """A temporary file of sorted lines, back at its start."""
+        run = self._stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - closed by close()
+        it = iter(lines)
+        while block := list(itertools.islice(it, _BLOCK)):
+            run.write(b"\n".join(block) + b"\n")
+        run.seek(0)
+        return run
 
     def sorted(self) -> Iterator[bytes]:
         self._lines.sort()

@@ -652,7 +652,7 @@ def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
     spill: bool,
 ) -> None:
     """Issue 24 item 1, differential: the sorted merge counts missing and unexpected lines as
-    SQL's NOT EXISTS did (repeats, implicit parents, non-canonical lines, runs spilled to disk)."""
+    SQL's NOT EXISTS did (repeats, implicit parents, non-canonical lines, runs spilled to disk and merged)."""
     from scratchbank.application.bank_format import listing as listing_module
     from scratchbank.application.bank_format.manifest_line import line_of
 
@@ -691,6 +691,7 @@ def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
             patch.setattr(listing_module, "RUN_BYTES", 16)
             patch.setattr(listing_module, "_BATCH_BYTES", 30)
             patch.setattr(listing_module, "_BLOCK", 2)
+            patch.setattr(listing_module, "_MAX_RUNS", 3)
         got = load_listing(log, io.BytesIO(raw))
     log.close()
     assert (got.missing, got.unexpected) == (missing, unexpected)
@@ -750,8 +751,22 @@ _NAME_BYTES = st.binary(max_size=6).map(lambda b: b"./" + b.replace(b"\0", b"a")
 )
 
 
+_PLAIN_ENTRIES = st.lists(
+    st.tuples(
+        st.sampled_from([b":f 3", b":d 4096", b":l 0", b":p 0", b":f 0"]),
+        st.sampled_from([b"./a", b"./a b", b"./d/e.py", b"./", b"./~!"]),
+    ),
+    max_size=12,
+)
+
+
 @settings(max_examples=200, deadline=None)
-@given(entries=st.lists(st.tuples(_STAT_LINES, _NAME_BYTES), max_size=12), cut=st.integers(-2, 2))
+@given(
+    entries=st.booleans().flatmap(
+        lambda plain: _PLAIN_ENTRIES if plain else st.lists(st.tuples(_STAT_LINES, _NAME_BYTES), max_size=12)
+    ),
+    cut=st.integers(-2, 2),
+)
 def test_X2_a_listing_written_in_bulk_reads_and_refuses_as_an_entry_at_a_time(
     entries: list[tuple[bytes, bytes]], cut: int
 ) -> None:
