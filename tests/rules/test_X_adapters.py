@@ -618,7 +618,8 @@ def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> N
 
 
 def test_X2_a_listing_is_compared_as_a_merge_that_lands_no_row_per_entry() -> None:
-    """Issue 24 item 1: the listing is merged, sorted, with the manifest: the member log's temp disk does not grow with it."""
+    """Issue 24 item 1: the listing is merged, sorted, with the manifest: the member log's temp disk does not grow with it.
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
     log = MemberLog()
     for i in range(20_000):
         log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
@@ -652,7 +653,8 @@ def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
     spill: bool,
 ) -> None:
     """Issue 24 item 1, differential: the sorted merge counts missing and unexpected lines as
-    SQL's NOT EXISTS did (repeats, implicit parents, non-canonical lines, runs spilled to disk and merged)."""
+    SQL's NOT EXISTS did (repeats, implicit parents, non-canonical lines, runs spilled to disk and merged).
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
     from scratchbank.application.bank_format import listing as listing_module
     from scratchbank.application.bank_format.manifest_line import line_of
 
@@ -711,7 +713,8 @@ def _listed(raw_listing: bytes) -> list[str]:
 
 
 def test_X2_a_plain_one_walk_listing_is_written_in_bulk_not_an_entry_at_a_time() -> None:
-    """Issue 24 item 2: a one-walk listing of plain names is written a batch at a time (no per-entry call)."""
+    """Issue 24 item 2: a one-walk listing of plain names is written a batch at a time (no per-entry call).
+    Proves ``scratchbank.adapters.restore_wire.write_listing``."""
     from scratchbank.adapters import restore_wire
 
     calls: list[bytes] = []
