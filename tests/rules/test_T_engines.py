@@ -25,6 +25,7 @@ from async_engine import bank_at_teardown_shielded
 from hostile import gz
 from rigs.counted_teardowns import END_THE_EXEC, ONE_EXEC, Stalls, bank, counted, names, stopped, wait_for
 from rigs.forked_child import _deep_unique, in_child
+from rigs.hostile_sandbox import FRAMING, TRANSPORTS, started_execs, unread
 from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, rig
 from rigs.s3_buckets import new_bucket, s3_client
 from rigs.sandbox_probes import (
@@ -46,12 +47,14 @@ from rigs.stalls import (
     s3_bucket,  # noqa: F401 - a fixture
     through_proxy,  # noqa: F401 - a fixture
 )
+from waiting import eventually
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.script_reports import QuiesceHead, bank_status, read_tar_stderr
-from scratchbank.application.cancellation import Deadline
+from scratchbank.adapters.scripted import Exec
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport
 from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.application.teardown import Budgets
@@ -632,3 +635,57 @@ def test_T14_T16_only_the_last_stderr_line_is_the_bank_status_and_tar_never_read
         "",
         b"tar: ./a: file changed as we read it\n",
     )
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_T14_what_an_exec_wrote_before_its_cut_reaches_its_sink_on_every_transport(engine: str) -> None:
+    """A cut ends the exec at once, yet what it had written that reached the host before the
+    cut (a bank's quiesce report, ahead of its tar) is still read into the sink, on every
+    transport: ``scratchbank.adapters.exec_pump.pump`` (deterministic: the sink holds the pump
+    on the first chunk until the second one sits unread on the host's end, then the cut)."""
+    first, release = threading.Event(), threading.Event()
+    got = bytearray()
+
+    class HeldSink:
+        def write(self, data: bytes) -> int:
+            got.extend(data)
+            first.set()
+            release.wait(60)
+            return len(data)
+
+    with rig(engine) as r, started_execs() as seen:
+        go, written = f"/tmp/go-{engine}", f"/tmp/written-{engine}"
+        source = (
+            'printf first; while [ ! -e "$1" ]; do sleep 0.01; done; printf second; : > "$2"; exec sleep 1000'
+        )
+        cancel, raised = Cancel(), []
+
+        def call() -> None:
+            try:
+                r.sandbox.call(
+                    Exec(source, [go, written], stdout=HeldSink(), deadline=Deadline.after(120, cancel))
+                )
+            except BaseException as error:
+                raised.append(error)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        try:
+            assert first.wait(60), "the exec never wrote"
+            (ours,) = [started for what, started in seen if what.source == source]
+            r.sh(f": > {go}")
+            eventually(
+                lambda: r.sh(f"test -e {written} && echo yes", check=False).strip() == "yes",
+                timeout=60,
+                what="the second write",
+            )
+            need = len(b"second") + FRAMING[type(ours).__name__]
+            eventually(lambda: unread(ours) >= need, timeout=60, what="the second write, unread on the host")
+            cancel.cut("the refresh failed (LEASE_LOST): the run context is cancelled (L5)")
+            release.set()
+            caller.join(60)  # a bound for the test: an uncut exec sleeps 1000 s
+            assert not caller.is_alive(), "the cut did not end the call"
+        finally:
+            release.set()
+    assert bytes(got) == b"firstsecond"
+    assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
