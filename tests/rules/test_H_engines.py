@@ -7,7 +7,11 @@ tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
+import uuid
 from pathlib import Path
 
 import attrs
@@ -25,6 +29,7 @@ from rigs.sandbox_probes import frozen
 from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
+from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import Exec
 from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
@@ -207,3 +212,51 @@ def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box:
         box.sandbox.call(Exec(source, deadline=Deadline.after(3)))
     eventually(lambda: frozen(box, held), timeout=30, what="the detached writer ends with the cut")
     eventually(lambda: frozen(box, grouped), timeout=30, what="the grouped writer ends with the cut")
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["own-pid-namespace", "plain-processes"])
+def test_H7_no_process_of_an_exec_survives_its_local_sandboxs_close(isolate: bool) -> None:
+    """An exec that returned while a writer it started floods a closed stderr, one in its
+    process group and one that detached (setsid) :
+    once the sandbox is closed, neither runs on the host (never a loop burning a core,
+    reparented to init). Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.destroy``."""
+    marker = f"flood-{uuid.uuid4().hex[:10]}"
+    loop = "while :; do echo y >&2; sleep 0.05; done"
+    box = LocalSandbox(isolate=isolate)
+    try:
+        assert box.facts.process_isolated == isolate, box.facts.isolation
+        done = box.run(
+            f"setsid sh -c '{loop}' {marker} </dev/null >/dev/null 2>&- & "
+            f"sh -c '{loop}' {marker} </dev/null >/dev/null 2>&- & "
+            "echo started",
+            [],
+        )
+        assert done.exit_code == 0 and done.stdout == b"started\n", done
+        eventually(lambda: len(_live(marker)) == 2, timeout=60, what="both writers run")
+    finally:
+        box.destroy()
+    try:
+        eventually(
+            lambda: _live(marker) == [],
+            timeout=60,
+            what="no writer survives the close",
+            detail=lambda: _live(marker),
+        )
+    finally:
+        for pid in _live(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _live(marker: str) -> list[int]:
+    """The host's processes (not zombies) whose command line names ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in argv and state not in ("Z", "X"):
+            found.append(int(proc.name))
+    return found
