@@ -100,7 +100,11 @@ $1"; say "unquiesced: $1" ;;
 
 # -- stop, then check every process and thread ------------------------------------------
 # A parent waiting on a vfork'd child shows D until that child execs or exits: when the
-# child is stopped, the parent is frozen too.
+# child is stopped (before its exec), the parent is frozen too. A child that exited (Z)
+# proves nothing: its vfork is over and the parent runs on (a root shell read in D whose
+# child had exec'd, slept and exited before its children were read was taken for frozen,
+# by a quiesce whose user cannot read its wchan). So: a stopped child, no child running,
+# and the parent still in D when read again.
 vfork_wait() {
     w=""
     read -r w 2>/dev/null <"$1/wchan"
@@ -108,11 +112,13 @@ vfork_wait() {
     kids=""
     read -r kids 2>/dev/null <"$1/task/$2/children"
     [ -n "$kids" ] || return 1
+    held=""
     for k in $kids; do
         read_status "/proc/$k" || continue
-        case $st_state in T|t|Z|X|x) ;; *) return 1 ;; esac
+        case $st_state in T|t) held=1 ;; Z|X|x) ;; *) return 1 ;; esac
     done
-    return 0
+    [ -n "$held" ] || return 1
+    read_status "$1" && [ "$st_state" = D ]
 }
 
 scan() {

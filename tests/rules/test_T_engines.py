@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -53,7 +54,7 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.script_reports import QuiesceHead, bank_status, read_tar_stderr
-from scratchbank.adapters.scripted import Exec
+from scratchbank.adapters.scripted import QUIESCE, Exec
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport
 from scratchbank.application.retry import Budget, Pauses, retry_within
@@ -689,3 +690,34 @@ def test_T14_what_an_exec_wrote_before_its_cut_reaches_its_sink_on_every_transpo
             release.set()
     assert bytes(got) == b"firstsecond"
     assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
+
+
+def _vfork_wait(tmp_path: Path, parent: str, wchan: str, children: dict[str, str]) -> int:
+    """quiesce.sh's vfork_wait on process 12 (its wchan ``wchan``, read as ``parent`` when
+    read again) whose children have the states ``children``, /proc reads stubbed: 0 when it
+    takes the parent for frozen."""
+    proc = tmp_path / "12"
+    (proc / "task" / "12").mkdir(parents=True)
+    (proc / "wchan").write_text(wchan)
+    (proc / "task" / "12" / "children").write_text(" ".join(children) + " ")
+    table = "".join(f"/proc/{pid}) st_state={state} ;; " for pid, state in children.items())
+    stubs = f"""
+read_status() {{ st_state=""; case $1 in {table} "{proc}") st_state={parent} ;; esac; [ -n "$st_state" ]; }}
+vfork_wait "{proc}" 12
+"""
+    done = subprocess.run(["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs], check=False, timeout=60)
+    return done.returncode
+
+
+def test_T13_a_vfork_parent_whose_child_already_exited_is_not_taken_for_frozen(tmp_path: Path) -> None:
+    """The podman-gnu flake of test_T13_a_process_of_another_user_is_reported_unquiesced: a root
+    shell read in D (its vfork, wchan unreadable to another user) whose child, by the time its
+    children were read, had exec'd, slept and exited (Z): the vfork was over, the shell ran on,
+    yet the scan counted it frozen and reported nothing running. Only a stopped child (T) keeps
+    its vfork parent frozen. Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
+    assert _vfork_wait(tmp_path / "a", "D", "0", {"103": "Z"}) == 1
+    assert _vfork_wait(tmp_path / "b", "D", "0", {"103": "X"}) == 1
+    assert _vfork_wait(tmp_path / "c", "D", "0", {"103": "T"}) == 0  # stopped before its exec: frozen
+    assert _vfork_wait(tmp_path / "d", "D", "0", {"99": "Z", "103": "T"}) == 0  # an old zombie beside it
+    assert _vfork_wait(tmp_path / "e", "S", "0", {"103": "T"}) == 1  # read again: no longer in its vfork
+    assert _vfork_wait(tmp_path / "f", "D", "0", {"103": "S"}) == 1
