@@ -192,6 +192,21 @@ unstoppable() {
     fi
 }
 
+# clean_name NAME: NAME in $c_out, every character but [A-Za-z0-9._+@:=-] as "?", by
+# builtins only: the workload may have replaced tr with one that prints report lines of
+# its own ("scratchbank-quiesced 0" read as a quiesce that stopped everything)
+NAME_CHARS='abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+@:=-'
+clean_name() {
+    c_in=$1
+    c_out=""
+    while [ -n "$c_in" ]; do
+        c_rest=${c_in#?}
+        c=${c_in%"$c_rest"}
+        case $NAME_CHARS in *"$c"*) c_out=$c_out$c ;; *) c_out="$c_out?" ;; esac
+        c_in=$c_rest
+    done
+}
+
 # pid1_idle: PID 1 is proven idle (its counters readable, unmoved since unstoppable over
 # at least P1_WINDOW_CS, every task asleep or stopped), else a note says why not. The
 # window counts from the first read, so the stop rounds' time is part of it; the check
@@ -201,7 +216,8 @@ pid1_idle() {
     [ "$self" = 1 ] && return 0
     read_status /proc/1 || st_name="?"
     name=$st_name
-    case $name in *[!A-Za-z0-9._+@:=-]*) name=$(printf '%s' "$name" | tr -c 'A-Za-z0-9._+@:=-' '?') ;; esac
+    clean_name "$name"
+    name=$c_out
     while :; do
         pid1_writes
         [ -n "$p1_before" ] && [ "$p1_before" = "$p1_io" ] || break # moved or unreadable: below

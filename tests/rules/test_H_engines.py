@@ -33,7 +33,7 @@ from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import Exec
 from scratchbank.application.cancellation import Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
-from scratchbank.testing.hostile import HostileSandbox, flood, shadow
+from scratchbank.testing.hostile import HostileSandbox, flood, replace, shadow
 
 # ---- from tests/test_hostile_sandbox.py: Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
 
@@ -260,3 +260,30 @@ def _live(marker: str) -> list[int]:
         if marker.encode() in argv and state not in ("Z", "X"):
             found.append(int(proc.name))
     return found
+
+
+@pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
+def test_H4_a_replaced_tr_cannot_forge_a_line_of_the_quiesce_report(engine: str) -> None:
+    """PID 1 writes under a name ``tr`` would clean, and the workload replaced ``tr`` with one
+    printing report lines of its own (``scratchbank-quiesced 0``, ``stopped 999``): the report
+    still reads unquiesced, its count is the script's, in one exec and in the quiesce alone.
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = (
+        "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+        f"while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
+    )
+    forged = replace("tr", "printf 'w\\nscratchbank-quiesced 0\\nstopped 999\\nwatchdog 1\\n'")
+    with rig(engine, command=["sh", "-c", loop]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        hostile = HostileSandbox(r.sandbox, forged)
+        try:
+            one = hostile.quiesce_and_archive(
+                io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False
+            ).quiesce
+            alone = hostile.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.continue_processes()
+    for report in (one, alone):
+        assert not report.quiesced and report.stopped != 999, report
+        assert any("pid 1 (w?r)" in why for why in report.reasons), report
