@@ -8,13 +8,16 @@ tests/rigs/ (named for what they hold)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 
 import attrs
+import docker
 import pytest
 from hostile import end, gz, member, ustar
 from rigs.hostile_sandbox import (
@@ -31,7 +34,7 @@ from waiting import eventually
 
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import Exec
-from scratchbank.application.cancellation import Deadline
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
 from scratchbank.testing.hostile import HostileSandbox, flood, replace, shadow
 
@@ -248,6 +251,15 @@ def test_H7_no_process_of_an_exec_survives_its_local_sandboxs_close(isolate: boo
                 os.kill(pid, signal.SIGKILL)
 
 
+def _descriptors() -> dict[str, str]:
+    """This process's descriptors and what each is."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
 def _live(marker: str) -> list[int]:
     """The host's processes (not zombies) whose command line names ``marker``."""
     found = []
@@ -287,3 +299,126 @@ def test_H4_a_replaced_tr_cannot_forge_a_line_of_the_quiesce_report(engine: str)
     for report in (one, alone):
         assert not report.quiesced and report.stopped != 999, report
         assert any("pid 1 (w?r)" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_H7_a_call_cut_while_stdout_and_stderr_flood_returns_by_its_deadline(engine: str) -> None:
+    """An exec that floods stdout and stderr at once and never ends, into a sink that takes
+    everything: cut at its deadline, the call returns (a cut transport that kept reading a
+    peer still sending would never end), StreamBroken, and nothing of it runs on after.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
+    taken = [0]
+
+    class Sink:
+        def write(self, data: bytes) -> int:
+            taken[0] += len(data)
+            return len(data)
+
+    with rig(engine) as r:
+        raised: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                r.sandbox.call(
+                    Exec("yes flood-err >&2 & yes flood-out", stdout=Sink(), deadline=Deadline.after(3))
+                )
+            except BaseException as error:
+                raised.append(error)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(120)  # a bound for the test: the cut comes at 3 s
+        assert not caller.is_alive(), f"the cut call never returned ({taken[0]} bytes taken)"
+        assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
+        assert taken[0] > 0
+        eventually(
+            lambda: "flood" not in r.sh("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False),
+            timeout=60,
+            what="no flood runs on",
+        )
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: str) -> None:
+    """Calls cut mid-stream (one that floods both streams, one whose detached child holds its
+    pipes), round after round: the host's threads come back to what they were after the first round,
+    its descriptors too but for the engine client's pool of idle API connections. Proves ``scratchbank.adapters.exec_pump.pump``."""
+    sources = ["yes flood-err >&2 & yes flood-out", "setsid sh -c 'sleep 1000' & echo held; exec sleep 1000"]
+
+    def cut_round(r: Rig) -> None:
+        for source in sources:
+            wrote, cancel = threading.Event(), Cancel()
+
+            class Sink:
+                def __init__(self, wrote: threading.Event) -> None:
+                    self.wrote = wrote
+
+                def write(self, data: bytes) -> int:
+                    self.wrote.set()
+                    return len(data)
+
+            def call(source: str = source, sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+                with contextlib.suppress(StreamBroken):
+                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
+
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            assert wrote.wait(60), "the exec never wrote"
+            cancel.cut("cut by the test")
+            caller.join(60)
+            assert not caller.is_alive(), "a cut call never returned"
+
+    def held() -> tuple[int, int]:
+        gc.collect()  # a descriptor only garbage still holds is freed here, not leaked
+        return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+    # the engine's client keeps up to this many idle API connections (docker-py's pool)
+    pooled = docker.constants.DEFAULT_MAX_POOL_SIZE if engine in CONTAINERS else 0
+    with rig(engine) as r:
+        cut_round(r)
+        fds, threads = held()
+        for _ in range(8):  # 16 cut calls and their reaps: a descriptor each would pass the pool
+            cut_round(r)
+        eventually(
+            lambda: held()[0] <= fds + pooled and held()[1] <= threads,
+            timeout=60,
+            what="descriptors and threads back",
+            detail=lambda: (held(), fds, threads, _descriptors()),
+        )
+
+
+def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() -> None:
+    """A call whose detached child (``setsid sh -c 'sleep 1001'``) is still going through its
+    execs when the call is cut at its first output: the reap ends it, call after call (one
+    pass over /proc missed it about once in ten cuts on the Kubernetes double, where the cut
+    does not end the exec first: a process inside an execve reads an empty environ).
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.call``."""
+    source = "setsid sh -c 'sleep 1001' & echo held; exec sleep 1000"
+    count = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 100[01]' || true"
+    survived = 0
+    with rig("k8s-double") as r:
+        for _ in range(20):  # a race: each cut is one more chance to miss it
+            wrote, cancel = threading.Event(), Cancel()
+
+            class Sink:
+                def __init__(self, wrote: threading.Event) -> None:
+                    self.wrote = wrote
+
+                def write(self, data: bytes) -> int:
+                    self.wrote.set()
+                    return len(data)
+
+            def call(sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+                with contextlib.suppress(StreamBroken):
+                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
+
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            assert wrote.wait(60), "the exec never wrote"
+            cancel.cut("cut by the test")
+            caller.join(60)
+            assert not caller.is_alive(), "a cut call never returned"
+            if r.sh(count, check=False).strip() != "0":
+                survived += 1
+                r.sh("pkill -f 'sleep 100[01]' || killall sleep", check=False)
+    assert survived == 0, f"{survived} of 20 cut calls left their detached child running"
