@@ -84,7 +84,8 @@ while [ "$pass" -lt 20 ]; do
     for d in /proc/[0-9]*; do
         p=${{d#/proc/}}
         [ "$p" = "$me" ] && continue
-        tr '\\000' '\\n' <"$d/environ" 2>/dev/null | grep -qx "{TOKEN_VAR}=$1" && kill -KILL "$p" 2>/dev/null && hit=1
+        tr '\\000' '\\n' <"$d/environ" 2>/dev/null | grep -qx "{TOKEN_VAR}=$1" || continue
+        kill -KILL "$p" 2>/dev/null && hit=1
     done
     [ -z "$hit" ] && [ "$pass" -ge 2 ] && break
     sleep 0.05 2>/dev/null || sleep 1
