@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -655,7 +656,9 @@ def test_T14_what_an_exec_wrote_before_its_cut_reaches_its_sink_on_every_transpo
             return len(data)
 
     with rig(engine) as r, started_execs() as seen:
-        go, written = f"/tmp/go-{engine}", f"/tmp/written-{engine}"
+        # fresh names: a local sandbox's /tmp is the host's, kept from run to run
+        tag = uuid.uuid4().hex[:12]
+        go, written = f"/tmp/go-{tag}", f"/tmp/written-{tag}"
         source = (
             'printf first; while [ ! -e "$1" ]; do sleep 0.01; done; printf second; : > "$2"; exec sleep 1000'
         )
@@ -688,6 +691,7 @@ def test_T14_what_an_exec_wrote_before_its_cut_reaches_its_sink_on_every_transpo
             assert not caller.is_alive(), "the cut did not end the call"
         finally:
             release.set()
+            r.sh(f"rm -f {go} {written}", check=False)
     assert bytes(got) == b"firstsecond"
     assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
 
