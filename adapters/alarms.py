@@ -6,8 +6,11 @@ timeline's store calls and the stores' ``Watchdog`` alike, is an ``Alarm`` on th
 ``ALARMS``: a heap of deadlines served by one daemon thread, started at the first arm (and
 again in a forked child). No cut starts a thread of its own: a timer thread per call
 started inside the call's slot, and under load every slot holder waited for its thread to
-start. A disarmed alarm is dropped when its time comes; a cut runs on the alarm thread, so
-it must be quick (shut a socket down, set an event), never block.
+start. A disarmed alarm is dropped when its time comes. A cut that came due runs on a cutter
+thread, not on the alarm thread: a cut that blocks (the S3 store's ``body.close()`` when it
+finds no socket to shut down) holds its own cutter and no one else's; the next cut due runs
+on an idle cutter, or on a new one when every cutter is busy (issue 26). Cuts are rare (a
+call past its deadline); an idle cutter waits ``CUTTER_IDLE`` seconds for more, then ends.
 
 The transports' stdin feeders are not alarms: they live in the exec pump (exec_pump.py).
 """
@@ -19,6 +22,7 @@ import heapq
 import itertools
 import math
 import os
+import queue
 import threading
 import time
 import weakref
@@ -27,6 +31,8 @@ from collections.abc import Callable
 #: The longest the alarm thread waits at once before looking at the clock again: a wait
 #: past the platform's timeout (``inf``, a deadline of years) raised and killed the thread.
 LONGEST_WAIT = 3600.0
+#: How long an idle cutter thread waits for another cut before it ends.
+CUTTER_IDLE = 30.0
 
 
 class Alarm:
@@ -59,6 +65,43 @@ def _nothing() -> None:
     """A disarmed alarm's cut."""
 
 
+class _Cutters:
+    """The threads that run the cuts that came due: an idle one takes the next, and a new
+    one starts when every one is busy (a cut that blocks stalls no other). Started lazily;
+    an idle cutter ends after ``CUTTER_IDLE`` seconds without a cut."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Alarm] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+        self.started = 0
+
+    def run(self, alarm: Alarm) -> None:
+        """Hand ``alarm`` to an idle cutter, or to a new one; never waits for a cut."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # that cutter is spoken for
+                self._queue.put(alarm)
+                return
+            self.started += 1
+        threading.Thread(target=self._serve, args=(alarm,), name="scratchbank-cut", daemon=True).start()
+
+    def _serve(self, alarm: Alarm) -> None:
+        while True:
+            alarm.fire()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    alarm = self._queue.get(timeout=CUTTER_IDLE)
+                    break
+                except queue.Empty:
+                    with self._lock:  # a cut handed over just now is still this cutter's to run
+                        if self._queue.empty():
+                            self._idle -= 1
+                            return
+
+
 class Alarms:
     """Every cut of the process on one thread: a heap of (time, alarm) by ``clock``
     (``time.monotonic``; a test injects its own and ``poke``s after advancing it)."""
@@ -69,6 +112,7 @@ class Alarms:
         self._heap: list[tuple[float, int, Alarm]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        self._cutters = _Cutters()
         _EVERY.add(self)
 
     def _forked(self) -> None:
@@ -77,6 +121,7 @@ class Alarms:
         self._cond = threading.Condition()
         self._heap = []
         self._thread = None
+        self._cutters = _Cutters()
 
     def arm(self, seconds: float, cut: Callable[[], None]) -> Alarm:
         """``cut`` in ``seconds`` (at once when <= 0 or nan, never when inf), on the alarm
@@ -111,7 +156,8 @@ class Alarms:
                         min(self._heap[0][0] - self.clock(), LONGEST_WAIT) if self._heap else None
                     )
                 alarm = heapq.heappop(self._heap)[2]
-            alarm.fire()
+            if not alarm.done:  # a disarmed one is dropped here, on no cutter
+                self._cutters.run(alarm)
 
 
 _EVERY: weakref.WeakSet[Alarms] = weakref.WeakSet()

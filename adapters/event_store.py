@@ -24,6 +24,14 @@ the connection pool is sized from the same number, so load queues here instead o
 out in the pool. A call that found no slot (or, on SQLite, no turn at the single
 writer) by its deadline raises TimelineBusy: retryable, never R15.
 
+A lost answer (issue 26): an insert that failed after it may have committed (the reply
+lost, the connection cut) raises TimelineWriteFailed, and its position and content are
+kept per run; the caller's retry of the same records inserts at that same position, so
+the unique (stream, version) constraint settles it: it lands there once, or it finds the
+lost insert there (nothing more is written), or another writer's records (the lost one
+never landed, and no longer can). Without an expected position a retry used to read the
+new length and write the records a second time. Within one timeline object (one process).
+
 Snapshots (ADR 0010): an append that carries the timeline past a multiple of
 ``snapshot_every`` records saves the folded state there, so a decision in a fresh
 process folds at most that many records after the latest snapshot. Reads are paged
@@ -392,6 +400,8 @@ class EventStoreTimeline:
         #: The folded state of the runs this object appended to last (``_after_append``).
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
+        #: Per run, the last insert whose answer was lost (``_append``), until settled.
+        self._unsure: collections.OrderedDict[str, _Unsure] = collections.OrderedDict()
         self.url = url
         name = settings.get("SQLITE_DBNAME", ":memory:")
         if name != ":memory:" and not read_only:  # an engine's first run: its folder
@@ -650,7 +660,14 @@ class EventStoreTimeline:
         return end
 
     def _append(self, run_id: str, records: Sequence[Record], expected: int | None) -> int:
-        """Insert at ``expected`` (or at the end, retrying lost races); the start used."""
+        """Insert at ``expected`` (or at the end, retrying lost races); the start used.
+
+        An insert whose answer was lost (TimelineWriteFailed: it may have committed) is
+        remembered by its position and content (``_unsure``); the caller's retry of the same
+        records first settles that position (``_settle``), so it lands once (issue 26)."""
+        settled = self._settle(run_id, records, expected)
+        if settled is not None:
+            return settled
         for attempt in range(APPEND_RETRIES):
             if attempt:
                 # Racing writers without an expectation: back off with jitter, so that
@@ -659,11 +676,7 @@ class EventStoreTimeline:
             start = self._length(run_id) if expected is None else expected
             stored = self._stored(run_id, start, records)
             try:
-                self._within(
-                    functools.partial(self._insert, stored),
-                    TimelineWriteFailed,
-                    f"cannot append to run {run_id}",
-                )
+                self._insert_unsure(run_id, stored)
                 return start
             except _Conflict:
                 if expected is not None:
@@ -671,6 +684,55 @@ class EventStoreTimeline:
                         f"run {run_id}: another writer appended past {expected} records"
                     ) from None
         raise TimelineConflict(f"run {run_id}: lost {APPEND_RETRIES} append races in a row")
+
+    def _insert_unsure(self, run_id: str, stored: list[StoredEvent]) -> None:
+        """One insert; one that failed after it may have committed is remembered (``_unsure``)."""
+        try:
+            self._within(
+                functools.partial(self._insert, stored), TimelineWriteFailed, f"cannot append to run {run_id}"
+            )
+        except TimelineWriteFailed:
+            if not stored:
+                raise
+            with self._folded_lock:
+                self._unsure[run_id] = _Unsure(stored[0].originator_version - 1, _content(stored))
+                while len(self._unsure) > FOLDED_RUNS:
+                    self._unsure.popitem(last=False)
+            raise
+        with self._folded_lock:  # this insert took the lost one's position: it never landed
+            unsure = self._unsure.get(run_id)
+            if unsure is not None and stored and unsure.start == stored[0].originator_version - 1:
+                del self._unsure[run_id]
+
+    def _settle(self, run_id: str, records: Sequence[Record], expected: int | None) -> int | None:
+        """The retry of an append whose answer was lost: insert at the position the lost one
+        took. It lands there, or finds the lost one there (it had committed: nothing more is
+        written), or finds another writer's records there (the lost one never landed, and no
+        longer can: that position is taken). The start used, or None: append as usual."""
+        with self._folded_lock:
+            unsure = self._unsure.get(run_id)
+        if unsure is None or (expected is not None and expected != unsure.start):
+            return None
+        stored = self._stored(run_id, unsure.start, records)
+        if _content(stored) != unsure.content:
+            return None  # other records: not a retry of the lost append
+        try:
+            self._insert_unsure(run_id, stored)
+            return unsure.start
+        except _Conflict:
+            pass
+        there = self._within(
+            lambda: self._select(run_id, gt=unsure.start or None, limit=len(stored)),
+            TimelineWriteFailed,
+            f"cannot read run {run_id} to append",
+        )
+        with self._folded_lock:
+            self._unsure.pop(run_id, None)
+        if _content(there) == unsure.content:
+            return unsure.start  # the lost append had landed
+        if expected is not None:
+            raise TimelineConflict(f"run {run_id}: another writer appended past {expected} records")
+        return None
 
     def queued_unclaimed(self, before: datetime) -> list[str]:
         """The outbox (L4, issue #19): runs whose latest queueing (``attempt_queued``, or the
@@ -764,6 +826,19 @@ def _trusted(snap: tuple[int, dict[str, Any]] | None) -> ScratchState | None:
         return None
     state = state_from_data(snap[1])
     return state if state is not None and state.records == snap[0] else None
+
+
+@attrs.frozen
+class _Unsure:
+    """An insert at ``start`` whose answer was lost: it may have committed ``content``."""
+
+    start: int
+    content: tuple[tuple[str, bytes], ...]
+
+
+def _content(stored: Sequence[StoredEvent]) -> tuple[tuple[str, bytes], ...]:
+    """What an insert writes, positions aside: each record's topic and state."""
+    return tuple((event.topic, bytes(event.state)) for event in stored)
 
 
 class _Conflict(Exception):

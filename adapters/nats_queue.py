@@ -204,6 +204,9 @@ class NatsDeliveryQueue:
             return []
 
 
+ACQUIRE_TRIES = 3  # a lease create racing the value's aging out, tried again
+
+
 class NatsKvLease:
     """A Lease on the JetStream key-value store, expiring by the server's clock (ADR 0011).
 
@@ -248,10 +251,17 @@ class NatsKvLease:
         return json.dumps({"holder": holder, "at": self.clock.now().isoformat()}).encode()
 
     async def _acquire(self, key: str, holder: str) -> int | None:
-        try:
-            return await self.kv.create(key, self._value(holder))
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return None  # a live value: held (the server has not aged it out)
+        for _ in range(ACQUIRE_TRIES):
+            try:
+                return await self.kv.create(key, self._value(holder))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None  # a live value: held (the server has not aged it out)
+            except nats.js.errors.KeyNotFoundError:
+                # the value that made the create fail aged out before the client's check of it
+                # (nats-py's create reads the key back to tell a live value from a deleted
+                # one): the key is free now, so the create is tried again
+                continue
+        return None  # the key kept lapsing under our tries: held as far as we know (back off)
 
     def acquire(self, run_id: str, holder: str) -> LeaseGrant | None:
         rev = self.conn.call(self._acquire(check_run_id(run_id), holder))

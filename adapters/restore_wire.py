@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
@@ -306,33 +308,56 @@ def _tree_sizes(line: bytes) -> tuple[int, int]:
     return int(words[0]), int(words[1])
 
 
-_LINES_PER_WRITE = 2048
+#: A batch of GNU find's one-walk stats lines whose sizes print as ``int`` prints them,
+#: and a batch of names that are their own JSON string ("./", then printable ASCII but
+#: ``"`` and ``\``): such a batch is written by one comprehension (issue 24 item 2), not
+#: an entry at a time through ``_manifest_line``; any other batch goes through it.
+_PLAIN_STATS = re.compile(rb"(?::[fdlp] (?:0|[1-9][0-9]{0,17})\n)*+")
+_PLAIN_NAMES = re.compile(rb"(?:\./[\x20\x21\x23-\x5b\x5d-\x7e]*+\x00)*+")
+_KIND_WORDS = {
+    ord(letter): b'", "%s", ' % kind
+    for letter, kind in ((b"f", b"file"), (b"d", b"dir"), (b"l", b"symlink"), (b"p", b"fifo"))
+}
+_DIR = ord("d")
 
 
 def write_listing(raw: BinaryIO, out: ByteSink) -> None:
     """restore.sh's listing (the byte counts of stats and names, "MODEHEX SIZE" lines,
     NUL-separated names in the same order), read from ``raw``'s current position,
-    written to ``out`` as manifest lines, in bounded memory (two cursors over one file)."""
+    written to ``out`` as manifest lines, in bounded memory (two cursors over one file),
+    a batch of names (64 KiB of them) at a time."""
     stats_bytes, names_bytes = _tree_sizes(raw.readline(40))
     fd, at = raw.fileno(), raw.tell()
-    stats = _records(fd, at, at + stats_bytes, b"\n")
-    lines: list[str] = []
-    for name in _records(fd, at + stats_bytes, at + stats_bytes + names_bytes, b"\x00"):
-        stat_line = next(stats, None)
-        if stat_line is None:
+    stats = itertools.chain.from_iterable(_records(fd, at, at + stats_bytes, b"\n"))
+    for names in _records(fd, at + stats_bytes, at + stats_bytes + names_bytes, b"\x00"):
+        lines = list(itertools.islice(stats, len(names)))
+        out.write(_written(lines, names[: len(lines)]))
+        if len(lines) < len(names):
             raise StreamBroken("the sandbox's listing has more names than entries")
-        lines.append(_manifest_line(stat_line, name))
-        if len(lines) >= _LINES_PER_WRITE:  # in bulk: one write per batch of lines
-            out.write("".join(lines).encode("ascii"))
-            lines.clear()
     if next(stats, None) is not None:
         raise StreamBroken("the sandbox's listing has more entries than names")
-    if lines:
-        out.write("".join(lines).encode("ascii"))
 
 
-def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[bytes]:
-    """Records ending in ``sep`` between two offsets of a file (pread: its own cursor)."""
+def _written(stats: list[bytes], names: list[bytes]) -> bytes:
+    """A batch of entries as manifest lines: plain ones by one comprehension, others each."""
+    if (
+        stats
+        and _PLAIN_STATS.fullmatch(b"\n".join(stats) + b"\n") is not None
+        and _PLAIN_NAMES.fullmatch(b"\x00".join(names) + b"\x00") is not None
+    ):
+        words = _KIND_WORDS
+        return b"".join(
+            [
+                b'["' + n[2:] + words[s[1]] + (b"0" if s[1] == _DIR else s[3:]) + b"]\n"
+                for s, n in zip(stats, names, strict=True)
+            ]
+        )
+    return "".join([_manifest_line(s, n) for s, n in zip(stats, names, strict=True)]).encode("ascii")
+
+
+def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[list[bytes]]:
+    """Records ending in ``sep`` between two offsets of a file (pread: its own cursor), a
+    64 KiB read's worth at a time."""
     pending, offset = b"", start
     while end is None or offset < end:
         chunk = os.pread(fd, 1 << 16 if end is None else min(1 << 16, end - offset), offset)
@@ -340,7 +365,8 @@ def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[bytes
             break
         offset += len(chunk)
         *complete, pending = (pending + chunk).split(sep)
-        yield from complete
+        if complete:
+            yield complete
     if pending:
         raise StreamBroken("the sandbox's listing ends inside an entry")
 

@@ -62,6 +62,25 @@ EXISTS = ("PreconditionFailed", "412")
 CALL_SECONDS = 600.0
 #: botocore's per-request read timeout (headers that never come, a body that stalls).
 READ_TIMEOUT = 20.0
+#: S3 calls one store expects at once (``in_flight``): its client keeps this many connections.
+#: botocore's default pool of 10 never blocks a call past it, but each call past the tenth
+#: opens a connection and drops it after (a TCP connect and a server thread per call; at 50
+#: teardowns at once, 4 of 5 calls): issue 26.
+IN_FLIGHT = 64
+
+
+def s3_client(endpoint_url: str | None = None, *, in_flight: int = IN_FLIGHT, **session: Any) -> Any:
+    """An S3 client for ``in_flight`` calls at once (its pool keeps that many connections),
+    with the store's retries and timeouts; ``session``: boto3 client arguments (region, keys)."""
+    if in_flight < 1:
+        raise ValueError(f"in_flight must be a whole number >= 1, not {in_flight!r}")
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=5,
+        read_timeout=READ_TIMEOUT,
+        max_pool_connections=in_flight,
+    )
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config, **session)
 
 
 def _code(error: ClientError) -> str:
@@ -82,14 +101,17 @@ class S3BankStore:
     keeps_banks = True
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, endpoint_url: str | None = None
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        in_flight: int = IN_FLIGHT,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        config = Config(
-            retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=READ_TIMEOUT
-        )
-        self.client = client or boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+        self.client = client or s3_client(endpoint_url, in_flight=in_flight)
 
     def folder(self, run_id: str) -> str:
         """The run's own prefix, with its trailing slash."""

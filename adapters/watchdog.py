@@ -10,7 +10,8 @@ riding a run context is cut the same way the moment that context is cancelled (L
 Execs do not use it directly: the exec pump (exec_pump.py) rides a ``CancelScope``,
 which owns the deadline, the cancel and the feeding thread. The stores' streams do.
 A watchdog starts no thread: its cut is an alarm on the process's one alarm thread
-(alarms.py), the one the timeline's store calls use.
+(alarms.py), the one the timeline's store calls use; a cut that comes due runs on a
+cutter thread, so one that blocks holds up no other watchdog's.
 """
 
 from __future__ import annotations

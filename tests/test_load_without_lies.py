@@ -19,3 +19,58 @@ def test_the_in_flight_bound_is_one_setting_with_a_default_per_store(tmp_path: P
     assert (pool.pool_size, pool.max_overflow, pool.pool_timeout) == (7, 0, given.call_seconds)
     with pytest.raises(ValueError, match="in_flight"):
         EventStoreTimeline(f"sqlite:///{tmp_path}/c.db?in_flight=0")
+
+
+def test_the_s3_stores_client_keeps_a_connection_for_each_call_in_flight() -> None:
+    """30 S3 calls at once, twice: the second wave reuses the first wave's 30 connections
+    (botocore's default pool of 10 dropped 20 of them and opened 20 more), issue 26."""
+    import http.server
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scratchbank.adapters.s3_bank import S3BankStore, s3_client
+
+    calls = 30
+    together = threading.Barrier(calls, timeout=60.0)
+    connections: list[int] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as S3
+
+        def setup(self) -> None:
+            super().setup()
+            connections.append(1)
+
+        def do_HEAD(self) -> None:
+            together.wait()  # every call of the wave is in flight at once
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        client = s3_client(
+            endpoint,
+            in_flight=calls,
+            region_name="us-east-1",
+            aws_access_key_id="k",
+            aws_secret_access_key="s",
+        )
+        store = S3BankStore("bucket", client=client)
+        with ThreadPoolExecutor(calls) as pool:
+            for _wave in range(2):
+                list(pool.map(lambda i: store.client.head_object(Bucket="bucket", Key=f"k{i}"), range(calls)))
+                together.reset()
+        assert len(connections) == calls
+        assert S3BankStore("b", endpoint_url=endpoint).client.meta.config.max_pool_connections >= calls
+        with pytest.raises(ValueError, match="in_flight"):
+            s3_client(endpoint, in_flight=0)
+    finally:
+        server.shutdown()
+        server.server_close()

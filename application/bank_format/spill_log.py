@@ -28,8 +28,9 @@ Temp disk does grow with the count (~150 B per short member row, ~70 B per impli
 parent, and the index of its manifest line), so the log has a temp-disk budget (issue 14,
 ADR 0002): once its database passes ``budget`` bytes, ``add`` raises OverBudget, named
 by the reader as a refusal before the temp disk fills. The listing of a restored tree
-lands in the same database after the bank was read; it may take the budget again
-(twice the budget in all), as a legitimate listing is smaller than the members' rows.
+never lands in it (listing.py merges it, sorted, with the manifest lines: issue 24), but
+its bytes count against the budget again (twice the budget in all), as a legitimate
+listing is smaller than the members' rows.
 
 A conflict (a duplicate, a non-directory where an implicit parent stands) is found
 before ``add`` returns, never later: the reader hands a member on only once its
@@ -46,25 +47,22 @@ from collections.abc import Iterable, Iterator
 import attrs
 
 from .manifest_line import line_of
-from .members import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Comparison, Member, PathTaken
+from .members import DIR, FIFO, FILE, HARDLINK, IMPLICIT, SYMLINK, Member, PathTaken
 
 _SCHEMA = """
 CREATE TABLE members (seq INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, path BLOB NOT NULL,
     type TEXT NOT NULL, size INTEGER NOT NULL, mode INTEGER NOT NULL, mtime INTEGER NOT NULL,
     link BLOB NOT NULL, line TEXT NOT NULL);
-CREATE TABLE listing (key BLOB NOT NULL, type TEXT NOT NULL, size INTEGER NOT NULL,
-    line TEXT NOT NULL);
 """
 #: The indexes on the manifest lines are built once, when first read (a sort on the temp
 #: disk), not row by row while the bank streams in: nothing looks a line up before then.
 _LINE_INDEXES = {
     "members": "CREATE INDEX members_line ON members(line)",
-    "listing": "CREATE INDEX listing_line ON listing(line)",
 }
-#: A fixed-size filter of the keys held (two bits per key, taken from the key itself): a
-#: key whose bits are not both set is not in the log, and costs no lookup on disk. 2 MiB
-#: whatever the member count (~10% false positives at 3M rows: a lookup, never a wrong
-#: answer).
+#: A filter of the keys held (two bits per key, taken from the key itself): a key whose
+#: bits are not both set is not in the log, and costs no lookup on disk. ~16 bits per key
+#: as the rows land, up to 2 MiB whatever the member count (~10% false positives at 3M
+#: rows: a lookup, never a wrong answer); a 200-member bank's is 1 KiB, not 2 MiB (issue 26).
 _FILTER_BITS = 1 << 24
 
 
@@ -137,13 +135,13 @@ class MemberLog:
         self._db.execute("PRAGMA journal_mode = OFF")  # a private, throwaway database: never rolled back
         self._db.execute("PRAGMA synchronous = OFF")
         self.budget = budget
-        self._filter = bytearray(_FILTER_BITS // 8)
+        self._filter = bytearray()  # built when the first batch lands (``flush``): issue 26
+        self._mask, self._marks = _FILTER_BITS - 1, 0
         self._indexed: set[str] = set()
         self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._db.executescript(_SCHEMA)
         self._db.execute("BEGIN")
         self._pending: dict[bytes, _Row] = {}
-        self._listed: list[tuple[bytes, str, int, str]] = []
         self._salt = secrets.token_bytes(16)
         self._hasher = hashlib.blake2b(digest_size=16, key=self._salt)  # copied per key
         self._landed = False
@@ -189,6 +187,12 @@ class MemberLog:
             return
         rows = list(self._pending.values())
         self._pending.clear()
+        if not self._landed:  # until now every key was in memory: the filter starts here,
+            # ~16 bits per row held (1 KiB at least), growing with the rows (``_grow``)
+            bits = min(_FILTER_BITS, max(1 << 13, 1 << (16 * len(rows)).bit_length()))
+            self._filter, self._mask = bytearray(bits // 8), bits - 1
+            for row in rows:
+                self._mark(row[1])
         self._landed = True
         before = self._db.total_changes
         self._db.executemany(_UPSERT, rows)
@@ -212,12 +216,27 @@ class MemberLog:
                 raise PathTaken(_s(row[2]), str(found[1]))
 
     def _mark(self, key: bytes) -> None:
-        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        if not self._filter:  # nothing landed yet: ``flush`` marks the first batch
+            return
+        a, b = int.from_bytes(key[:3], "little") & self._mask, int.from_bytes(key[3:6], "little") & self._mask
         self._filter[a >> 3] |= 1 << (a & 7)
         self._filter[b >> 3] |= 1 << (b & 7)
+        self._marks += 1
+        if self._marks * 16 > self._mask + 1 and self._mask + 1 < _FILTER_BITS:
+            self._grow()  # past ~16 bits per key: 16 times the size, up to its full size
+
+    def _grow(self) -> None:
+        """A filter 16 times the size (at most ``_FILTER_BITS``), every key held (landed and
+        pending) marked again: three rebuilds on the way to a million rows, ~0.5 M keys re-read."""
+        bits = min(_FILTER_BITS, (self._mask + 1) * 16)
+        self._filter, self._mask, self._marks = bytearray(bits // 8), bits - 1, 0
+        for (key,) in self._db.execute("SELECT key FROM members"):
+            self._mark(bytes(key))
+        for key in self._pending:
+            self._mark(key)
 
     def _may_hold(self, key: bytes) -> bool:
-        a, b = int.from_bytes(key[:3], "little"), int.from_bytes(key[3:6], "little")
+        a, b = int.from_bytes(key[:3], "little") & self._mask, int.from_bytes(key[3:6], "little") & self._mask
         return bool(self._filter[a >> 3] & (1 << (a & 7)) and self._filter[b >> 3] & (1 << (b & 7)))
 
     def _index_lines(self, *tables: str) -> None:
@@ -296,40 +315,15 @@ class MemberLog:
         row = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM members WHERE type = 'file'").fetchone()
         return Manifest(entries, int(row[0]), digest.hexdigest())
 
-    # -- the restored tree, compared with the manifest ------------------------------------
-    def add_listed(self, path: str, kind: str, size: int) -> None:
-        self._listed.append((self.key(path), kind, size, line_of(path, kind, size)))
-        if len(self._listed) >= self.BATCH:
-            self._land_listed()
-
-    def add_listed_line(self, line: str, kind: str, size: int) -> None:
-        """A listed entry that is not a directory, by its canonical line (``line_of``'s,
-        not decoded again): only a directory's key is ever read (the implicit parents)."""
-        self._listed.append((b"", kind, size, line))
-        if len(self._listed) >= self.BATCH:
-            self._land_listed()
-
-    def _land_listed(self) -> None:
-        self._db.executemany("INSERT INTO listing VALUES (?,?,?,?)", self._listed)
-        self._listed.clear()
-        self._check_budget(2 * self.budget)
-
-    def compare(self) -> Comparison:
-        """Lines the manifest has and the listing lacks; listed lines the manifest lacks,
-        except the directories a bank left implicit (parents with no entry of their own)."""
+    # -- the restored tree, compared with the manifest (listing.py) ----------------------
+    def sorted_lines(self) -> Iterator[bytes]:
+        """The manifest lines as bytes, in byte order (its index): one side of the merge
+        that compares a restored tree's sorted listing with the manifest."""
         self.flush()
-        self._land_listed()
-        self._index_lines("members", "listing")
-        missing = self._db.execute(
-            "SELECT COUNT(*) FROM members m WHERE m.line != '' "
-            "AND NOT EXISTS (SELECT 1 FROM listing l WHERE l.line = m.line)"
-        ).fetchone()[0]
-        unexpected = self._db.execute(
-            "SELECT COUNT(*) FROM listing l WHERE NOT EXISTS (SELECT 1 FROM members m WHERE m.line = l.line) "
-            "AND NOT (l.type = 'dir' AND EXISTS "
-            "(SELECT 1 FROM members i WHERE i.key = l.key AND i.type = 'implicit'))"
-        ).fetchone()[0]
-        return Comparison(int(missing), int(unexpected))
+        self._index_lines("members")
+        rows = self._db.execute("SELECT CAST(line AS BLOB) FROM members WHERE line != '' ORDER BY line")
+        while batch := rows.fetchmany(4096):
+            yield from [row[0] for row in batch]
 
 
 def manifest_lines(members: Iterable[Member]) -> list[str]:

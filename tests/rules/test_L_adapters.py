@@ -182,3 +182,54 @@ def test_L4_judge_orphan_leaves_a_queue_record_without_a_time_and_a_run_not_queu
 def test_L4_the_sweeper_default_cutoff_is_the_lease_arithmetics() -> None:
     """The sweeper default cutoff is the lease arithmetics: ``scratchbank.domain.lease.sweeper_cutoff``."""
     assert sweeper_cutoff(HoldBudgets(), LeaseTiming()) == 150 * 60
+
+
+# ---- the NATS lease's acquire racing its value's aging out (seen once in CI under load).
+
+
+class _AgingKv:
+    """A KV bucket whose value ages out between nats-py's create and its read-back: the first
+    create fails as nats-py's does then (KeyNotFoundError), the next one lands."""
+
+    def __init__(self, lapses: int) -> None:
+        self.lapses, self.creates = lapses, 0
+
+    async def create(self, key: str, value: bytes) -> int:
+        import nats.js.errors
+
+        self.creates += 1
+        if self.creates <= self.lapses:
+            raise nats.js.errors.KeyNotFoundError
+        return 41
+
+
+class _LoopConn:
+    def call(self, coro: object, timeout: float = 30.0) -> object:
+        import asyncio
+
+        return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def _aging_lease(kv: _AgingKv) -> object:
+    from scratchbank.adapters.nats_queue import NatsKvLease
+
+    lease = NatsKvLease.__new__(NatsKvLease)
+    lease.conn, lease.lapse, lease.clock, lease.bucket = _LoopConn(), 30.0, ManualClock(), "b"  # type: ignore[assignment]
+    lease.kv = kv  # type: ignore[assignment]
+    return lease
+
+
+def test_L4_a_lease_whose_value_ages_out_during_the_acquire_is_taken_not_a_queue_outage() -> None:
+    """The old holder's value lapsing between the create and its read-back is a free key: taken.
+    Proves ``scratchbank.adapters.nats_queue.NatsKvLease.acquire``."""
+    kv = _AgingKv(lapses=1)
+    grant = _aging_lease(kv).acquire("run-1", "b")  # type: ignore[attr-defined]
+    assert grant is not None and grant.token == 41 and kv.creates == 2
+
+
+def test_L4_a_lease_that_keeps_lapsing_under_the_acquire_is_held_and_backed_off_from() -> None:
+    """A key lapsing under every try is reported held (the caller backs off), never an outage.
+    Proves ``scratchbank.adapters.nats_queue.NatsKvLease.acquire``."""
+    kv = _AgingKv(lapses=99)
+    assert _aging_lease(kv).acquire("run-1", "b") is None  # type: ignore[attr-defined]
+    assert kv.creates == 3

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, set_field, ustar
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rigs.delivery_timelines import _NoSandboxes
 from rigs.host_archive import stream
 from rigs.host_directory_restore import (
@@ -578,7 +580,8 @@ _VARIANTS = [
 
 
 def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again() -> None:
-    """Issue 24 item 1: a line exactly as line_of writes it (not a directory's) skips parse_line."""
+    """Issue 24 item 1: a line exactly as line_of writes it skips parse_line; only a line that is not, and a
+    directory's the manifest lacks (its implicit-parent check), are decoded."""
     from scratchbank.application.bank_format import listing as listing_module
 
     decoded: list[bytes] = []
@@ -597,7 +600,7 @@ def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again(
         got = load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + files + b'["d\\/f00001", "file", 1]\n'))
         log.close()
     assert (got.missing, got.unexpected) == (0, 0)  # "d\\/f00001" is d/f00001's line, once decoded
-    assert decoded == [b'["d", "dir", 0]\n', b'["d\\/f00001", "file", 1]\n']
+    assert decoded == [b'["d\\/f00001", "file", 1]', b'["d", "dir", 0]']
 
 
 def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> None:
@@ -614,6 +617,88 @@ def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> N
             assert _compared(lines) == _compared(lines, decode_all=True), variant
 
 
+def test_X2_a_listing_is_compared_as_a_merge_that_lands_no_row_per_entry() -> None:
+    """Issue 24 item 1: the listing is merged, sorted, with the manifest: the member log's temp disk does not grow with it.
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
+    log = MemberLog()
+    for i in range(20_000):
+        log.add(Member(f"d/f{i:05d}", "file", i, 0o644, 0))
+    log.add(Member("d", "dir", 0, 0o755, 0))
+    log.manifest()  # as the bank's check does: the manifest lines indexed
+    before = log.disk_bytes()
+    lines = b"".join(b'["d/f%05d", "file", %d]\n' % (i, i) for i in reversed(range(20_000)))
+    assert load_listing(log, io.BytesIO(lines + b'["d", "dir", 0]\n')).same
+    assert log.disk_bytes() == before
+    log.close()
+
+
+_NAMES = st.text(alphabet='ab/"\\\n\u00e9', min_size=1, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    explicit=st.dictionaries(
+        _NAMES, st.tuples(st.sampled_from(["file", "dir", "symlink"]), st.integers(0, 3))
+    ),
+    implicit=st.sets(_NAMES, max_size=4),
+    extra=st.lists(st.tuples(_NAMES, st.sampled_from(["file", "dir", "fifo", "other"]), st.integers(0, 3))),
+    picks=st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["same", "size", "plain", "blank"]))),
+    spill=st.booleans(),
+)
+def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
+    explicit: dict[str, tuple[str, int]],
+    implicit: set[str],
+    extra: list[tuple[str, str, int]],
+    picks: list[tuple[int, str]],
+    spill: bool,
+) -> None:
+    """Issue 24 item 1, differential: the sorted merge counts missing and unexpected lines as
+    SQL's NOT EXISTS did (repeats, implicit parents, non-canonical lines, runs spilled to disk and merged).
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
+    from scratchbank.application.bank_format import listing as listing_module
+    from scratchbank.application.bank_format.manifest_line import line_of
+
+    implicit -= set(explicit)
+    log = MemberLog()
+    manifest: set[str] = set()
+    for path, (kind, size) in explicit.items():
+        link = "x" * size if kind == "symlink" else ""
+        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 0, link))
+        manifest.add(line_of(path, kind, size if kind != "dir" else 0))
+    for path in implicit:
+        log.add_implicit(path)
+    pool = [(p, k, s if k != "dir" else 0) for p, (k, s) in explicit.items()]
+    pool += [(p, "dir", 0) for p in implicit] + extra
+    listed: list[tuple[str, str, int]] = []
+    raw = b""
+    for at, how in picks:
+        if not pool:
+            break
+        path, kind, size = pool[at % len(pool)]
+        size += how == "size"
+        listed.append((path, kind, size))
+        line = line_of(path, kind, size).encode("ascii")
+        raw += (
+            (line.replace(b'", "', b'","') if how == "plain" else line)
+            + b"\n"
+            + (b"\n" if how == "blank" else b"")
+        )
+    seen = {line_of(*entry) for entry in listed}
+    missing = len(manifest - seen)
+    unexpected = sum(
+        1 for p, k, s in listed if line_of(p, k, s) not in manifest and not (k == "dir" and p in implicit)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        if spill:
+            patch.setattr(listing_module, "RUN_BYTES", 16)
+            patch.setattr(listing_module, "_BATCH_BYTES", 30)
+            patch.setattr(listing_module, "_BLOCK", 2)
+            patch.setattr(listing_module, "_MAX_RUNS", 3)
+        got = load_listing(log, io.BytesIO(raw))
+    log.close()
+    assert (got.missing, got.unexpected) == (missing, unexpected)
+
+
 def _listed(raw_listing: bytes) -> list[str]:
     import tempfile
 
@@ -625,6 +710,86 @@ def _listed(raw_listing: bytes) -> list[str]:
         write_listing(raw, lines)
         lines.seek(0)
         return lines.read().decode("ascii").splitlines()
+
+
+def test_X2_a_plain_one_walk_listing_is_written_in_bulk_not_an_entry_at_a_time() -> None:
+    """Issue 24 item 2: a one-walk listing of plain names is written a batch at a time (no per-entry call).
+    Proves ``scratchbank.adapters.restore_wire.write_listing``."""
+    from scratchbank.adapters import restore_wire
+
+    calls: list[bytes] = []
+
+    def counting(stat_line: bytes, name: bytes) -> str:
+        calls.append(name)
+        return str(_per_entry(stat_line, name))
+
+    _per_entry = restore_wire._manifest_line
+    stats = b"".join(b":f %d\n" % i for i in range(5000)) + b":d 4096\n"
+    names = b"".join(b"./d/f%05d.py\0" % i for i in range(5000)) + b"./d\0"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(restore_wire, "_manifest_line", counting)
+        got = _listed(b"%d %d\n" % (len(stats), len(names)) + stats + names)
+    assert got == [f'["d/f{i:05d}.py", "file", {i}]' for i in range(5000)] + ['["d", "dir", 0]']
+    assert calls == []
+
+
+_STAT_LINES = st.sampled_from(
+    [
+        b":f 3",
+        b":d 4096",
+        b":l 0",
+        b":p 0",
+        b":s 0",
+        b":f 007",
+        b":f 0",
+        b":x 1",
+        b"81a4 7",
+        b"41ed 9",
+        b":f",
+        b"",
+    ]
+)
+_NAME_BYTES = st.binary(max_size=6).map(lambda b: b"./" + b.replace(b"\0", b"a")) | st.sampled_from(
+    [b"./a", b"./a b", b'./q"', b"./\\", b"a", b"./\xc3\xa9", b"./\x7f"]
+)
+
+
+_PLAIN_ENTRIES = st.lists(
+    st.tuples(
+        st.sampled_from([b":f 3", b":d 4096", b":l 0", b":p 0", b":f 0"]),
+        st.sampled_from([b"./a", b"./a b", b"./d/e.py", b"./", b"./~!"]),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.booleans().flatmap(
+        lambda plain: _PLAIN_ENTRIES if plain else st.lists(st.tuples(_STAT_LINES, _NAME_BYTES), max_size=12)
+    ),
+    cut=st.integers(-2, 2),
+)
+def test_X2_a_listing_written_in_bulk_reads_and_refuses_as_an_entry_at_a_time(
+    entries: list[tuple[bytes, bytes]], cut: int
+) -> None:
+    """Issue 24 item 2, differential: ``write_listing``'s batches write the lines, and refuse, as an entry at a time."""
+    from scratchbank.adapters import restore_wire
+
+    stats = b"".join(s + b"\n" for s, _ in entries[: max(0, len(entries) + min(cut, 0))])
+    names = b"".join(n + b"\0" for _, n in entries[: max(0, len(entries) - max(cut, 0))])
+    raw = b"%d %d\n" % (len(stats), len(names)) + stats + names
+
+    def written(*, one_at_a_time: bool) -> list[str] | str:
+        with pytest.MonkeyPatch.context() as patch:
+            if one_at_a_time:
+                patch.setattr(restore_wire, "_PLAIN_STATS", re.compile(b"(?!)"))
+            try:
+                return _listed(raw)
+            except StreamBroken as error:
+                return type(error).__name__
+
+    assert written(one_at_a_time=False) == written(one_at_a_time=True)
 
 
 def test_X2_a_one_walk_listing_reads_find_type_letters_and_an_unknown_letter_breaks_the_stream() -> None:
