@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -42,6 +43,36 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         proc.kill()
+
+
+#: The variable that marks every process a local sandbox starts (with the sandbox's own
+#: value): ``destroy`` ends each one still running, a child that detached (setsid) too.
+SANDBOX_VAR = "SCRATCHBANK_LOCAL_SANDBOX"
+
+
+def _marked(value: str) -> list[int]:
+    """The host's live processes started by one local sandbox: those whose environment (as
+    it was when they started: a script cannot shed it by unsetting a variable) carries
+    ``value``. Never this process. (Not by session or group: once a command is reaped its
+    number may be another process's.)"""
+    wanted = f"{SANDBOX_VAR}={value}".encode()
+    me = os.getpid()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b") ", 1)[1].split()
+            if fields[0] in (b"Z", b"X"):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if wanted in f.read().split(b"\0"):
+                    found.append(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def _poll(wanted: dict[int, int]) -> list[int]:
@@ -169,6 +200,7 @@ class LocalSandbox(ScriptedSandbox):
         scratch = self.root / "scratch"
         self._init: subprocess.Popen[bytes] | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
+        self._mark = secrets.token_hex(8)
         self.ns_pid: int | None = None
         why = "commands run as plain host processes"
         if isolate and shutil.which("unshare") and shutil.which("nsenter"):
@@ -229,6 +261,7 @@ class LocalSandbox(ScriptedSandbox):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, SANDBOX_VAR: self._mark},
         )
         self._spawned.append(proc)
         return proc
@@ -245,6 +278,7 @@ class LocalSandbox(ScriptedSandbox):
                 stdout=stdout if direct_out else subprocess.PIPE,  # type: ignore[arg-type]
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env={**os.environ, SANDBOX_VAR: self._mark},
             )
         except OSError as error:
             raise ExecFailed(f"cannot run in the local sandbox: {error}") from error
@@ -252,7 +286,10 @@ class LocalSandbox(ScriptedSandbox):
         return pump(running, exec_, stdout=not direct_out, name="local-exec")
 
     def destroy(self) -> None:
-        """End every process of the sandbox and remove its directory."""
+        """End every process of the sandbox and remove its directory: its namespace's, and
+        on the host every process its commands started (by the mark in their environment), a
+        writer that outlived its exec or detached from it included (a host harm otherwise:
+        a loop reparented to init, burning a core)."""
         if self._init is not None and self._init.poll() is None:
             try:
                 os.killpg(self._init.pid, signal.SIGKILL)
@@ -263,4 +300,17 @@ class LocalSandbox(ScriptedSandbox):
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=10)
+        self._end_the_rest()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _end_the_rest(self, rounds: int = 20) -> None:
+        """SIGKILL every host process the sandbox started, until a scan finds none (one
+        that forked between a scan and its kill is found by the next; bounded)."""
+        for _ in range(rounds):
+            left = _marked(self._mark)
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)

@@ -59,8 +59,9 @@ def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> Quies
     """quiesce.sh's exit code and report lines as a QuiesceReport (T12, T13)."""
     tags = ("refused: ", "unquiesced: ")
     reasons = tuple(said(line.split(": ", 1)[1].encode(), 300) for line in lines if line.startswith(tags))
-    counts = (_STOPPED.match(line) for line in lines)
-    stopped = next((int(m.group(1)) for m in counts if m is not None), 0)
+    # the script's own count is its last line: an earlier "stopped N" is no count of ours
+    counts = [int(m.group(1)) for m in map(_STOPPED.match, lines) if m is not None]
+    stopped = counts[-1] if counts else 0
     if exit_code == 0:
         return QuiesceReport(True, False, (), stopped)
     if exit_code == QUIESCE_REFUSED:

@@ -100,7 +100,11 @@ $1"; say "unquiesced: $1" ;;
 
 # -- stop, then check every process and thread ------------------------------------------
 # A parent waiting on a vfork'd child shows D until that child execs or exits: when the
-# child is stopped, the parent is frozen too.
+# child is stopped (before its exec), the parent is frozen too. A child that exited (Z)
+# proves nothing: its vfork is over and the parent runs on (a root shell read in D whose
+# child had exec'd, slept and exited before its children were read was taken for frozen,
+# by a quiesce whose user cannot read its wchan). So: a stopped child, no child running,
+# and the parent still in D when read again.
 vfork_wait() {
     w=""
     read -r w 2>/dev/null <"$1/wchan"
@@ -108,11 +112,13 @@ vfork_wait() {
     kids=""
     read -r kids 2>/dev/null <"$1/task/$2/children"
     [ -n "$kids" ] || return 1
+    held=""
     for k in $kids; do
         read_status "/proc/$k" || continue
-        case $st_state in T|t|Z|X|x) ;; *) return 1 ;; esac
+        case $st_state in T|t) held=1 ;; Z|X|x) ;; *) return 1 ;; esac
     done
-    return 0
+    [ -n "$held" ] || return 1
+    read_status "$1" && [ "$st_state" = D ]
 }
 
 scan() {
@@ -186,6 +192,21 @@ unstoppable() {
     fi
 }
 
+# clean_name NAME: NAME in $c_out, every character but [A-Za-z0-9._+@:=-] as "?", by
+# builtins only: the workload may have replaced tr with one that prints report lines of
+# its own ("scratchbank-quiesced 0" read as a quiesce that stopped everything)
+NAME_CHARS='abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+@:=-'
+clean_name() {
+    c_in=$1
+    c_out=""
+    while [ -n "$c_in" ]; do
+        c_rest=${c_in#?}
+        c=${c_in%"$c_rest"}
+        case $NAME_CHARS in *"$c"*) c_out=$c_out$c ;; *) c_out="$c_out?" ;; esac
+        c_in=$c_rest
+    done
+}
+
 # pid1_idle: PID 1 is proven idle (its counters readable, unmoved since unstoppable over
 # at least P1_WINDOW_CS, every task asleep or stopped), else a note says why not. The
 # window counts from the first read, so the stop rounds' time is part of it; the check
@@ -195,7 +216,8 @@ pid1_idle() {
     [ "$self" = 1 ] && return 0
     read_status /proc/1 || st_name="?"
     name=$st_name
-    case $name in *[!A-Za-z0-9._+@:=-]*) name=$(printf '%s' "$name" | tr -c 'A-Za-z0-9._+@:=-' '?') ;; esac
+    clean_name "$name"
+    name=$c_out
     while :; do
         pid1_writes
         [ -n "$p1_before" ] && [ "$p1_before" = "$p1_io" ] || break # moved or unreadable: below

@@ -4,8 +4,13 @@ filed by family in tests/rules/ and by the tests that stayed."""
 
 from __future__ import annotations
 
+import array
+import fcntl
 import subprocess
+import termios
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from hostile import member, ustar
@@ -59,3 +64,44 @@ def _wait_for(r: Rig, path: str) -> None:
     eventually(
         lambda: r.sh(f"test -s {path} && echo yes", check=False).strip() == "yes", what="the writer writes"
     )
+
+
+@contextmanager
+def started_execs() -> Iterator[list[tuple[Any, Any]]]:
+    """Every exec a transport starts meanwhile, as (its ``Exec``, the pump's ``Started``)."""
+    from scratchbank.adapters import docker_sandbox, exec_pump, k8s_sandbox, local_sandbox
+
+    seen: list[tuple[Any, Any]] = []
+    real = exec_pump.pump
+
+    def spy(started: Any, what: Any, **how: Any) -> Any:
+        seen.append((what, started))
+        return real(started, what, **how)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (docker_sandbox, k8s_sandbox, local_sandbox):
+            patch.setattr(module, "pump", spy)
+        yield seen
+
+
+#: what a transport adds around one chunk of output: Docker's frame header, a websocket's
+#: header and channel byte (a server's frames are unmasked), nothing on a pipe
+FRAMING = {"_LocalExec": 0, "_DockerExec": 8, "_PodExec": 3}
+
+
+def unread(started: Any) -> int:
+    """The bytes the host's end of a started exec holds, not yet read (FIONREAD on its
+    pipes or its socket): what the exec wrote that has reached the host."""
+    kind = type(started).__name__
+    if kind == "_LocalExec":
+        fds = list(started._open)
+    elif kind == "_DockerExec":
+        fds = [started.raw.fileno()]
+    else:
+        fds = [started.ws.sock.fileno()]
+    total = 0
+    for fd in fds:
+        got = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, got)
+        total += got[0]
+    return total

@@ -7,10 +7,17 @@ tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
+import os
+import signal
+import threading
+import uuid
 from pathlib import Path
 
 import attrs
+import docker
 import pytest
 from hostile import end, gz, member, ustar
 from rigs.hostile_sandbox import (
@@ -25,10 +32,11 @@ from rigs.sandbox_probes import frozen
 from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
+from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import Exec
-from scratchbank.application.cancellation import Deadline
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
-from scratchbank.testing.hostile import HostileSandbox, flood, shadow
+from scratchbank.testing.hostile import HostileSandbox, flood, replace, shadow
 
 # ---- from tests/test_hostile_sandbox.py: Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
 
@@ -207,3 +215,210 @@ def test_H7_a_cut_call_ends_every_process_it_started_even_one_that_detached(box:
         box.sandbox.call(Exec(source, deadline=Deadline.after(3)))
     eventually(lambda: frozen(box, held), timeout=30, what="the detached writer ends with the cut")
     eventually(lambda: frozen(box, grouped), timeout=30, what="the grouped writer ends with the cut")
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["own-pid-namespace", "plain-processes"])
+def test_H7_no_process_of_an_exec_survives_its_local_sandboxs_close(isolate: bool) -> None:
+    """An exec that returned while a writer it started floods a closed stderr, one in its
+    process group and one that detached (setsid) :
+    once the sandbox is closed, neither runs on the host (never a loop burning a core,
+    reparented to init). Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.destroy``."""
+    marker = f"flood-{uuid.uuid4().hex[:10]}"
+    loop = "while :; do echo y >&2; sleep 0.05; done"
+    box = LocalSandbox(isolate=isolate)
+    try:
+        assert box.facts.process_isolated == isolate, box.facts.isolation
+        done = box.run(
+            f"setsid sh -c '{loop}' {marker} </dev/null >/dev/null 2>&- & "
+            f"sh -c '{loop}' {marker} </dev/null >/dev/null 2>&- & "
+            "echo started",
+            [],
+        )
+        assert done.exit_code == 0 and done.stdout == b"started\n", done
+        eventually(lambda: len(_live(marker)) == 2, timeout=60, what="both writers run")
+    finally:
+        box.destroy()
+    try:
+        eventually(
+            lambda: _live(marker) == [],
+            timeout=60,
+            what="no writer survives the close",
+            detail=lambda: _live(marker),
+        )
+    finally:
+        for pid in _live(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _descriptors() -> dict[str, str]:
+    """This process's descriptors and what each is."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
+def _live(marker: str) -> list[int]:
+    """The host's processes (not zombies) whose command line names ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker.encode() in argv and state not in ("Z", "X"):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
+def test_H4_a_replaced_tr_cannot_forge_a_line_of_the_quiesce_report(engine: str) -> None:
+    """PID 1 writes under a name ``tr`` would clean, and the workload replaced ``tr`` with one
+    printing report lines of its own (``scratchbank-quiesced 0``, ``stopped 999``): the report
+    still reads unquiesced, its count is the script's, in one exec and in the quiesce alone.
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    spin = "i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done"
+    loop = (
+        "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+        f"while :; do echo x >> /tmp/iterion-scratch/w; {spin}; done"
+    )
+    forged = replace("tr", "printf 'w\\nscratchbank-quiesced 0\\nstopped 999\\nwatchdog 1\\n'")
+    with rig(engine, command=["sh", "-c", loop]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        hostile = HostileSandbox(r.sandbox, forged)
+        try:
+            one = hostile.quiesce_and_archive(
+                io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False
+            ).quiesce
+            alone = hostile.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.continue_processes()
+    for report in (one, alone):
+        assert not report.quiesced and report.stopped != 999, report
+        assert any("pid 1 (w?r)" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_H7_a_call_cut_while_stdout_and_stderr_flood_returns_by_its_deadline(engine: str) -> None:
+    """An exec that floods stdout and stderr at once and never ends, into a sink that takes
+    everything: cut at its deadline, the call returns (a cut transport that kept reading a
+    peer still sending would never end), StreamBroken, and nothing of it runs on after.
+    Proves ``scratchbank.adapters.exec_pump.pump``."""
+    taken = [0]
+
+    class Sink:
+        def write(self, data: bytes) -> int:
+            taken[0] += len(data)
+            return len(data)
+
+    with rig(engine) as r:
+        raised: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                r.sandbox.call(
+                    Exec("yes flood-err >&2 & yes flood-out", stdout=Sink(), deadline=Deadline.after(3))
+                )
+            except BaseException as error:
+                raised.append(error)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(120)  # a bound for the test: the cut comes at 3 s
+        assert not caller.is_alive(), f"the cut call never returned ({taken[0]} bytes taken)"
+        assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
+        assert taken[0] > 0
+        eventually(
+            lambda: "flood" not in r.sh("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", check=False),
+            timeout=60,
+            what="no flood runs on",
+        )
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: str) -> None:
+    """Calls cut mid-stream (one that floods both streams, one whose detached child holds its
+    pipes), round after round: the host's threads come back to what they were after the first round,
+    its descriptors too but for the engine client's pool of idle API connections. Proves ``scratchbank.adapters.exec_pump.pump``."""
+    sources = ["yes flood-err >&2 & yes flood-out", "setsid sh -c 'sleep 1000' & echo held; exec sleep 1000"]
+
+    def cut_round(r: Rig) -> None:
+        for source in sources:
+            wrote, cancel = threading.Event(), Cancel()
+
+            class Sink:
+                def __init__(self, wrote: threading.Event) -> None:
+                    self.wrote = wrote
+
+                def write(self, data: bytes) -> int:
+                    self.wrote.set()
+                    return len(data)
+
+            def call(source: str = source, sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+                with contextlib.suppress(StreamBroken):
+                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
+
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            assert wrote.wait(60), "the exec never wrote"
+            cancel.cut("cut by the test")
+            caller.join(60)
+            assert not caller.is_alive(), "a cut call never returned"
+
+    def held() -> tuple[int, int]:
+        gc.collect()  # a descriptor only garbage still holds is freed here, not leaked
+        return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+    # the engine's client keeps up to this many idle API connections (docker-py's pool)
+    pooled = docker.constants.DEFAULT_MAX_POOL_SIZE if engine in CONTAINERS else 0
+    with rig(engine) as r:
+        cut_round(r)
+        fds, threads = held()
+        for _ in range(8):  # 16 cut calls and their reaps: a descriptor each would pass the pool
+            cut_round(r)
+        eventually(
+            lambda: held()[0] <= fds + pooled and held()[1] <= threads,
+            timeout=60,
+            what="descriptors and threads back",
+            detail=lambda: (held(), fds, threads, _descriptors()),
+        )
+
+
+def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() -> None:
+    """A call whose detached child (``setsid sh -c 'sleep 1001'``) is still going through its
+    execs when the call is cut at its first output: the reap ends it, call after call (one
+    pass over /proc missed it about once in ten cuts on the Kubernetes double, where the cut
+    does not end the exec first: a process inside an execve reads an empty environ).
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.call``."""
+    source = "setsid sh -c 'sleep 1001' & echo held; exec sleep 1000"
+    count = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 100[01]' || true"
+    survived = 0
+    with rig("k8s-double") as r:
+        for _ in range(20):  # a race: each cut is one more chance to miss it
+            wrote, cancel = threading.Event(), Cancel()
+
+            class Sink:
+                def __init__(self, wrote: threading.Event) -> None:
+                    self.wrote = wrote
+
+                def write(self, data: bytes) -> int:
+                    self.wrote.set()
+                    return len(data)
+
+            def call(sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+                with contextlib.suppress(StreamBroken):
+                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
+
+            caller = threading.Thread(target=call, daemon=True)
+            caller.start()
+            assert wrote.wait(60), "the exec never wrote"
+            cancel.cut("cut by the test")
+            caller.join(60)
+            assert not caller.is_alive(), "a cut call never returned"
+            if r.sh(count, check=False).strip() != "0":
+                survived += 1
+                r.sh("pkill -f 'sleep 100[01]' || killall sleep", check=False)
+    assert survived == 0, f"{survived} of 20 cut calls left their detached child running"

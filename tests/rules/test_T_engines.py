@@ -14,9 +14,11 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -25,6 +27,7 @@ from async_engine import bank_at_teardown_shielded
 from hostile import gz
 from rigs.counted_teardowns import END_THE_EXEC, ONE_EXEC, Stalls, bank, counted, names, stopped, wait_for
 from rigs.forked_child import _deep_unique, in_child
+from rigs.hostile_sandbox import FRAMING, TRANSPORTS, started_execs, unread
 from rigs.real_sandboxes import CONTAINERS, Rig, host_sleep, kept_containers, rig  # noqa: F401 - a fixture
 from rigs.s3_buckets import new_bucket, s3_client
 from rigs.sandbox_probes import (
@@ -47,12 +50,14 @@ from rigs.stalls import (
     s3_bucket,  # noqa: F401 - a fixture
     through_proxy,  # noqa: F401 - a fixture
 )
+from waiting import eventually
 
 from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.memory import InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.s3_bank import S3BankStore
 from scratchbank.adapters.script_reports import QuiesceHead, bank_status, read_tar_stderr
-from scratchbank.application.cancellation import Deadline
+from scratchbank.adapters.scripted import QUIESCE, Exec
+from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import QuiescedArchive, QuiesceReport
 from scratchbank.application.retry import Budget, Pauses, retry_within
 from scratchbank.application.teardown import Budgets
@@ -633,3 +638,91 @@ def test_T14_T16_only_the_last_stderr_line_is_the_bank_status_and_tar_never_read
         "",
         b"tar: ./a: file changed as we read it\n",
     )
+
+
+@pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
+def test_T14_what_an_exec_wrote_before_its_cut_reaches_its_sink_on_every_transport(engine: str) -> None:
+    """A cut ends the exec at once, yet what it had written that reached the host before the
+    cut (a bank's quiesce report, ahead of its tar) is still read into the sink, on every
+    transport: ``scratchbank.adapters.exec_pump.pump`` (deterministic: the sink holds the pump
+    on the first chunk until the second one sits unread on the host's end, then the cut)."""
+    first, release = threading.Event(), threading.Event()
+    got = bytearray()
+
+    class HeldSink:
+        def write(self, data: bytes) -> int:
+            got.extend(data)
+            first.set()
+            release.wait(60)
+            return len(data)
+
+    with rig(engine) as r, started_execs() as seen:
+        # fresh names: a local sandbox's /tmp is the host's, kept from run to run
+        tag = uuid.uuid4().hex[:12]
+        go, written = f"/tmp/go-{tag}", f"/tmp/written-{tag}"
+        source = (
+            'printf first; while [ ! -e "$1" ]; do sleep 0.01; done; printf second; : > "$2"; exec sleep 1000'
+        )
+        cancel, raised = Cancel(), []
+
+        def call() -> None:
+            try:
+                r.sandbox.call(
+                    Exec(source, [go, written], stdout=HeldSink(), deadline=Deadline.after(120, cancel))
+                )
+            except BaseException as error:
+                raised.append(error)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        try:
+            assert first.wait(60), "the exec never wrote"
+            (ours,) = [started for what, started in seen if what.source == source]
+            r.sh(f": > {go}")
+            eventually(
+                lambda: r.sh(f"test -e {written} && echo yes", check=False).strip() == "yes",
+                timeout=60,
+                what="the second write",
+            )
+            need = len(b"second") + FRAMING[type(ours).__name__]
+            eventually(lambda: unread(ours) >= need, timeout=60, what="the second write, unread on the host")
+            cancel.cut("the refresh failed (LEASE_LOST): the run context is cancelled (L5)")
+            release.set()
+            caller.join(60)  # a bound for the test: an uncut exec sleeps 1000 s
+            assert not caller.is_alive(), "the cut did not end the call"
+        finally:
+            release.set()
+            r.sh(f"rm -f {go} {written}", check=False)
+    assert bytes(got) == b"firstsecond"
+    assert len(raised) == 1 and isinstance(raised[0], StreamBroken), raised
+
+
+def _vfork_wait(tmp_path: Path, parent: str, wchan: str, children: dict[str, str]) -> int:
+    """quiesce.sh's vfork_wait on process 12 (its wchan ``wchan``, read as ``parent`` when
+    read again) whose children have the states ``children``, /proc reads stubbed: 0 when it
+    takes the parent for frozen."""
+    proc = tmp_path / "12"
+    (proc / "task" / "12").mkdir(parents=True)
+    (proc / "wchan").write_text(wchan)
+    (proc / "task" / "12" / "children").write_text(" ".join(children) + " ")
+    table = "".join(f"/proc/{pid}) st_state={state} ;; " for pid, state in children.items())
+    stubs = f"""
+read_status() {{ st_state=""; case $1 in {table} "{proc}") st_state={parent} ;; esac; [ -n "$st_state" ]; }}
+vfork_wait "{proc}" 12
+"""
+    done = subprocess.run(["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs], check=False, timeout=60)
+    return done.returncode
+
+
+def test_T13_a_vfork_parent_whose_child_already_exited_is_not_taken_for_frozen(tmp_path: Path) -> None:
+    """The podman-gnu flake of test_T13_a_process_of_another_user_is_reported_unquiesced: a root
+    shell read in D (its vfork, wchan unreadable to another user) whose child, by the time its
+    children were read, had exec'd, slept and exited (Z): the vfork was over, the shell ran on,
+    yet the scan counted it frozen and reported nothing running. Only a stopped child (T) keeps
+    its vfork parent frozen. Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
+    assert _vfork_wait(tmp_path / "a", "D", "0", {"103": "Z"}) == 1
+    assert _vfork_wait(tmp_path / "b", "D", "0", {"103": "X"}) == 1
+    assert _vfork_wait(tmp_path / "c", "D", "0", {"103": "T"}) == 0  # stopped before its exec: frozen
+    assert _vfork_wait(tmp_path / "d", "D", "0", {"99": "Z", "103": "T"}) == 0  # an old zombie beside it
+    assert _vfork_wait(tmp_path / "e", "S", "0", {"103": "T"}) == 1  # read again: no longer in its vfork
+    assert _vfork_wait(tmp_path / "f", "D", "0", {"103": "S"}) == 1
