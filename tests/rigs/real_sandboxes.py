@@ -15,7 +15,7 @@ import docker
 import pytest
 from engines import EXERCISED, need
 
-from scratchbank.adapters.docker_sandbox import DockerSandbox
+from scratchbank.adapters.docker_sandbox import DockerSandbox, buffered_reader, docker_frames
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import ScriptedSandbox
 
@@ -80,6 +80,24 @@ def _container(name: str, **run: Any) -> Iterator[tuple[Any, Any]]:
         client.close()
 
 
+def _exec_output(client: Any, container_id: str, argv: list[str], user: str) -> tuple[int, bytes]:
+    """A command's exit code and its stdout and stderr together, as docker-py's ``exec_run``
+    gives them, but read through the engine answer's buffered reader
+    (``docker_frames``): ``exec_run`` reads the raw socket and lost a short command's
+    output that came with the answer's headers (an empty output, exit 0, under load)."""
+    api = client.api
+    exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user)["Id"]
+    sock = api.exec_start(exec_id, socket=True)
+    try:
+        reader = buffered_reader(sock)
+        assert reader is not None, "docker-py kept no response on the exec's socket"
+        out = b"".join(data for _, data in docker_frames(reader))
+    finally:
+        sock._response.close()
+    code = api.exec_inspect(exec_id).get("ExitCode")
+    return (-1 if code is None else int(code)), out
+
+
 def _rig_in(name: str, box: Any, client: Any) -> Rig:
     """A rig over a running container: a sandbox adapter of its own (no state of an earlier
     rig's adapter), commands run in it."""
@@ -87,7 +105,7 @@ def _rig_in(name: str, box: Any, client: Any) -> Rig:
     sandbox = DockerSandbox(box.id, scratch=SCRATCH, podman=kind == "podman", client=client)
 
     def sh(cmd: str, user: str = "0", check: bool = True) -> str:
-        code, out = box.exec_run(["sh", "-c", cmd], user=user)
+        code, out = _exec_output(client, box.id, ["sh", "-c", cmd], user)
         text = out.decode(errors="replace")
         if check and code != 0:
             raise AssertionError(f"{cmd!r} exited {code}: {text}")

@@ -1157,3 +1157,37 @@ def test_X2_a_bank_the_host_banked_under_a_larger_cap_is_restored_not_refused_as
     got = restore_bank("run-c", decision, store=store, sandbox=into, cap=4096)  # below the bank
     assert got.result is RestoreResult.RESTORED, got.detail
     assert into.files == files
+
+
+def test_X5_a_docker_exec_whose_output_came_with_the_engines_answer_streams_whole() -> None:
+    """The engine sent a short command's whole output with its answer's headers (Podman did
+    so for 9 of 300 execs on a loaded machine): the frames the header parser already holds
+    reach the caller, not only what is still on the socket. Proves
+    ``scratchbank.adapters.docker_sandbox.docker_frames``."""
+    import http.client
+    import socket
+    import struct
+    from types import SimpleNamespace
+
+    from scratchbank.adapters.docker_sandbox import _DockerExec
+    from scratchbank.adapters.exec_pump import STDERR, STDOUT
+
+    def frame(stream: int, data: bytes) -> bytes:
+        return struct.pack(">BxxxL", stream, len(data)) + data
+
+    engine, host = socket.socketpair()
+    with engine, host:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n"
+        engine.sendall(answer + frame(1, b"hello\n") + frame(2, b"warn") + frame(1, b"bye\n"))
+        engine.shutdown(socket.SHUT_WR)
+        response = http.client.HTTPResponse(host)
+        response.begin()  # what docker-py does before it hands the socket over
+        sock = response.fp.raw  # type: ignore[attr-defined]  # the socket docker-py returns
+        sock._response = SimpleNamespace(raw=SimpleNamespace(_fp=response))
+        running = _DockerExec(None, "exec-1", sock, host, wants_input=False)  # type: ignore[arg-type]
+        got = []
+        while (item := running.receive()) is not None:
+            got.append(item)
+        response.close()
+        running.close()
+    assert got == [(STDOUT, b"hello\n"), (STDERR, b"warn"), (STDOUT, b"bye\n")]
