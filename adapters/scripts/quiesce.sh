@@ -8,7 +8,9 @@
 #
 # Only builtins signal (kill's exit status means nothing; /bin/kill -STOP -1 stops its
 # own shell). Refusals come before any signal. Output lines: "refused: ...",
-# "unquiesced: ...", "stopped N", "watchdog PID".
+# "unquiesced: ...", "stopped N", "watchdog PID". No other command writes to stdout (each
+# sleep's goes to /dev/null): a replaced sleep printed "scratchbank-quiesced 0" ahead of
+# bank.sh's report, read by the host as its end (H4).
 #
 # The sandbox is hostile (issue 25): no name is believed. A process's state is read from
 # the State: line of /proc/PID/status (and of every task), never from /proc/PID/stat,
@@ -223,12 +225,12 @@ pid1_idle() {
         [ -n "$p1_before" ] && [ "$p1_before" = "$p1_io" ] || break # moved or unreadable: below
         uptime_cs
         if [ -z "$up_cs" ] || [ -z "$p1_since" ]; then
-            [ "$round" -ge 2 ] || sleep 0.5 2>/dev/null || sleep 1
+            [ "$round" -ge 2 ] || sleep 0.5 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
             pid1_writes
             break
         fi
         [ $((up_cs - p1_since)) -ge "$P1_WINDOW_CS" ] && break
-        sleep 0.05 2>/dev/null || sleep 1
+        sleep 0.05 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
     done
     if [ -z "$p1_before" ] || [ -z "$p1_io" ]; then
         note "pid 1 ($name) cannot be stopped from inside and its writes cannot be read: not proven idle"
@@ -264,7 +266,7 @@ quiesce_stop() {
         round=$((round + 1))
         now=$(date +%s)
         [ "$round" -ge 5 ] && [ $((now - start)) -ge "$wait_for" ] && break
-        sleep 0.2 2>/dev/null || sleep 1
+        sleep 0.2 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
     done
 
     for entry in $running; do

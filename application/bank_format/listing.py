@@ -85,17 +85,22 @@ def _canonical_batches(listing: BinaryIO, count: Callable[[int], None]) -> Itera
             chunk, pending = data, b""
         else:
             return
-        if not chunk.endswith(b"\n"):
+        ended = chunk.endswith(b"\n")
+        if not ended:
             chunk += b"\n"  # only the last line may lack its newline
         if lines_match(chunk) is not None:
             yield chunk[:-1].split(b"\n")
             continue
         out: list[bytes] = []
-        for raw in chunk[:-1].split(b"\n"):
+        lines = chunk[:-1].split(b"\n")
+        for at, raw in enumerate(lines):
             if canonical(raw) is not None:
                 out.append(raw)
             elif raw.strip():
-                out.append(line_of(*parse_line(raw)).encode("ascii"))
+                # decoded with its newline, as it was read before issue 24: json.loads sniffs a
+                # line's encoding, and a UTF-16 line without it would read as the entry it spells
+                whole = raw if at == len(lines) - 1 and not ended else raw + b"\n"
+                out.append(line_of(*parse_line(whole)).encode("ascii"))
         yield out
 
 

@@ -12,6 +12,7 @@ import gc
 import io
 import os
 import signal
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -251,6 +252,73 @@ def test_H7_no_process_of_an_exec_survives_its_local_sandboxs_close(isolate: boo
                 os.kill(pid, signal.SIGKILL)
 
 
+def _sleeper(mark: str | None) -> subprocess.Popen[bytes]:
+    """A host process (sleep) carrying a local sandbox's mark in its environment, or none."""
+    from scratchbank.adapters.local_sandbox import SANDBOX_VAR
+
+    env = {k: v for k, v in os.environ.items() if k != SANDBOX_VAR}
+    if mark is not None:
+        env[SANDBOX_VAR] = mark
+    return subprocess.Popen(["sleep", "1000"], env=env, start_new_session=True)
+
+
+def _ended(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` was ended (waits a bounded while for it; kills it if not)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    if proc.returncode is None:
+        proc.kill()
+        proc.wait()
+        return False
+    return True
+
+
+def test_H7_a_process_missed_by_one_scan_is_ended_by_the_next_on_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A marked process caught inside an execve reads an empty environ: a first scan that
+    finds nothing is not taken as proof (as the cut call's reap, edce6aa).
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.destroy``."""
+    from scratchbank.adapters import local_sandbox
+
+    box = LocalSandbox(isolate=False)
+    proc = _sleeper(box._mark)
+    real, scans = local_sandbox._marked, []
+
+    def marked(value: str) -> list[int]:
+        scans.append(value)
+        return [] if len(scans) == 1 else real(value)  # the first scan meets it in its execve
+
+    monkeypatch.setattr(local_sandbox, "_marked", marked)
+    box.destroy()
+    assert _ended(proc), "a marked process survived its local sandbox's close"
+
+
+def test_H7_a_local_sandboxs_close_never_kills_a_process_without_its_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process number a scan found, reused by an unmarked process before the kill, is not
+    signalled (the mark is checked again on the process the kill is aimed at), nor is
+    another sandbox's process nor one whose mark only starts with this one's.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox.destroy``."""
+    from scratchbank.adapters import local_sandbox
+
+    box = LocalSandbox(isolate=False)
+    other = LocalSandbox(isolate=False)
+    bystanders = [_sleeper(None), _sleeper(other._mark), _sleeper(box._mark + "0")]
+    real = local_sandbox._marked
+    try:
+        # the number a scan returned now names a process without the mark (reused)
+        monkeypatch.setattr(local_sandbox, "_marked", lambda value: real(value) + [p.pid for p in bystanders])
+        box.destroy()
+        assert [p.poll() for p in bystanders] == [None, None, None]
+    finally:
+        for p in bystanders:
+            p.kill()
+            p.wait()
+        other.destroy()
+
+
 def _descriptors() -> dict[str, str]:
     """This process's descriptors and what each is."""
     found = {}
@@ -299,6 +367,26 @@ def test_H4_a_replaced_tr_cannot_forge_a_line_of_the_quiesce_report(engine: str)
     for report in (one, alone):
         assert not report.quiesced and report.stopped != 999, report
         assert any("pid 1 (w?r)" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("engine", ["docker-busybox", "docker-gnu"])
+def test_H4_a_replaced_sleep_cannot_forge_the_one_exec_quiesce_report(engine: str) -> None:
+    """PID 1 runs (a task in R: unquiesced) and the workload replaced ``sleep``, which the
+    quiesce calls while it waits on PID 1's counters, with one printing a report's end of its
+    own (``scratchbank-quiesced 0``) to the exec's stdout: the one-exec report still reads
+    unquiesced, its count the script's. Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    loop = "mkdir -p /tmp/iterion-scratch; echo x > /tmp/iterion-scratch/ready; while :; do :; done"
+    forged = replace("sleep", "printf 'scratchbank-quiesced 0\\nstopped 999\\n'; command sleep \"$@\"")
+    with rig(engine, command=["sh", "-c", loop]) as r:
+        _wait_for(r, f"{r.scratch}/ready")
+        hostile = HostileSandbox(r.sandbox, forged)
+        try:
+            one = hostile.quiesce_and_archive(
+                io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False
+            ).quiesce
+        finally:
+            r.sandbox.continue_processes()
+    assert not one.quiesced and one.stopped != 999, one
 
 
 @pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])

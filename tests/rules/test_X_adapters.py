@@ -699,6 +699,143 @@ def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
     assert (got.missing, got.unexpected) == (missing, unexpected)
 
 
+#: The comparison before issue 24 (5d3e427: listing.py's loop and spill_log.py's NOT EXISTS
+#: queries), copied as the reference the merge must agree with on any listing.
+_OLD_CANONICAL = re.compile(
+    rb'\["((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\bfnrt])*)", '
+    rb'"(file|symlink|fifo|other)", (0|[1-9][0-9]{0,17})\]\n?'
+)
+
+
+def _old_comparison(manifest: set[str], implicit: set[str], raw: bytes) -> tuple[int, int] | str:
+    """What the SQLite compare of 5d3e427 said of ``raw``: (missing, unexpected), or its refusal."""
+    from scratchbank.application.bank_format.manifest_line import line_of
+
+    rows: list[tuple[str, str, str | None]] = []  # the listing table: line, type, path (key)
+    try:
+        for line in io.BytesIO(raw).readlines():
+            if (m := _OLD_CANONICAL.fullmatch(line)) is not None:
+                rows.append((line.rstrip(b"\n").decode("ascii"), m[2].decode("ascii"), None))
+            elif line.strip():
+                path, kind, size = parse_line(line)
+                rows.append((line_of(path, kind, size), kind, path))
+    except StreamBroken as error:
+        return type(error).__name__
+    listed = {row[0] for row in rows}
+    missing = sum(1 for line in manifest if line not in listed)
+    unexpected = sum(
+        1 for line, kind, path in rows if line not in manifest and not (kind == "dir" and path in implicit)
+    )
+    return (missing, unexpected)
+
+
+def test_X2_a_listing_line_in_another_json_encoding_is_refused_as_before() -> None:
+    """A listing line that is a manifest line in UTF-16 (json.loads sniffs the encoding) was
+    unreadable with its newline (odd length): the merge, which split the newline off, took it
+    for the entry. Proves ``scratchbank.application.bank_format.listing.load_listing``."""
+    log = MemberLog()
+    log.add(Member("a", "file", 0, 0o644, 0))
+    log.add(Member("b", "file", 0, 0o644, 0))
+    raw = '["a", "file", 0]'.encode("utf-16-le") + b'\n["b", "file", 0]\n'
+    assert _old_comparison({'["a", "file", 0]', '["b", "file", 0]'}, set(), raw) == "StreamBroken"
+    with pytest.raises(StreamBroken, match="unreadable listing line"):
+        load_listing(log, io.BytesIO(raw))
+    log.close()
+
+
+_HOSTILE_FORMS = [
+    "as is",
+    "plain",
+    "utf-16",
+    "utf-16 bom",
+    "utf-8 bom",
+    "utf-32",
+    "cr",
+    "space",
+    "slash",
+    "garbage",
+]
+
+
+def _hostile_form(line: bytes, how: str, junk: bytes) -> bytes:
+    """A listing line (no newline) as a hostile sandbox might write it instead."""
+    text = line.decode("ascii")
+    return {
+        "as is": line,
+        "plain": line.replace(b'", "', b'","'),
+        "utf-16": text.encode("utf-16-le"),
+        "utf-16 bom": text.encode("utf-16"),
+        "utf-8 bom": b"\xef\xbb\xbf" + line,
+        "utf-32": text.encode("utf-32-le"),
+        "cr": line + b"\r",
+        "space": b" " + line + b" ",
+        "slash": line.replace(b"/", b"\\/"),
+        "garbage": junk,
+    }[how]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    explicit=st.dictionaries(
+        _NAMES, st.tuples(st.sampled_from(["file", "dir", "symlink"]), st.integers(0, 2))
+    ),
+    implicit=st.sets(_NAMES, max_size=3),
+    extra=st.lists(st.tuples(_NAMES, st.sampled_from(["file", "dir", "fifo", "other"]), st.integers(0, 2))),
+    picks=st.lists(
+        st.tuples(st.integers(0, 40), st.sampled_from(_HOSTILE_FORMS), st.binary(max_size=6)), max_size=12
+    ),
+    end_newline=st.booleans(),
+    batch=st.integers(1, 64),
+    spill=st.booleans(),
+)
+def test_X2_a_hostile_listing_compares_and_refuses_as_the_old_sqlite_compare_did(
+    explicit: dict[str, tuple[str, int]],
+    implicit: set[str],
+    extra: list[tuple[str, str, int]],
+    picks: list[tuple[int, str, bytes]],
+    end_newline: bool,
+    batch: int,
+    spill: bool,
+) -> None:
+    """Issue 24 item 1, differential against the code it replaced: any listing (lines in other
+    encodings, with a BOM, a CR, garbage, repeats, read in batches cut anywhere, runs spilled
+    and merged) gets the old comparison or the old refusal.
+    Proves ``scratchbank.application.bank_format.listing.load_listing``."""
+    from scratchbank.application.bank_format import listing as listing_module
+    from scratchbank.application.bank_format.manifest_line import line_of
+
+    implicit -= set(explicit)
+    log = MemberLog()
+    manifest: set[str] = set()
+    for path, (kind, size) in explicit.items():
+        link = "x" * size if kind == "symlink" else ""
+        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 0, link))
+        manifest.add(line_of(path, kind, size if kind != "dir" else 0))
+    for path in implicit:
+        log.add_implicit(path)
+    pool = [(p, k, s if k != "dir" else 0) for p, (k, s) in explicit.items()]
+    pool += [(p, "dir", 0) for p in implicit] + extra
+    lines = [
+        _hostile_form(line_of(*pool[at % len(pool)]).encode("ascii") if pool else b"", how, junk)
+        for at, how, junk in picks
+    ]
+    raw = b"\n".join(lines) + (b"\n" if end_newline and lines else b"")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(listing_module, "_BATCH_BYTES", batch)
+            if spill:
+                patch.setattr(listing_module, "RUN_BYTES", 16)
+                patch.setattr(listing_module, "_BLOCK", 2)
+                patch.setattr(listing_module, "_MAX_RUNS", 3)
+            compared = load_listing(log, io.BytesIO(raw))
+        got: tuple[int, int] | str = (compared.missing, compared.unexpected)
+    except StreamBroken as error:
+        got = type(error).__name__
+    finally:
+        log.close()
+    assert got == _old_comparison(manifest, implicit, raw)
+
+
 def _listed(raw_listing: bytes) -> list[str]:
     import tempfile
 
