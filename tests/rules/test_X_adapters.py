@@ -600,7 +600,7 @@ def test_X2_a_canonical_listing_line_is_compared_without_its_json_decoded_again(
         got = load_listing(log, io.BytesIO(b'["d", "dir", 0]\n' + files + b'["d\\/f00001", "file", 1]\n'))
         log.close()
     assert (got.missing, got.unexpected) == (0, 0)  # "d\\/f00001" is d/f00001's line, once decoded
-    assert decoded == [b'["d\\/f00001", "file", 1]', b'["d", "dir", 0]']
+    assert decoded == [b'["d\\/f00001", "file", 1]\n', b'["d", "dir", 0]']  # with its newline, as before
 
 
 def test_X2_a_listing_compares_and_refuses_as_when_every_line_was_decoded() -> None:
