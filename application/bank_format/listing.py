@@ -71,18 +71,20 @@ def _canonical_batches(listing: BinaryIO, count: Callable[[int], None]) -> Itera
     (blank lines skipped, the rest through ``parse_line``)."""
     listing.seek(0)
     canonical, lines_match = _CANONICAL.fullmatch, _LINES.fullmatch
-    pending = b""
+    pending: list[bytes] = []  # the unfinished line's pieces, each read once (a line of many reads
+    # copied whole again per read cost its length squared: 40 s of CPU for a 64 MiB line)
     while True:
         read = listing.read(_BATCH_BYTES)  # in bulk: one read per 512 KiB of lines
         count(len(read))
-        data = pending + read
         if read:
-            cut = data.rfind(b"\n") + 1
-            chunk, pending = data[:cut], data[cut:]
-            if not chunk:
+            cut = read.rfind(b"\n") + 1
+            if not cut:
+                pending.append(read)
                 continue
-        elif data:
-            chunk, pending = data, b""
+            chunk = b"".join([*pending, read[:cut]])
+            pending = [read[cut:]] if cut < len(read) else []
+        elif pending:
+            chunk, pending = b"".join(pending), []
         else:
             return
         ended = chunk.endswith(b"\n")
@@ -229,7 +231,12 @@ class _Runs:
 
 def _read_run(run: BinaryIO) -> Iterator[bytes]:
     """A spilled run's lines (canonical lines hold no newline), read 64 KiB at a time."""
-    pending = b""
+    pending: list[bytes] = []  # a long line's pieces, each read once (never copied again per read)
     while chunk := run.read(1 << 16):  # 64 KiB: a run read back holds little, whatever the count of runs
-        *complete, pending = (pending + chunk).split(b"\n")
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        first, *complete, last = chunk.split(b"\n")
+        yield b"".join([*pending, first])
         yield from complete
+        pending = [last] if last else []
