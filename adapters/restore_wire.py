@@ -358,15 +358,20 @@ def _written(stats: list[bytes], names: list[bytes]) -> bytes:
 def _records(fd: int, start: int, end: int | None, sep: bytes) -> Iterator[list[bytes]]:
     """Records ending in ``sep`` between two offsets of a file (pread: its own cursor), a
     64 KiB read's worth at a time."""
-    pending, offset = b"", start
+    pending: list[bytes] = []  # a long record's pieces, each read once (a name of many reads
+    # copied whole again per read cost its length squared)
+    offset = start
     while end is None or offset < end:
         chunk = os.pread(fd, 1 << 16 if end is None else min(1 << 16, end - offset), offset)
         if not chunk:
             break
         offset += len(chunk)
-        *complete, pending = (pending + chunk).split(sep)
-        if complete:
-            yield complete
+        if sep not in chunk:
+            pending.append(chunk)
+            continue
+        first, *complete, last = chunk.split(sep)
+        yield [b"".join([*pending, first]), *complete]
+        pending = [last] if last else []
     if pending:
         raise StreamBroken("the sandbox's listing ends inside an entry")
 

@@ -882,6 +882,34 @@ def _listed(raw_listing: bytes) -> list[str]:
         return lines.read().decode("ascii").splitlines()
 
 
+def test_X2_a_sandbox_listings_long_name_is_not_copied_again_per_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hostile sandbox's name of many reads (no NUL for MiBs) is held as its pieces, not
+    copied whole again at every 64 KiB read (its length squared).
+    Proves ``scratchbank.adapters.restore_wire.write_listing``."""
+    from scratchbank.adapters import restore_wire
+
+    copied = [0]
+
+    class Piece(bytes):
+        """A read's bytes, counting what a concatenation onto them copies."""
+
+        def __radd__(self, other: bytes) -> bytes:
+            copied[0] += len(other) + len(self)
+            return bytes(other) + bytes(self)
+
+    real = os.pread
+    monkeypatch.setattr(
+        restore_wire, "os", types.SimpleNamespace(pread=lambda fd, n, at: Piece(real(fd, n, at)))
+    )
+    name = b"./" + b"a" * (1 << 20)
+    stats, names = b":f 0\n:f 1\n", name + b"\x00./b\x00"
+    lines = _listed(b"%d %d\n" % (len(stats), len(names)) + stats + names)
+    assert lines == [f'["{"a" * (1 << 20)}", "file", 0]', '["b", "file", 1]']
+    assert copied[0] <= 4 * len(name), copied[0]
+
+
 def test_X2_a_plain_one_walk_listing_is_written_in_bulk_not_an_entry_at_a_time() -> None:
     """Issue 24 item 2: a one-walk listing of plain names is written a batch at a time (no per-entry call).
     Proves ``scratchbank.adapters.restore_wire.write_listing``."""
