@@ -133,3 +133,37 @@ def test_T8_a_lost_append_retried_after_another_append_landed_still_lands_once(t
     assert timeline.append("run-1", [RunStarted()]) == 3
     assert timeline.append("run-1", [node("n1")]) == 2  # where its records end: they landed first
     assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "RunStarted"]
+
+
+def test_T8_two_lost_appends_on_one_run_each_land_once_on_their_retries(tmp_path: Path) -> None:
+    """Two appends to one run lose their answers (two callers on one timeline object), both
+    had committed: each retry finds its own records in place, neither is written twice.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    for name in ("n1", "n2"):
+        _lossy(timeline, lands=True)
+        with pytest.raises(TimelineWriteFailed):
+            timeline.append("run-1", [node(name)])
+        timeline._insert_events = real
+    assert timeline.append("run-1", [node("n1")]) == 2
+    assert timeline.append("run-1", [node("n2")]) == 3
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "NodeFinished"]
+
+
+def test_T8_two_lost_appends_at_their_positions_retried_are_no_conflict(tmp_path: Path) -> None:
+    """With expected positions: the first lost append's retry is not taken for another
+    writer's conflict because a second append of the run lost its answer after it.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    for at, name in ((1, "n1"), (2, "n2")):
+        _lossy(timeline, lands=True)
+        with pytest.raises(TimelineWriteFailed):
+            timeline.append("run-1", [node(name)], expected=at)
+        timeline._insert_events = real
+    assert timeline.append("run-1", [node("n1")], expected=1) == 2
+    assert timeline.append("run-1", [node("n2")], expected=2) == 3
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "NodeFinished"]
