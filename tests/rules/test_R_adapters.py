@@ -421,14 +421,16 @@ def test_R15_a_storm_of_cuts_that_block_starts_a_bounded_number_of_cutters(
         eventually(lambda: alarms.armed() == 0, what="every cut handed to a cutter")
         eventually(lambda: sum(ran.values()) >= min(1000, alarms_module.MAX_CUTTERS), what="cuts running")
         started = alarms._cutters.started
-        assert started <= alarms_module.MAX_CUTTERS, f"{started} cutter threads for 1000 cuts"
+        assert started <= min(100, alarms_module.MAX_CUTTERS), f"{started} cutter threads for 1000 cuts"
     finally:
         release.set()
     eventually(lambda: sum(ran.values()) == 1000, what="every cut run once")
     assert set(ran.values()) == {1} and len(ran) == 1000
 
 
-def test_R15_a_cut_waiting_for_a_cutter_is_dropped_when_disarmed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_R15_a_cut_waiting_for_a_cutter_is_dropped_when_disarmed_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Every cutter busy (a cut that blocks): a cut due waits for one, and a disarm that comes
     before a cutter takes it wins: the cut never runs. Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
     from waiting import eventually

@@ -1224,7 +1224,14 @@ def test_X5_docker_frames_split_across_reads_and_empty_frames_stream_whole() -> 
     def frame(stream: int, data: bytes) -> bytes:
         return struct.pack(">BxxxL", stream, len(data)) + data
 
-    frames = frame(1, b"") + frame(1, b"out") + frame(2, b"") + frame(2, b"err" * 5) + frame(1, b"") + frame(1, b"!")
+    frames = (
+        frame(1, b"")
+        + frame(1, b"out")
+        + frame(2, b"")
+        + frame(2, b"err" * 5)
+        + frame(1, b"")
+        + frame(1, b"!")
+    )
     engine, host = socket.socketpair()
     with engine, host:
         engine.sendall(_ANSWER)
@@ -1253,13 +1260,16 @@ def test_X5_a_cut_ends_a_docker_exec_read_blocked_mid_frame_at_once() -> None:
     import socket
     import struct
 
-    for silent_after in (struct.pack(">BxxxL", 1, 2) + b"ab" + b"\x01\x00", struct.pack(">BxxxL", 1, 10) + b"abc"):
+    for silent_after in (
+        struct.pack(">BxxxL", 1, 2) + b"ab" + b"\x01\x00",
+        struct.pack(">BxxxL", 1, 10) + b"abc",
+    ):
         engine, host = socket.socketpair()
         with engine, host:
             engine.sendall(_ANSWER + silent_after)
             running = _engine_exec(host)
             got: list[Any] = []
-            reader = threading.Thread(target=lambda: got.extend(iter(running.receive, None)))
+            reader = threading.Thread(target=got.extend, args=(iter(running.receive, None),))
             reader.start()
             running.cut()
             reader.join(60.0)
