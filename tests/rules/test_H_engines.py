@@ -338,6 +338,17 @@ def test_H7_a_call_cut_while_stdout_and_stderr_flood_returns_by_its_deadline(eng
         )
 
 
+class _WroteSink:
+    """A call's stdout that says when the exec first wrote, and keeps nothing."""
+
+    def __init__(self, wrote: threading.Event) -> None:
+        self.wrote = wrote
+
+    def write(self, data: bytes) -> int:
+        self.wrote.set()
+        return len(data)
+
+
 @pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
 def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: str) -> None:
     """Calls cut mid-stream (one that floods both streams, one whose detached child holds its
@@ -349,15 +360,9 @@ def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: s
         for source in sources:
             wrote, cancel = threading.Event(), Cancel()
 
-            class Sink:
-                def __init__(self, wrote: threading.Event) -> None:
-                    self.wrote = wrote
-
-                def write(self, data: bytes) -> int:
-                    self.wrote.set()
-                    return len(data)
-
-            def call(source: str = source, sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+            def call(
+                source: str = source, sink: _WroteSink = _WroteSink(wrote), cancel: Cancel = cancel
+            ) -> None:
                 with contextlib.suppress(StreamBroken):
                     r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
 
@@ -400,15 +405,7 @@ def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() ->
         for _ in range(20):  # a race: each cut is one more chance to miss it
             wrote, cancel = threading.Event(), Cancel()
 
-            class Sink:
-                def __init__(self, wrote: threading.Event) -> None:
-                    self.wrote = wrote
-
-                def write(self, data: bytes) -> int:
-                    self.wrote.set()
-                    return len(data)
-
-            def call(sink: Sink = Sink(wrote), cancel: Cancel = cancel) -> None:
+            def call(sink: _WroteSink = _WroteSink(wrote), cancel: Cancel = cancel) -> None:
                 with contextlib.suppress(StreamBroken):
                     r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
 
