@@ -167,3 +167,48 @@ def test_T8_two_lost_appends_at_their_positions_retried_are_no_conflict(tmp_path
     assert timeline.append("run-1", [node("n1")], expected=1) == 2
     assert timeline.append("run-1", [node("n2")], expected=2) == 3
     assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "NodeFinished"]
+
+
+def test_T8_threads_losing_answers_on_one_run_each_land_their_records_once(tmp_path: Path) -> None:
+    """Six threads append to one run through one timeline object, half their inserts losing
+    the answer (committed or not, by a seeded draw) and each retried until it lands: every
+    thread's records are in the run exactly once, in its own order.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    import random
+    import threading
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    draws, lock = random.Random(7), threading.Lock()
+
+    def lossy(stored: Any) -> None:
+        with lock:
+            lose, lands = draws.random() < 0.5, draws.random() < 0.5
+        if lose and not lands:
+            raise OperationalError("server closed the connection unexpectedly")
+        real(stored)
+        if lose:
+            raise OperationalError("server closed the connection unexpectedly")
+
+    timeline._insert_events = lossy
+
+    def appender(t: int) -> None:
+        for k in range(8):
+            while True:
+                try:
+                    timeline.append("run-1", [node(f"t{t}-{k}")])
+                    break
+                except TimelineWriteFailed:
+                    continue
+
+    threads = [threading.Thread(target=appender, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120.0)
+    timeline._insert_events = real
+    names = [r.node for r in timeline.read("run-1")[1:] if isinstance(r, NodeFinished)]
+    assert sorted(names) == sorted(f"t{t}-{k}" for t in range(6) for k in range(8))
+    for t in range(6):
+        assert [n for n in names if n.startswith(f"t{t}-")] == [f"t{t}-{k}" for k in range(8)]
