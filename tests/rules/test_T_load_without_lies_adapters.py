@@ -212,3 +212,35 @@ def test_T8_threads_losing_answers_on_one_run_each_land_their_records_once(tmp_p
     assert sorted(names) == sorted(f"t{t}-{k}" for t in range(6) for k in range(8))
     for t in range(6):
         assert [n for n in names if n.startswith(f"t{t}-")] == [f"t{t}-{k}" for k in range(8)]
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_T8_a_lost_append_across_a_snapshot_leaves_the_snapshot_of_what_landed(
+    tmp_path: Path, between: bool
+) -> None:
+    """A lost append that crossed a multiple of ``snapshot_every`` (committed), retried after
+    another append of the run or not: the snapshot a fresh process reads is the fold of what
+    the run holds at its position, and the run holds each record once.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    from scratchbank.domain.fold import fold
+    from scratchbank.domain.snapshot import state_to_data
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    timeline = EventStoreTimeline(url, snapshot_every=2)
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    _lossy(timeline, lands=True)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", [node("n1"), node("n2")])
+    timeline._insert_events = real
+    if between:
+        assert timeline.append("run-1", [node("n3"), node("n4")]) == 5
+    assert timeline.append("run-1", [node("n1"), node("n2")]) == 3
+    fresh = EventStoreTimeline(url, snapshot_every=2)
+    records = fresh.read("run-1")
+    assert [r.node for r in records[1:] if isinstance(r, NodeFinished)] == ["n1", "n2"] + (
+        ["n3", "n4"] if between else []
+    )
+    snap = fresh.load_snapshot("run-1")
+    assert snap is not None
+    assert snap[1] == state_to_data(fold(records[: snap[0]]))
