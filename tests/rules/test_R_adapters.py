@@ -568,6 +568,34 @@ def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None
         assert ours.recv(1) == b"x"  # the parent's socket is still open both ways
 
 
+def test_R15_a_child_forked_while_every_cutter_is_busy_still_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked while the parent's cutters are all busy (a cut that blocks, ``MAX_CUTTERS`` of
+    them): the child counts none of its parent's cutters, its own cut runs.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    import os
+
+    from scratchbank.adapters import alarms as alarms_module
+
+    monkeypatch.setattr(alarms_module, "MAX_CUTTERS", 1)
+    alarms = alarms_module.Alarms()
+    blocking, release = threading.Event(), threading.Event()
+    try:
+        alarms.arm(0.0, lambda: (blocking.set(), release.wait(60.0)))
+        assert blocking.wait(60.0)
+        pid = os.fork()
+        if pid == 0:  # the child: one cut of its own, due at once
+            try:
+                mine = threading.Event()
+                alarms.arm(0.0, mine.set)
+                os._exit(0 if mine.wait(30.0) else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).
 
 
