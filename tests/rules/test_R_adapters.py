@@ -568,6 +568,31 @@ def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None
         assert ours.recv(1) == b"x"  # the parent's socket is still open both ways
 
 
+def test_R15_a_cut_due_when_no_thread_can_start_still_runs_and_the_alarm_thread_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process at its thread limit (a cutter cannot start): the cut runs all the same (on
+    the alarm thread) and the alarm thread lives to serve the next one; before, the
+    RuntimeError killed it and no cut of the process ever ran again.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters import alarms as alarms_module
+
+    alarms = alarms_module.Alarms()
+    alarms.arm(3600.0, lambda: None).disarm()  # the alarm thread is up
+
+    class NoThreads(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    first, second = threading.Event(), threading.Event()
+    monkeypatch.setattr(alarms_module.threading, "Thread", NoThreads)
+    alarms.arm(0.0, first.set)
+    assert first.wait(30.0), "the cut was dropped"
+    monkeypatch.undo()
+    alarms.arm(0.0, second.set)
+    assert second.wait(30.0), "the alarm thread died"
+
+
 def test_R15_a_child_forked_while_every_cutter_is_busy_still_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forked while the parent's cutters are all busy (a cut that blocks, ``MAX_CUTTERS`` of
     them): the child counts none of its parent's cutters, its own cut runs.
