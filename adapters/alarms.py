@@ -12,8 +12,8 @@ finds no socket to shut down) holds its own cutter and no one else's; the next c
 on an idle cutter, or on a new one when every cutter is busy (issue 26), up to ``MAX_CUTTERS``
 (a storm of a thousand cuts that block started a thousand threads): past it, a cut waits for
 the first cutter free; a cutter that cannot start (the process's thread limit) leaves its cut
-to the alarm thread (its RuntimeError killed that thread: no cut ran again). Cuts are rare (a call past its deadline); an idle cutter waits
-``CUTTER_IDLE`` seconds for more, then ends.
+to the alarm thread (its RuntimeError killed that thread: no cut ran again). Cuts are rare
+(a call past its deadline); an idle cutter waits ``CUTTER_IDLE`` seconds for more, then ends.
 
 The transports' stdin feeders are not alarms: they live in the exec pump (exec_pump.py).
 """
