@@ -9,20 +9,23 @@ started inside the call's slot, and under load every slot holder waited for its 
 start. A disarmed alarm is dropped when its time comes. A cut that came due runs on a cutter
 thread, not on the alarm thread: a cut that blocks (the S3 store's ``body.close()`` when it
 finds no socket to shut down) holds its own cutter and no one else's; the next cut due runs
-on an idle cutter, or on a new one when every cutter is busy (issue 26). Cuts are rare (a
-call past its deadline); an idle cutter waits ``CUTTER_IDLE`` seconds for more, then ends.
+on an idle cutter, or on a new one when every cutter is busy (issue 26), up to ``MAX_CUTTERS``
+(a storm of a thousand cuts that block started a thousand threads): past it, a cut waits for
+the first cutter free; a cutter that cannot start (the process's thread limit) leaves its cut
+to the alarm thread (its RuntimeError killed that thread: no cut ran again). Cuts are rare
+(a call past its deadline); an idle cutter waits ``CUTTER_IDLE`` seconds for more, then ends.
 
 The transports' stdin feeders are not alarms: they live in the exec pump (exec_pump.py).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import itertools
 import math
 import os
-import queue
 import threading
 import time
 import weakref
@@ -33,6 +36,8 @@ from collections.abc import Callable
 LONGEST_WAIT = 3600.0
 #: How long an idle cutter thread waits for another cut before it ends.
 CUTTER_IDLE = 30.0
+#: The most cutter threads at once: past it a cut due waits for a cutter to come free.
+MAX_CUTTERS = 64
 
 
 class Alarm:
@@ -66,40 +71,47 @@ def _nothing() -> None:
 
 
 class _Cutters:
-    """The threads that run the cuts that came due: an idle one takes the next, and a new
-    one starts when every one is busy (a cut that blocks stalls no other). Started lazily;
-    an idle cutter ends after ``CUTTER_IDLE`` seconds without a cut."""
+    """The threads that run the cuts that came due: a waiting one takes the next, and a new
+    one starts when every one is busy (a cut that blocks stalls no other), up to
+    ``MAX_CUTTERS``; past that a cut waits for the first cutter free (a storm of cuts that
+    block starts no thread per cut). Started lazily; an idle cutter ends after
+    ``CUTTER_IDLE`` seconds without a cut."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Alarm] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._pending: collections.deque[Alarm] = collections.deque()
+        self._waiting = 0  # cutters waiting for a cut
+        self.live = 0  # cutter threads running
         self.started = 0
 
     def run(self, alarm: Alarm) -> None:
-        """Hand ``alarm`` to an idle cutter, or to a new one; never waits for a cut."""
-        with self._lock:
-            if self._idle:
-                self._idle -= 1  # that cutter is spoken for
-                self._queue.put(alarm)
+        """Hand ``alarm`` to a waiting cutter, or to a new one; never waits for a cut."""
+        with self._cond:
+            if len(self._pending) < self._waiting or self.live >= MAX_CUTTERS:
+                self._pending.append(alarm)
+                self._cond.notify()
                 return
+            self.live += 1
             self.started += 1
-        threading.Thread(target=self._serve, args=(alarm,), name="scratchbank-cut", daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, args=(alarm,), name="scratchbank-cut", daemon=True).start()
+        except RuntimeError:  # no thread to be had (the process's limit): cut here, never drop it
+            with self._cond:
+                self.live -= 1
+            alarm.fire()
 
     def _serve(self, alarm: Alarm) -> None:
         while True:
             alarm.fire()
-            with self._lock:
-                self._idle += 1
-            while True:
-                try:
-                    alarm = self._queue.get(timeout=CUTTER_IDLE)
-                    break
-                except queue.Empty:
-                    with self._lock:  # a cut handed over just now is still this cutter's to run
-                        if self._queue.empty():
-                            self._idle -= 1
-                            return
+            with self._cond:
+                self._waiting += 1
+                while not self._pending:
+                    if not self._cond.wait(CUTTER_IDLE) and not self._pending:
+                        self._waiting -= 1
+                        self.live -= 1
+                        return
+                alarm = self._pending.popleft()
+                self._waiting -= 1
 
 
 class Alarms:

@@ -30,7 +30,9 @@ kept per run; the caller's retry of the same records inserts at that same positi
 the unique (stream, version) constraint settles it: it lands there once, or it finds the
 lost insert there (nothing more is written), or another writer's records (the lost one
 never landed, and no longer can). Without an expected position a retry used to read the
-new length and write the records a second time. Within one timeline object (one process).
+new length and write the records a second time. Each lost insert of a run is kept on its
+own (two callers of one run may each lose one: a single one per run wrote the other's
+retry twice). Within one timeline object (one process).
 
 Snapshots (ADR 0010): an append that carries the timeline past a multiple of
 ``snapshot_every`` records saves the folded state there, so a decision in a fresh
@@ -105,6 +107,8 @@ PAGE = 1000
 SNAPSHOT_EVERY = 1000
 #: How many runs' folded states an appender keeps (so its snapshots cost no read).
 FOLDED_RUNS = 256
+#: How many lost inserts of one run an appender keeps until their retries settle them.
+UNSURE_PER_RUN = 16
 
 T = TypeVar("T")
 
@@ -400,8 +404,9 @@ class EventStoreTimeline:
         #: The folded state of the runs this object appended to last (``_after_append``).
         self._folded: collections.OrderedDict[str, ScratchState] = collections.OrderedDict()
         self._folded_lock = threading.Lock()
-        #: Per run, the last insert whose answer was lost (``_append``), until settled.
-        self._unsure: collections.OrderedDict[str, _Unsure] = collections.OrderedDict()
+        #: Per run, the inserts whose answers were lost (``_append``), until settled: each one
+        #: (two callers of one run may each lose one; the oldest past ``UNSURE_PER_RUN`` is dropped).
+        self._unsure: collections.OrderedDict[str, list[_Unsure]] = collections.OrderedDict()
         self.url = url
         name = settings.get("SQLITE_DBNAME", ":memory:")
         if name != ":memory:" and not read_only:  # an engine's first run: its folder
@@ -694,28 +699,49 @@ class EventStoreTimeline:
         except TimelineWriteFailed:
             if not stored:
                 raise
+            lost = _Unsure(stored[0].originator_version - 1, _content(stored))
             with self._folded_lock:
-                self._unsure[run_id] = _Unsure(stored[0].originator_version - 1, _content(stored))
+                kept = [u for u in self._unsure.pop(run_id, []) if u != lost] + [lost]
+                self._unsure[run_id] = kept[-UNSURE_PER_RUN:]
                 while len(self._unsure) > FOLDED_RUNS:
                     self._unsure.popitem(last=False)
             raise
-        with self._folded_lock:  # this insert took the lost one's position: it never landed
-            unsure = self._unsure.get(run_id)
-            if unsure is not None and stored and unsure.start == stored[0].originator_version - 1:
-                del self._unsure[run_id]
+        if not stored:
+            return
+        first, end = stored[0].originator_version - 1, stored[-1].originator_version
+        with self._folded_lock:  # this insert took those positions: a lost one starting there never landed
+            kept = [u for u in self._unsure.get(run_id, []) if not first <= u.start < end]
+            if kept:
+                self._unsure[run_id] = kept
+            else:
+                self._unsure.pop(run_id, None)
+
+    def _forget(self, run_id: str, unsure: _Unsure) -> None:
+        """``unsure`` is settled: forget it (and the run, when nothing else of it is unsure)."""
+        with self._folded_lock:
+            kept = [u for u in self._unsure.get(run_id, []) if u != unsure]
+            if kept:
+                self._unsure[run_id] = kept
+            else:
+                self._unsure.pop(run_id, None)
 
     def _settle(self, run_id: str, records: Sequence[Record], expected: int | None) -> int | None:
         """The retry of an append whose answer was lost: insert at the position the lost one
         took. It lands there, or finds the lost one there (it had committed: nothing more is
         written), or finds another writer's records there (the lost one never landed, and no
-        longer can: that position is taken). The start used, or None: append as usual."""
+        longer can: that position is taken). The start used, or None: append as usual.
+        Each lost insert of the run is its own (two callers may each have lost one)."""
         with self._folded_lock:
-            unsure = self._unsure.get(run_id)
-        if unsure is None or (expected is not None and expected != unsure.start):
-            return None
+            lost = list(self._unsure.get(run_id, []))
+        if not lost:
+            return None  # the usual append: no record encoded twice
+        content = _content(self._stored(run_id, 0, records))
+        unsure = next(
+            (u for u in lost if u.content == content and (expected is None or expected == u.start)), None
+        )
+        if unsure is None:
+            return None  # other records (or another position): not a retry of a lost append
         stored = self._stored(run_id, unsure.start, records)
-        if _content(stored) != unsure.content:
-            return None  # other records: not a retry of the lost append
         try:
             self._insert_unsure(run_id, stored)
             return unsure.start
@@ -726,8 +752,7 @@ class EventStoreTimeline:
             TimelineWriteFailed,
             f"cannot read run {run_id} to append",
         )
-        with self._folded_lock:
-            self._unsure.pop(run_id, None)
+        self._forget(run_id, unsure)
         if _content(there) == unsure.content:
             return unsure.start  # the lost append had landed
         if expected is not None:

@@ -385,6 +385,110 @@ def test_R15_a_cut_that_blocks_stalls_no_other_alarm() -> None:
         release.set()
 
 
+def test_R15_a_storm_of_cuts_that_block_starts_a_bounded_number_of_cutters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thousand cuts due at one instant that each block (S3 bodies whose close hangs): at
+    most ``MAX_CUTTERS`` cutter threads start (a thousand before), and once the cuts return
+    every one has run exactly once (an injected clock).
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    import collections
+
+    from waiting import eventually
+
+    from scratchbank.adapters import alarms as alarms_module
+
+    monkeypatch.setattr(alarms_module, "CUTTER_IDLE", 0.2)  # the cutters end soon after
+    clock = ManualClock()
+    alarms = alarms_module.Alarms(clock.monotonic)
+    release, lock = threading.Event(), threading.Lock()
+    ran: collections.Counter[int] = collections.Counter()
+
+    def blocking(i: int) -> Any:
+        def cut() -> None:
+            with lock:
+                ran[i] += 1
+            release.wait(60.0)
+
+        return cut
+
+    try:
+        with alarms._cond:
+            for i in range(1000):
+                alarms.arm(1.0, blocking(i))
+        clock.advance(1.0)
+        alarms.poke()
+        eventually(lambda: alarms.armed() == 0, what="every cut handed to a cutter")
+        eventually(lambda: sum(ran.values()) >= min(1000, alarms_module.MAX_CUTTERS), what="cuts running")
+        started = alarms._cutters.started
+        assert started <= min(100, alarms_module.MAX_CUTTERS), f"{started} cutter threads for 1000 cuts"
+    finally:
+        release.set()
+    eventually(lambda: sum(ran.values()) == 1000, what="every cut run once")
+    assert set(ran.values()) == {1} and len(ran) == 1000
+
+
+def test_R15_a_cut_waiting_for_a_cutter_is_dropped_when_disarmed_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every cutter busy (a cut that blocks): a cut due waits for one, and a disarm that comes
+    before a cutter takes it wins: the cut never runs. Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from waiting import eventually
+
+    from scratchbank.adapters import alarms as alarms_module
+
+    monkeypatch.setattr(alarms_module, "MAX_CUTTERS", 1)
+    clock = ManualClock()
+    alarms = alarms_module.Alarms(clock.monotonic)
+    blocking, release, late = threading.Event(), threading.Event(), threading.Event()
+    try:
+        alarms.arm(1.0, lambda: (blocking.set(), release.wait(60.0)))
+        second = alarms.arm(2.0, late.set)
+        clock.advance(1.0)
+        alarms.poke()
+        assert blocking.wait(60.0)
+        clock.advance(1.0)
+        alarms.poke()
+        eventually(lambda: alarms.armed() == 0, what="the second cut handed over")
+        second.disarm()
+    finally:
+        release.set()
+    done = threading.Event()
+    alarms.arm(0.0, done.set)  # the one cutter takes its cuts in order: the second first
+    assert done.wait(60.0)
+    assert not late.is_set() and not second.fired
+
+
+def test_R15_cuts_handed_over_as_cutters_reach_their_idle_end_all_run_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cutters that end as soon as they are idle (``CUTTER_IDLE`` near 0): cuts due one after
+    another, each handed over at a cutter's idle end, all run, once each.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    import collections
+
+    from waiting import eventually
+
+    from scratchbank.adapters import alarms as alarms_module
+
+    monkeypatch.setattr(alarms_module, "CUTTER_IDLE", 1e-4)
+    alarms = alarms_module.Alarms()
+    lock = threading.Lock()
+    ran: collections.Counter[int] = collections.Counter()
+
+    def counting(i: int) -> Any:
+        def cut() -> None:
+            with lock:
+                ran[i] += 1
+
+        return cut
+
+    for i in range(300):
+        alarms.arm(0.0, counting(i))
+    eventually(lambda: sum(ran.values()) >= 300, what="every cut run")
+    assert len(ran) == 300 and set(ran.values()) == {1}
+
+
 def test_R15_an_alarm_at_an_infinite_deadline_leaves_the_alarm_thread_serving() -> None:
     """A cut armed at ``inf`` (a call given no deadline) never fires and never kills the
     one alarm thread: every later cut still lands, on that same thread, no traceback.
@@ -462,6 +566,59 @@ def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None
         assert os.waitstatus_to_exitcode(status) == 0
         peer.sendall(b"x")
         assert ours.recv(1) == b"x"  # the parent's socket is still open both ways
+
+
+def test_R15_a_cut_due_when_no_thread_can_start_still_runs_and_the_alarm_thread_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process at its thread limit (a cutter cannot start): the cut runs all the same (on
+    the alarm thread) and the alarm thread lives to serve the next one; before, the
+    RuntimeError killed it and no cut of the process ever ran again.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    from scratchbank.adapters import alarms as alarms_module
+
+    alarms = alarms_module.Alarms()
+    alarms.arm(3600.0, lambda: None).disarm()  # the alarm thread is up
+
+    class NoThreads(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    first, second = threading.Event(), threading.Event()
+    monkeypatch.setattr(alarms_module.threading, "Thread", NoThreads)
+    alarms.arm(0.0, first.set)
+    assert first.wait(30.0), "the cut was dropped"
+    monkeypatch.undo()
+    alarms.arm(0.0, second.set)
+    assert second.wait(30.0), "the alarm thread died"
+
+
+def test_R15_a_child_forked_while_every_cutter_is_busy_still_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked while the parent's cutters are all busy (a cut that blocks, ``MAX_CUTTERS`` of
+    them): the child counts none of its parent's cutters, its own cut runs.
+    Proves ``scratchbank.adapters.alarms.Alarms.arm``."""
+    import os
+
+    from scratchbank.adapters import alarms as alarms_module
+
+    monkeypatch.setattr(alarms_module, "MAX_CUTTERS", 1)
+    alarms = alarms_module.Alarms()
+    blocking, release = threading.Event(), threading.Event()
+    try:
+        alarms.arm(0.0, lambda: (blocking.set(), release.wait(60.0)))
+        assert blocking.wait(60.0)
+        pid = os.fork()
+        if pid == 0:  # the child: one cut of its own, due at once
+            try:
+                mine = threading.Event()
+                alarms.arm(0.0, mine.set)
+                os._exit(0 if mine.wait(30.0) else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 # ---- from tests/test_resume_use_case.py: The resume and restore use cases end to end, with fakes (R and X rules).

@@ -726,3 +726,41 @@ def test_T13_a_vfork_parent_whose_child_already_exited_is_not_taken_for_frozen(t
     assert _vfork_wait(tmp_path / "d", "D", "0", {"99": "Z", "103": "T"}) == 0  # an old zombie beside it
     assert _vfork_wait(tmp_path / "e", "S", "0", {"103": "T"}) == 1  # read again: no longer in its vfork
     assert _vfork_wait(tmp_path / "f", "D", "0", {"103": "S"}) == 1
+
+
+@pytest.mark.postgres
+def test_T8_lost_appends_of_one_run_on_postgres_settle_each_on_its_retry(pg_database: str) -> None:
+    """PostgreSQL: one lost append had committed, the next one of the run had not and another
+    writer took its place; each retry lands once (nothing written twice, no conflict).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    from eventsourcing.persistence import OperationalError
+
+    from scratchbank.domain.records import NodeFinished, RunStarted
+    from scratchbank.testing.builders import node
+
+    timeline, other = EventStoreTimeline(pg_database), EventStoreTimeline(pg_database)
+    try:
+        timeline.append("run-1", [started()])
+        real = timeline._insert_events
+
+        def lost(*, lands: bool) -> None:
+            def insert(stored: object) -> None:
+                timeline._insert_events = real
+                if lands:
+                    real(stored)
+                raise OperationalError("server closed the connection unexpectedly")
+
+            timeline._insert_events = insert
+
+        for name, lands in (("n1", True), ("n2", False)):
+            lost(lands=lands)
+            with pytest.raises(TimelineWriteFailed):
+                timeline.append("run-1", [node(name)])
+        other.append("run-1", [RunStarted()], expected=2)
+        assert timeline.append("run-1", [node("n2")]) == 4
+        assert timeline.append("run-1", [node("n1")]) == 2
+        kinds = [type(r) for r in other.read("run-1")]
+        assert kinds == [RunStarted, NodeFinished, RunStarted, NodeFinished]
+    finally:
+        timeline.close()
+        other.close()

@@ -133,3 +133,114 @@ def test_T8_a_lost_append_retried_after_another_append_landed_still_lands_once(t
     assert timeline.append("run-1", [RunStarted()]) == 3
     assert timeline.append("run-1", [node("n1")]) == 2  # where its records end: they landed first
     assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "RunStarted"]
+
+
+def test_T8_two_lost_appends_on_one_run_each_land_once_on_their_retries(tmp_path: Path) -> None:
+    """Two appends to one run lose their answers (two callers on one timeline object), both
+    had committed: each retry finds its own records in place, neither is written twice.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    for name in ("n1", "n2"):
+        _lossy(timeline, lands=True)
+        with pytest.raises(TimelineWriteFailed):
+            timeline.append("run-1", [node(name)])
+        timeline._insert_events = real
+    assert timeline.append("run-1", [node("n1")]) == 2
+    assert timeline.append("run-1", [node("n2")]) == 3
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "NodeFinished"]
+
+
+def test_T8_two_lost_appends_at_their_positions_retried_are_no_conflict(tmp_path: Path) -> None:
+    """With expected positions: the first lost append's retry is not taken for another
+    writer's conflict because a second append of the run lost its answer after it.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    for at, name in ((1, "n1"), (2, "n2")):
+        _lossy(timeline, lands=True)
+        with pytest.raises(TimelineWriteFailed):
+            timeline.append("run-1", [node(name)], expected=at)
+        timeline._insert_events = real
+    assert timeline.append("run-1", [node("n1")], expected=1) == 2
+    assert timeline.append("run-1", [node("n2")], expected=2) == 3
+    assert _kinds(timeline, "run-1") == ["RunStarted", "NodeFinished", "NodeFinished"]
+
+
+def test_T8_threads_losing_answers_on_one_run_each_land_their_records_once(tmp_path: Path) -> None:
+    """Six threads append to one run through one timeline object, half their inserts losing
+    the answer (committed or not, by a seeded draw) and each retried until it lands: every
+    thread's records are in the run exactly once, in its own order.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    import random
+    import threading
+
+    timeline = EventStoreTimeline(f"sqlite:///{tmp_path}/t.db")
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    draws, lock = random.Random(7), threading.Lock()
+
+    def lossy(stored: Any) -> None:
+        with lock:
+            lose, lands = draws.random() < 0.5, draws.random() < 0.5
+        if lose and not lands:
+            raise OperationalError("server closed the connection unexpectedly")
+        real(stored)
+        if lose:
+            raise OperationalError("server closed the connection unexpectedly")
+
+    timeline._insert_events = lossy
+
+    def appender(t: int) -> None:
+        for k in range(8):
+            while True:
+                try:
+                    timeline.append("run-1", [node(f"t{t}-{k}")])
+                    break
+                except TimelineWriteFailed:
+                    continue
+
+    threads = [threading.Thread(target=appender, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120.0)
+    timeline._insert_events = real
+    names = [r.node for r in timeline.read("run-1")[1:] if isinstance(r, NodeFinished)]
+    assert sorted(names) == sorted(f"t{t}-{k}" for t in range(6) for k in range(8))
+    for t in range(6):
+        assert [n for n in names if n.startswith(f"t{t}-")] == [f"t{t}-{k}" for k in range(8)]
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_T8_a_lost_append_across_a_snapshot_leaves_the_snapshot_of_what_landed(
+    tmp_path: Path, between: bool
+) -> None:
+    """A lost append that crossed a multiple of ``snapshot_every`` (committed), retried after
+    another append of the run or not: the snapshot a fresh process reads is the fold of what
+    the run holds at its position, and the run holds each record once.
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline.append``."""
+    from scratchbank.domain.fold import fold
+    from scratchbank.domain.snapshot import state_to_data
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    timeline = EventStoreTimeline(url, snapshot_every=2)
+    timeline.append("run-1", [started()])
+    real = timeline._insert_events
+    _lossy(timeline, lands=True)
+    with pytest.raises(TimelineWriteFailed):
+        timeline.append("run-1", [node("n1"), node("n2")])
+    timeline._insert_events = real
+    if between:
+        assert timeline.append("run-1", [node("n3"), node("n4")]) == 5
+    assert timeline.append("run-1", [node("n1"), node("n2")]) == 3
+    fresh = EventStoreTimeline(url, snapshot_every=2)
+    records = fresh.read("run-1")
+    assert [r.node for r in records[1:] if isinstance(r, NodeFinished)] == ["n1", "n2"] + (
+        ["n3", "n4"] if between else []
+    )
+    snap = fresh.load_snapshot("run-1")
+    assert snap is not None
+    assert snap[1] == state_to_data(fold(records[: snap[0]]))

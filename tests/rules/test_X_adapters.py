@@ -13,9 +13,11 @@ import os
 import re
 import stat
 import tarfile
+import threading
 import types
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hostile import corpus, end, gz, member, pax_header, pax_payload, set_field, ustar
@@ -1389,3 +1391,86 @@ def test_X5_a_docker_exec_whose_output_came_with_the_engines_answer_streams_whol
         response.close()
         running.close()
     assert got == [(STDOUT, b"hello\n"), (STDERR, b"warn"), (STDOUT, b"bye\n")]
+
+
+def _engine_exec(host: Any, answer_tail: bytes = b"") -> Any:
+    """A ``_DockerExec`` over ``host``, the engine's answer parsed as docker-py does."""
+    import http.client
+    from types import SimpleNamespace
+
+    from scratchbank.adapters.docker_sandbox import _DockerExec
+
+    response = http.client.HTTPResponse(host)
+    response.begin()
+    sock = response.fp.raw  # type: ignore[attr-defined]  # the socket docker-py returns
+    sock._response = SimpleNamespace(raw=SimpleNamespace(_fp=response))
+    return _DockerExec(None, "exec-1", sock, host, wants_input=False)  # type: ignore[arg-type]
+
+
+_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n"
+
+
+def test_X5_docker_frames_split_across_reads_and_empty_frames_stream_whole() -> None:
+    """The engine's frames arrive a byte at a time (headers split across reads), with empty
+    frames between: every byte reaches the caller on its stream, nothing more.
+    Proves ``scratchbank.adapters.docker_sandbox.docker_frames``."""
+    import socket
+    import struct
+
+    from scratchbank.adapters.exec_pump import STDERR, STDOUT
+
+    def frame(stream: int, data: bytes) -> bytes:
+        return struct.pack(">BxxxL", stream, len(data)) + data
+
+    frames = (
+        frame(1, b"")
+        + frame(1, b"out")
+        + frame(2, b"")
+        + frame(2, b"err" * 5)
+        + frame(1, b"")
+        + frame(1, b"!")
+    )
+    engine, host = socket.socketpair()
+    with engine, host:
+        engine.sendall(_ANSWER)
+
+        def trickle() -> None:
+            for i in range(len(frames)):
+                engine.sendall(frames[i : i + 1])
+            engine.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        running = _engine_exec(host)
+        got: dict[int, bytes] = {STDOUT: b"", STDERR: b""}
+        while (item := running.receive()) is not None:
+            assert item[1], "an empty chunk handed out"
+            got[item[0]] += item[1]
+        sender.join(60.0)
+        running.close()
+    assert got == {STDOUT: b"out!", STDERR: b"err" * 5}
+
+
+def test_X5_a_cut_ends_a_docker_exec_read_blocked_mid_frame_at_once() -> None:
+    """The engine went silent in the middle of a frame's header and of a frame's body: the
+    cut (the socket shut down) ends the blocked read, which reports the end (no hang).
+    Proves ``scratchbank.adapters.docker_sandbox.docker_frames``."""
+    import socket
+    import struct
+
+    for silent_after in (
+        struct.pack(">BxxxL", 1, 2) + b"ab" + b"\x01\x00",
+        struct.pack(">BxxxL", 1, 10) + b"abc",
+    ):
+        engine, host = socket.socketpair()
+        with engine, host:
+            engine.sendall(_ANSWER + silent_after)
+            running = _engine_exec(host)
+            got: list[Any] = []
+            reader = threading.Thread(target=got.extend, args=(iter(running.receive, None),))
+            reader.start()
+            running.cut()
+            reader.join(60.0)
+            assert not reader.is_alive(), "the cut did not end the blocked read"
+            running.close()
+        assert b"".join(data for _, data in got) in (b"", b"ab", b"abc")
