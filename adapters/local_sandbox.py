@@ -54,23 +54,19 @@ def _marked(value: str) -> list[int]:
     """The host's live processes started by one local sandbox: those whose environment (as
     it was when they started: a script cannot shed it by unsetting a variable) carries
     ``value``. Never this process. (Not by session or group: once a command is reaped its
-    number may be another process's.)"""
+    number may be another process's.) One read a process: a zombie's environ reads empty,
+    so it is never found (a scan runs at least twice a close: it must stay cheap)."""
     wanted = f"{SANDBOX_VAR}={value}".encode()
     me = os.getpid()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
-        pid = int(entry.name)
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b") ", 1)[1].split()
-            if fields[0] in (b"Z", b"X"):
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
                 if wanted in f.read().split(b"\0"):
-                    found.append(pid)
-        except (OSError, IndexError, ValueError):
+                    found.append(int(entry.name))
+        except OSError:
             continue
     return found
 
