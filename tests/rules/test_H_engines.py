@@ -437,6 +437,22 @@ class _WroteSink:
         return len(data)
 
 
+def _cut_at_its_first_write(r: Rig, source: str) -> None:
+    """A call of ``source`` on its own thread, cut once the exec first wrote; it must return."""
+    wrote, cancel = threading.Event(), Cancel()
+
+    def call(sink: _WroteSink = _WroteSink(wrote)) -> None:
+        with contextlib.suppress(StreamBroken):
+            r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    assert wrote.wait(60), "the exec never wrote"
+    cancel.cut("cut by the test")
+    caller.join(60)
+    assert not caller.is_alive(), "a cut call never returned"
+
+
 @pytest.mark.parametrize("engine", [*TRANSPORTS, "k8s-docker"])
 def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: str) -> None:
     """Calls cut mid-stream (one that floods both streams, one whose detached child holds its
@@ -446,20 +462,7 @@ def test_H7_cut_calls_leave_no_descriptor_or_thread_behind_on_the_host(engine: s
 
     def cut_round(r: Rig) -> None:
         for source in sources:
-            wrote, cancel = threading.Event(), Cancel()
-
-            def call(
-                source: str = source, sink: _WroteSink = _WroteSink(wrote), cancel: Cancel = cancel
-            ) -> None:
-                with contextlib.suppress(StreamBroken):
-                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
-
-            caller = threading.Thread(target=call, daemon=True)
-            caller.start()
-            assert wrote.wait(60), "the exec never wrote"
-            cancel.cut("cut by the test")
-            caller.join(60)
-            assert not caller.is_alive(), "a cut call never returned"
+            _cut_at_its_first_write(r, source)
 
     def held() -> tuple[int, int]:
         gc.collect()  # a descriptor only garbage still holds is freed here, not leaked
@@ -491,18 +494,7 @@ def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() ->
     survived = 0
     with rig("k8s-double") as r:
         for _ in range(20):  # a race: each cut is one more chance to miss it
-            wrote, cancel = threading.Event(), Cancel()
-
-            def call(sink: _WroteSink = _WroteSink(wrote), cancel: Cancel = cancel) -> None:
-                with contextlib.suppress(StreamBroken):
-                    r.sandbox.call(Exec(source, stdout=sink, deadline=Deadline.after(120, cancel)))
-
-            caller = threading.Thread(target=call, daemon=True)
-            caller.start()
-            assert wrote.wait(60), "the exec never wrote"
-            cancel.cut("cut by the test")
-            caller.join(60)
-            assert not caller.is_alive(), "a cut call never returned"
+            _cut_at_its_first_write(r, source)
             if r.sh(count, check=False).strip() != "0":
                 survived += 1
                 r.sh("pkill -f 'sleep 100[01]' || killall sleep", check=False)

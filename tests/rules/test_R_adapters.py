@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -538,6 +539,23 @@ def test_R15_an_alarm_at_a_nan_deadline_cuts_at_once_and_delays_no_other_cut() -
     assert not late.is_set() and not later.is_set()
 
 
+def _forked_child_cuts(alarms: Any, first: Callable[[], object] = lambda: None) -> int:
+    """Fork; the child runs ``first``, arms one alarm due at once and exits 0 when it fired
+    (1 when not within 30 s); the child's wait status, for the parent."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            first()
+            mine = threading.Event()
+            alarms.arm(0.0, mine.set)
+            os._exit(0 if mine.wait(30.0) else 1)
+        finally:
+            os._exit(2)
+    return os.waitpid(pid, 0)[1]
+
+
 def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None:
     """A child forked while a call's cut is armed starts with no alarm of its parent's: its
     own first alarm does not shut the parent's socket down (a shared descriptor).
@@ -552,16 +570,8 @@ def test_R15_a_forked_child_never_fires_its_parents_cuts(tmp_path: Path) -> None
     ours, peer = socket.socketpair()
     with ours, peer:
         parents = alarms.arm(10.0, lambda: ours.shutdown(socket.SHUT_RDWR))
-        pid = os.fork()
-        if pid == 0:  # the child: its clock past the parent's deadline, one alarm of its own
-            try:
-                clock.advance(20.0)
-                mine = threading.Event()
-                alarms.arm(0.0, mine.set)
-                os._exit(0 if mine.wait(30.0) else 1)
-            finally:
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
+        # the child: its clock past the parent's deadline, one alarm of its own
+        status = _forked_child_cuts(alarms, lambda: clock.advance(20.0))
         parents.disarm()
         assert os.waitstatus_to_exitcode(status) == 0
         peer.sendall(b"x")
@@ -607,15 +617,7 @@ def test_R15_a_child_forked_while_every_cutter_is_busy_still_cuts(monkeypatch: p
     try:
         alarms.arm(0.0, lambda: (blocking.set(), release.wait(60.0)))
         assert blocking.wait(60.0)
-        pid = os.fork()
-        if pid == 0:  # the child: one cut of its own, due at once
-            try:
-                mine = threading.Event()
-                alarms.arm(0.0, mine.set)
-                os._exit(0 if mine.wait(30.0) else 1)
-            finally:
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
+        status = _forked_child_cuts(alarms)  # the child: one cut of its own, due at once
     finally:
         release.set()
     assert os.waitstatus_to_exitcode(status) == 0

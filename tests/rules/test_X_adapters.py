@@ -638,6 +638,26 @@ def test_X2_a_listing_is_compared_as_a_merge_that_lands_no_row_per_entry() -> No
 _NAMES = st.text(alphabet='ab/"\\\n\u00e9', min_size=1, max_size=4)
 
 
+def _logged_members(
+    explicit: dict[str, tuple[str, int]], implicit: set[str], extra: list[tuple[str, str, int]]
+) -> tuple[MemberLog, set[str], list[tuple[str, str, int]]]:
+    """The member log of ``explicit`` members and ``implicit`` parents, their manifest lines,
+    and the pool of (path, kind, size) a listing draws its lines from (``extra`` added)."""
+    from scratchbank.application.bank_format.manifest_line import line_of
+
+    log = MemberLog()
+    manifest: set[str] = set()
+    for path, (kind, size) in explicit.items():
+        link = "x" * size if kind == "symlink" else ""
+        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 0, link))
+        manifest.add(line_of(path, kind, size if kind != "dir" else 0))
+    for path in implicit:
+        log.add_implicit(path)
+    pool = [(p, k, s if k != "dir" else 0) for p, (k, s) in explicit.items()]
+    pool += [(p, "dir", 0) for p in implicit] + extra
+    return log, manifest, pool
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     explicit=st.dictionaries(
@@ -662,16 +682,7 @@ def test_X2_a_merged_listing_counts_as_the_not_exists_queries_did(
     from scratchbank.application.bank_format.manifest_line import line_of
 
     implicit -= set(explicit)
-    log = MemberLog()
-    manifest: set[str] = set()
-    for path, (kind, size) in explicit.items():
-        link = "x" * size if kind == "symlink" else ""
-        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 0, link))
-        manifest.add(line_of(path, kind, size if kind != "dir" else 0))
-    for path in implicit:
-        log.add_implicit(path)
-    pool = [(p, k, s if k != "dir" else 0) for p, (k, s) in explicit.items()]
-    pool += [(p, "dir", 0) for p in implicit] + extra
+    log, manifest, pool = _logged_members(explicit, implicit, extra)
     listed: list[tuple[str, str, int]] = []
     raw = b""
     for at, how in picks:
@@ -840,16 +851,7 @@ def test_X2_a_hostile_listing_compares_and_refuses_as_the_old_sqlite_compare_did
     from scratchbank.application.bank_format.manifest_line import line_of
 
     implicit -= set(explicit)
-    log = MemberLog()
-    manifest: set[str] = set()
-    for path, (kind, size) in explicit.items():
-        link = "x" * size if kind == "symlink" else ""
-        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 0, link))
-        manifest.add(line_of(path, kind, size if kind != "dir" else 0))
-    for path in implicit:
-        log.add_implicit(path)
-    pool = [(p, k, s if k != "dir" else 0) for p, (k, s) in explicit.items()]
-    pool += [(p, "dir", 0) for p in implicit] + extra
+    log, manifest, pool = _logged_members(explicit, implicit, extra)
     lines = [
         _hostile_form(line_of(*pool[at % len(pool)]).encode("ascii") if pool else b"", how, junk)
         for at, how, junk in picks
