@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import attrs
-import docker
 import pytest
 from hostile import end, gz, member, ustar
 from rigs.hostile_sandbox import (
