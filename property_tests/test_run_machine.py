@@ -28,6 +28,7 @@ from scratchbank.domain import (
     decide_resume,
     fold,
 )
+from scratchbank.domain.fold import ScratchState
 from scratchbank.domain.kinds import SANDBOX_KINDS
 from scratchbank.domain.records import (
     NodeFinished,
@@ -45,6 +46,8 @@ class RunStory(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.records: list[Record] = []
+        self.state = ScratchState()  # fold(self.records[: self.folded]), folded on as they grow
+        self.folded = 0
         self.alive = False
         self.bank = False
         self.writes: list[tuple[str, bool | None]] = []  # (node, on_cycle) after the bank
@@ -139,7 +142,7 @@ class RunStory(RuleBasedStateMachine):
         self, accept: bool, force: bool, changed: bool, result: RestoreResult, into_host: bool
     ) -> None:
         consents = Consents(force=force, accept_scratch_loss=accept)
-        decision = decide_resume(fold(self.records), ResumeRequest(consents, source_changed=changed))
+        decision = decide_resume(self._fold(), ResumeRequest(consents, source_changed=changed))
         scratch_problem = self.unbanked or (self.bank and bool(self.writes))
         if scratch_problem and not accept:
             assert decision.code == SCRATCH_NOT_PORTABLE, decision
@@ -189,13 +192,23 @@ class RunStory(RuleBasedStateMachine):
         else:  # parked: the failed sandbox's teardown banks nothing over the bank
             self.hold, self.alive = True, False
 
+    def _fold(self) -> ScratchState:
+        """The fold of every record so far: the new ones folded on from the last state (a fold
+        is a loop over ``step``; ``teardown`` checks it against a fold from the start)."""
+        self.state = fold(self.records[self.folded :], start=self.state)
+        self.folded = len(self.records)
+        return self.state
+
     @invariant()
     def fold_agrees_on_what_a_resume_would_restore(self) -> None:
-        state = fold(self.records)
+        state = self._fold()
         assert (state.bank is not None) == self.bank
         assert [w.node for w in state.stale_writes] == [n for n, _ in self.writes]
         assert (state.unbanked is not None) == self.unbanked
         assert (state.host_backed is not None) == self.host_backed
+
+    def teardown(self) -> None:
+        assert fold(self.records) == self._fold()  # the story's last fold, folded from the start
 
 
 @attrs.frozen
