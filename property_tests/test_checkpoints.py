@@ -78,6 +78,21 @@ def _sha(content: frozenset[str]) -> str:
 
 
 @attrs.define
+class FoldOn:
+    """``fold(timeline)`` for a timeline that only grows: its new records folded on from the
+    state last returned (a fold is a loop over ``step``: the same state, without refolding)."""
+
+    state: ScratchState = attrs.Factory(ScratchState)
+    count: int = 0
+
+    def of(self, timeline: Sequence[Record]) -> ScratchState:
+        assert len(timeline) >= self.count
+        self.state = fold(timeline[self.count :], start=self.state)
+        self.count = len(timeline)
+        return self.state
+
+
+@attrs.define
 class Model:
     """One run under the model engine; ``gate`` decides its resumes."""
 
@@ -96,6 +111,7 @@ class Model:
     over: bool = False
     counts: Counter[str] = attrs.Factory(Counter)
     violations: list[str] = attrs.Factory(list)
+    folds: FoldOn = attrs.Factory(FoldOn)
 
     def run(self, ops: Sequence[Op]) -> Model:
         self.content_at[self.lineage] = frozenset()
@@ -169,7 +185,7 @@ class Model:
 
     def prune(self) -> None:
         """The prune after a teardown's record (K8); then every kept bank must be stored."""
-        needed = self.keep(fold(self.timeline), RETAIN)
+        needed = self.keep(self.folds.of(self.timeline), RETAIN)
         self.store = {sha: c for sha, c in self.store.items() if f"banks/{sha}.tgz" in needed}
         for lineage, sha in self.kept().items():
             if sha not in self.store:
@@ -184,7 +200,7 @@ class Model:
             cycles = tuple(n for n in nodes if n in ("loop", "each"))
             self.timeline.append(RunRewound(dropped_nodes=nodes, on_cycle=cycles))
         self.timeline.append(RunResumed())
-        state = fold(self.timeline)
+        state = self.folds.of(self.timeline)
         self.judge(state, at)
         decision = self.gate(state, at)
         self.counts[f"{decision.verdict.value} {decision.rule}"] += 1
@@ -383,6 +399,7 @@ class ReplayModel:
     over: bool = False
     counts: Counter[str] = attrs.Factory(Counter)
     mismatches: list[str] = attrs.Factory(list)
+    folds: FoldOn = attrs.Factory(FoldOn)
 
     def run(self, steps: Sequence[Step]) -> ReplayModel:
         for step in steps:
@@ -442,7 +459,7 @@ class ReplayModel:
             self.scratch = frozenset(self.lineage)
             return
         holds_all = set(self.lineage) <= self.bank  # the rule
-        decision = decide_resume(fold(self.timeline), ResumeRequest())
+        decision = decide_resume(self.folds.of(self.timeline), ResumeRequest())
         self.counts[f"{decision.verdict.value} {decision.rule}"] += 1
         want = Verdict.RESTORE if holds_all else Verdict.REFUSE
         if decision.verdict is not want:
