@@ -1025,7 +1025,8 @@ def test_X2_the_stream_into_a_sandbox_goes_in_4_MiB_frames() -> None:
 
 def test_X2_the_sandbox_checks_the_restore_stream_by_md5_not_by_its_slow_sha256() -> None:
     """Issue 24: the stream into a sandbox is checked end to end by count and MD5 (BusyBox
-    1.35's ``sha256sum`` took 1.4 cpu-s a 197 MB stream, its ``md5sum`` 0.44: ADR 0003)."""
+    1.35's ``sha256sum`` took 1.4 cpu-s a 197 MB stream, its ``md5sum`` 0.44: ADR 0003).
+    Proves ``scratchbank.adapters.restore_wire.FramedStream``."""
     from rigs.real_sandboxes import rig
     from rigs.staged_restore import canonical
 
