@@ -288,7 +288,7 @@ class ScriptedSandbox(abc.ABC):
                 raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
             try:
                 staged = _staged_header(raw, token)
-                if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+                if (staged.received, staged.digest) != (framed.sent, framed.digest):
                     raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
                 write_listing(raw, listing)
             except BaseException:
@@ -373,7 +373,7 @@ class ScriptedSandbox(abc.ABC):
     ) -> None:
         """Once the listing is whole: check what was received, ask the host, answer."""
         staged = _staged_header(raw, token)
-        if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+        if (staged.received, staged.digest) != (framed.sent, framed.digest):
             raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
         with tempfile.TemporaryFile() as listing:
             write_listing(raw, listing)

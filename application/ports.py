@@ -245,13 +245,14 @@ class ByteSink(Protocol):
 class StagedRestore:
     """A bank extracted into a fresh directory beside the scratch, not yet in place.
 
-    ``token`` names the staging directory; ``received`` and ``sha256`` are what the
-    sandbox read from the stream (the host compares them with what it sent).
+    ``token`` names the staging directory; ``received`` and ``digest`` are what the
+    sandbox read from the stream (its byte count and MD5: the host compares them with
+    what it sent; ADR 0003, the restore stream's digest).
     """
 
     token: str
     received: int
-    sha256: str
+    digest: str
 
 
 class Sandbox(Protocol):
