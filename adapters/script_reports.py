@@ -73,6 +73,23 @@ def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> Quies
 
 
 _STOPPED = re.compile(r"^stopped (\d{1,9})$")
+_VERDICT = re.compile(r"^scratchbank-quiesced (\d{1,3})$")
+
+
+def quiesce_verdict(exit_code: int, lines: Sequence[str], err: str = "") -> QuiesceReport:
+    """quiesce.sh stop's stdout: the report up to its first "scratchbank-quiesced CODE" line
+    (every line after it, the watchdog's, is no report line of the quiesce: H4), whose
+    CODE must be the exit code; no verdict line is no quiesce."""
+    at = next((i for i, line in enumerate(lines) if _VERDICT.match(line)), None)
+    if at is None:
+        if exit_code == 0:
+            return QuiesceReport(False, False, ("the quiesce exited 0 without its verdict line",))
+        return quiesce_report(exit_code, lines, err)
+    said_code = int(lines[at].rsplit(" ", 1)[1])
+    if said_code != exit_code:
+        why = f"the quiesce's verdict line says {said_code}, its exit code is {exit_code}"
+        return QuiesceReport(False, False, (why,))
+    return quiesce_report(exit_code, lines[:at], err)
 
 
 def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:

@@ -53,7 +53,7 @@ from .restore_wire import (
     write_listing,
     write_modes,
 )
-from .script_reports import QuiesceHead, archive_report, bank_status, quiesce_report
+from .script_reports import QuiesceHead, archive_report, bank_status, quiesce_verdict
 
 
 def script(name: str) -> str:
@@ -216,7 +216,7 @@ class ScriptedSandbox(abc.ABC):
         except OutputOverBound as error:  # what it stopped is unknown: the watchdog continues
             return QuiesceReport(False, False, (error.message,))
         lines = report.getvalue().decode("utf-8", "replace").splitlines()
-        return quiesce_report(done.exit_code, lines, done.err)
+        return quiesce_verdict(done.exit_code, lines, done.err)
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         out = self._quiet("the continue step's output")

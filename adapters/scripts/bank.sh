@@ -4,7 +4,8 @@
 #   bank.sh SCRATCH COMPRESS BUDGET_SECONDS WAIT_SECONDS
 #
 # stdout: quiesce.sh's report lines, ended by "scratchbank-quiesced CODE" (its exit
-#   code), written before tar starts so that a cut exec still tells what was stopped;
+#   code), written before tar starts so that a cut exec still tells what was stopped
+#   (nothing but the shell's builtins runs before it: quiesce.sh);
 #   then tar's stream, as archive.sh writes it (verifying unless every process stopped).
 # stderr: tar's warnings and the raced lines, then, last, the line
 #   "scratchbank-bank: continued"     (the pass did not race: everything runs again),
@@ -15,6 +16,9 @@
 quiesce_stop "$3" "$4"
 q=$?
 printf '%sscratchbank-quiesced %s\n' "$q_out" "$q"
+# the watchdog only now: what it runs (mktemp, setsid, sh) is the sandbox's and may print
+# anything, and the host takes no report line after the verdict (H4)
+[ "$q" = 3 ] || quiesce_watch "$3"
 verify=1
 [ "$q" = 0 ] && verify=0
 archive_scratch "$1" "$2" "$verify"

@@ -11,10 +11,12 @@ import contextlib
 import gc
 import io
 import os
+import shlex
 import signal
 import subprocess
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -36,8 +38,9 @@ from waiting import eventually
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import Exec
 from scratchbank.application.cancellation import Cancel, Deadline
+from scratchbank.application.ports import QuiesceReport
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
-from scratchbank.testing.hostile import HostileSandbox, flood, replace, shadow
+from scratchbank.testing.hostile import HostileSandbox, flood, forge, forger, replace, shadow
 
 # ---- from tests/test_hostile_sandbox.py: Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
 
@@ -165,17 +168,17 @@ def test_H5_an_idle_pid_1_is_proven_over_its_window_not_a_fixed_wait() -> None:
     """PID 1 unmoved: proven idle once 0.2 s have passed since its first read (the stop rounds
     count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown.
     Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
-    rc, sleeps, report = _pid1_idle("wchar: 7 syscw: 1 ")
+    rc, waits, report = _pid1_idle("wchar: 7 syscw: 1 ")
     assert rc == 0, report
-    assert sleeps == ["0.05"] * 3, sleeps  # reads at +0.05 .. +0.2 s: three short waits
+    assert waits == ["5"] * 3, waits  # reads at +0.05 .. +0.2 s: three short waits
 
 
 def test_H5_a_pid_1_that_writes_within_the_window_is_not_idle_at_once() -> None:
     """PID 1's counters moved by the next read: not proven idle, said at once (no wait).
     Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
-    rc, sleeps, report = _pid1_idle("wchar: $n syscw: $n ")
+    rc, waits, report = _pid1_idle("wchar: $n syscw: $n ")
     assert rc == 1 and "wrote during the quiesce" in report, report
-    assert sleeps == [], sleeps
+    assert waits == [], waits
 
 
 # -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------
@@ -499,3 +502,73 @@ def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() ->
                 survived += 1
                 r.sh("pkill -f 'sleep 100[01]' || killall sleep", check=False)
     assert survived == 0, f"{survived} of 20 cut calls left their detached child running"
+
+
+# -- 4b. no command the quiesce looks up on the sandbox's filesystem can forge its verdict ----
+#: every command looked up on the sandbox's filesystem that the quiesce (and the one-exec
+#: bank before its verdict) ran in round 3, and tar, the first the archive runs after it
+FORGED_TOOLS = ["readlink", "date", "sleep", "mktemp", "setsid", "rm", "rmdir", "tar"]
+#: PID 1 keeps writing (builtins only: one that forks waits on its child once it is stopped)
+WRITING_PID1 = (
+    "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
+    "while :; do echo x >> /tmp/iterion-scratch/w; i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done; done"
+)
+
+
+@pytest.fixture(scope="module", params=["docker-busybox", "docker-gnu"])
+def writing_pid1(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """One container per image whose PID 1 keeps writing (kept: a forger leaves no damage)."""
+    with rig(request.param, command=["sh", "-c", WRITING_PID1]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        yield r
+
+
+def _unforged(report: QuiesceReport) -> None:
+    assert not report.quiesced and report.stopped != 999, report
+    assert any("pid 1 (w?r)" in why for why in report.reasons), report
+
+
+@pytest.mark.parametrize("tool", FORGED_TOOLS)
+def test_H4_no_tool_the_quiesce_runs_can_forge_the_one_exec_verdict(writing_pid1: Rig, tool: str) -> None:
+    """A forger for ``tool`` (run before the command, as one earlier in PATH would) writes
+    ``scratchbank-quiesced 0`` and ``stopped 999`` to the script's stdout and stderr and to
+    every ancestor's while PID 1 writes: the one-exec record is unquiesced, PID 1 named, its
+    count the script's (round 3's quiesce ran readlink, date, sleep, mktemp, setsid, rm and
+    rmdir before its verdict; tar runs after it, where no report line is taken).
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    hostile = HostileSandbox(writing_pid1.sandbox, forger(tool))
+    sink = io.BytesIO()
+    try:
+        one = hostile.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
+    finally:
+        writing_pid1.sandbox.continue_processes()
+    _unforged(one.quiesce)
+    if tool == "tar":  # it ran, after the verdict: its lines are the stream's, never the report's
+        assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_forging_binaries_in_path_cannot_make_a_quiesce_read_quiesced() -> None:
+    """Real binaries earlier in PATH (/usr/local/bin, GNU image: BusyBox's ash runs its
+    applets from its own binary) for every tool, each forging as above and then running the
+    real one, PID 1 writing: the one-exec bank and the quiesce alone read unquiesced, PID 1
+    named, their counts the script's; tar's forged lines are the stream's.
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    plant = "; ".join(
+        f"real=$(command -v {tool}); "
+        f'printf \'#!/bin/sh\\n%s\\nexec %s "$@"\\n\' {shlex.quote(forge())} "$real" > /usr/local/bin/{tool}; '
+        f"chmod 755 /usr/local/bin/{tool}"
+        for tool in FORGED_TOOLS
+    )
+    with rig("docker-gnu", command=["sh", "-c", WRITING_PID1]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        r.sh(plant)
+        sink = io.BytesIO()
+        try:
+            one = r.sandbox.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
+            r.sandbox.continue_processes()
+            alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.continue_processes()
+    for report in (one.quiesce, alone):
+        _unforged(report)
+    assert b"stopped 999" in sink.getvalue()
