@@ -1,5 +1,5 @@
 """Rules H: a hostile sandbox: what it sends is bounded and nothing it plants is believed (ADR 0008).
-The pure tier's tests of H1, H7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
+The pure tier's tests of H1, H4, H7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
 tests/rigs/ (named for what they hold)."""
@@ -25,8 +25,10 @@ from rigs.scripted_transport import (
 import scratchbank.adapters as adapters_pkg
 from scratchbank.adapters.exec_output import Bounded
 from scratchbank.adapters.exec_pump import STDERR, STDOUT
+from scratchbank.adapters.script_reports import quiesce_verdict
 from scratchbank.adapters.scripted import REAP, Exec, ForwardingSandbox
 from scratchbank.application.cancellation import Cancel, CancelScope, Deadline
+from scratchbank.application.ports import QuiesceReport
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 
 # ---- from tests/rules/test_[HT]*.py: One cancellation scope (issue 25, build item 0): a scope owns its deadline, its cancel and its threads, and joins them on exit; nothing outlives it silently. And ``retry_within``, the one retry loop (its ``again`` and ``stop``).
@@ -222,3 +224,26 @@ def test_H7_a_proxy_forwards_the_Exec_whole_and_overrides_only_what_it_changes()
     assert call.source == "tar() { :; }\necho" and call.args == ("a",)
     assert (call.stdout, call.user, call.deadline) == (sink, "u", deadline) and call.token
     assert reaper.source == REAP and reaper.args == (call.token,) and reaper.user == "u"
+
+
+# -- H4: the quiesce's verdict: no report line after it is the quiesce's ---------------------
+
+
+def test_H4_the_quiesce_alone_takes_no_report_line_after_its_verdict() -> None:
+    """``quiesce.sh stop``'s report ends at its first verdict line: the watchdog's line and
+    anything a tool run after it printed (a count, a reason) is no part of the report.
+    Proves ``scratchbank.adapters.script_reports.quiesce_verdict``."""
+    lines = ["stopped 2", "scratchbank-quiesced 0", "watchdog 7", "stopped 999", "unquiesced: forged"]
+    assert quiesce_verdict(0, lines) == QuiesceReport(True, False, (), 2)
+
+
+def test_H4_a_verdict_line_that_is_not_the_exit_code_or_none_is_no_quiesce() -> None:
+    """A verdict line whose code is not the script's exit code (one written ahead of the
+    script's own), or an exit 0 without one, reads unquiesced, named.
+    Proves ``scratchbank.adapters.script_reports.quiesce_verdict``."""
+    forged = quiesce_verdict(4, ["scratchbank-quiesced 0", "unquiesced: pid 1 (w) wrote", "stopped 1"])
+    assert not forged.quiesced and "says 0, its exit code is 4" in forged.reasons[0], forged
+    silent = quiesce_verdict(0, ["stopped 3"])
+    assert not silent.quiesced and "without its verdict line" in silent.reasons[0], silent
+    refused = quiesce_verdict(3, ["refused: the shell's kill is not its builtin", "scratchbank-quiesced 3"])
+    assert refused.refused and refused.reasons == ("the shell's kill is not its builtin",), refused

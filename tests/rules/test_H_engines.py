@@ -36,7 +36,7 @@ from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
 from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.scripted import Exec
+from scratchbank.adapters.scripted import Exec, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import QuiesceReport
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
@@ -508,17 +508,22 @@ def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() ->
 #: every command looked up on the sandbox's filesystem that the quiesce (and the one-exec
 #: bank before its verdict) ran in round 3, and tar, the first the archive runs after it
 FORGED_TOOLS = ["readlink", "date", "sleep", "mktemp", "setsid", "rm", "rmdir", "tar"]
-#: PID 1 keeps writing (builtins only: one that forks waits on its child once it is stopped)
+#: PID 1 keeps writing, every 0.05 s, asleep between (a builtin timed read: BusyBox's ash
+#: and GNU's bash have one; a PID 1 that forked a sleep would wait on it once it is stopped)
 WRITING_PID1 = (
-    "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; "
-    "while :; do echo x >> /tmp/iterion-scratch/w; i=0; while [ $i -lt 300 ]; do i=$((i + 1)); done; done"
+    "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; mkfifo /tmp/tick; exec 3<>/tmp/tick; "
+    "while :; do echo x >> /tmp/iterion-scratch/w; read -t 0.05 -u 3 _; done"
 )
 
 
-@pytest.fixture(scope="module", params=["docker-busybox", "docker-gnu"])
-def writing_pid1(request: pytest.FixtureRequest) -> Iterator[Rig]:
-    """One container per image whose PID 1 keeps writing (kept: a forger leaves no damage)."""
-    with rig(request.param, command=["sh", "-c", WRITING_PID1]) as r:
+def _writing_pid1(engine: str) -> list[str]:
+    return ["bash" if engine.endswith("gnu") else "sh", "-c", WRITING_PID1]
+
+
+@pytest.fixture(scope="module")
+def writing_gnu() -> Iterator[Rig]:
+    """One GNU container whose PID 1 keeps writing, for the module (a forger leaves no damage)."""
+    with rig("docker-gnu", command=_writing_pid1("docker-gnu")) as r:
         _wait_for(r, f"{r.scratch}/w")
         yield r
 
@@ -528,27 +533,42 @@ def _unforged(report: QuiesceReport) -> None:
     assert any("pid 1 (w?r)" in why for why in report.reasons), report
 
 
+def _bank(sandbox: ScriptedSandbox, sink: io.BytesIO, r: Rig) -> QuiesceReport:
+    """The one-exec bank's quiesce report; what it left stopped continued."""
+    one = sandbox.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
+    if not one.continued:
+        r.sandbox.continue_processes()
+    return one.quiesce
+
+
 @pytest.mark.parametrize("tool", FORGED_TOOLS)
-def test_H4_no_tool_the_quiesce_runs_can_forge_the_one_exec_verdict(writing_pid1: Rig, tool: str) -> None:
+def test_H4_no_tool_the_quiesce_runs_can_forge_the_one_exec_verdict(writing_gnu: Rig, tool: str) -> None:
     """A forger for ``tool`` (run before the command, as one earlier in PATH would) writes
     ``scratchbank-quiesced 0`` and ``stopped 999`` to the script's stdout and stderr and to
     every ancestor's while PID 1 writes: the one-exec record is unquiesced, PID 1 named, its
     count the script's (round 3's quiesce ran readlink, date, sleep, mktemp, setsid, rm and
-    rmdir before its verdict; tar runs after it, where no report line is taken).
-    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
-    hostile = HostileSandbox(writing_pid1.sandbox, forger(tool))
+    rmdir before its verdict; tar runs after it, where no report line is taken). GNU (dash);
+    BusyBox below, every forger at once. Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
     sink = io.BytesIO()
-    try:
-        one = hostile.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
-    finally:
-        writing_pid1.sandbox.continue_processes()
-    _unforged(one.quiesce)
+    _unforged(_bank(HostileSandbox(writing_gnu.sandbox, forger(tool)), sink, writing_gnu))
     if tool == "tar":  # it ran, after the verdict: its lines are the stream's, never the report's
         assert b"stopped 999" in sink.getvalue()
 
 
-def test_H4_forging_binaries_in_path_cannot_make_a_quiesce_read_quiesced() -> None:
-    """Real binaries earlier in PATH (/usr/local/bin, GNU image: BusyBox's ash runs its
+def test_H4_no_tool_can_forge_a_busybox_quiesce_either() -> None:
+    """BusyBox's ash, a forger for every tool at once, PID 1 writing: the one-exec bank reads
+    unquiesced, PID 1 named, its count the script's (the quiesce alone: GNU, below).
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    with rig("docker-busybox", command=_writing_pid1("docker-busybox")) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        hostile = HostileSandbox(r.sandbox, *map(forger, FORGED_TOOLS))
+        sink = io.BytesIO()
+        _unforged(_bank(hostile, sink, r))
+    assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_forging_binaries_in_path_cannot_make_a_quiesce_read_quiesced(writing_gnu: Rig) -> None:
+    """Real binaries earlier in PATH (/usr/local/bin, GNU image: Debian's BusyBox ash runs its
     applets from its own binary) for every tool, each forging as above and then running the
     real one, PID 1 writing: the one-exec bank and the quiesce alone read unquiesced, PID 1
     named, their counts the script's; tar's forged lines are the stream's.
@@ -559,16 +579,27 @@ def test_H4_forging_binaries_in_path_cannot_make_a_quiesce_read_quiesced() -> No
         f"chmod 755 /usr/local/bin/{tool}"
         for tool in FORGED_TOOLS
     )
-    with rig("docker-gnu", command=["sh", "-c", WRITING_PID1]) as r:
-        _wait_for(r, f"{r.scratch}/w")
-        r.sh(plant)
-        sink = io.BytesIO()
-        try:
-            one = r.sandbox.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
-            r.sandbox.continue_processes()
-            alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
-        finally:
-            r.sandbox.continue_processes()
-    for report in (one.quiesce, alone):
+    r = writing_gnu
+    r.sh(plant)
+    sink = io.BytesIO()
+    try:
+        one = _bank(r.sandbox, sink, r)
+        alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+    finally:
+        r.sandbox.continue_processes()
+        r.sh("cd /usr/local/bin && /bin/rm -f " + " ".join(FORGED_TOOLS))
+    for report in (one, alone):
         _unforged(report)
     assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_the_quiesce_reaches_its_verdict_with_no_command_on_its_path() -> None:
+    """With no command of the sandbox's filesystem to be found (PATH empty) the one-exec bank's
+    quiesce still reaches its verdict, quiesced (PID 1 idle, nothing else runs): it looks
+    nothing up before it (tar, after it, is not found; the verdict stands). The local sandbox,
+    whose shell (dash here) runs the same script. Proves ``scratchbank.adapters.scripted.BANK``."""
+    with rig("local") as r:
+        hostile = HostileSandbox(r.sandbox, "PATH=/nonexistent")
+        one = hostile.quiesce_and_archive(io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False)
+        r.sandbox.continue_processes()
+    assert one.quiesce.quiesced, one
