@@ -603,3 +603,17 @@ def test_H4_the_quiesce_reaches_its_verdict_with_no_command_on_its_path() -> Non
         one = hostile.quiesce_and_archive(io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False)
         r.sandbox.continue_processes()
     assert one.quiesce.quiesced, one
+
+
+@pytest.mark.parametrize("builtin", ["kill", "read"])
+def test_H4_a_shell_whose_builtin_is_stood_in_for_is_refused_before_any_signal(builtin: str) -> None:
+    """A function standing in for the shell's ``kill`` or ``read`` (what a replaced shell
+    does to every builtin) is refused before any signal, named: the quiesce trusts only its
+    shell's own builtins, and says so. The local sandbox.
+    Proves ``scratchbank.adapters.scripted.QUIESCE``."""
+    with rig("local") as r:
+        report = HostileSandbox(r.sandbox, replace(builtin, "return 0")).quiesce(
+            budget_seconds=5, wait_seconds=1
+        )
+    assert report.refused and not report.quiesced, report
+    assert report.reasons == (f"the shell's {builtin} is not its builtin",), report
