@@ -91,12 +91,17 @@ uptime_cs() {
 }
 
 # pause CS: wait CS hundredths of a second on /proc/uptime, by builtins (a replaced sleep
-# forged the report): a short spin, every other process stopped. 1 at once without a clock.
+# forged the report): a short spin, every other process stopped. 1 without a clock, or
+# with one that does not reach the end within 50 times the reads it takes here (about
+# 100 a hundredth: a clock planted over /proc/uptime that stands still ends too).
 pause() {
     uptime_cs
     [ -n "$up_cs" ] || return 1
     p_end=$((up_cs + $1))
+    p_left=$(($1 * 5000 + 5000))
     while [ "$up_cs" -lt "$p_end" ]; do
+        p_left=$((p_left - 1))
+        [ "$p_left" -gt 0 ] || return 1
         uptime_cs
         [ -n "$up_cs" ] || return 1
     done
@@ -203,7 +208,7 @@ may_signal() {
 # shell_builtins: 0 when read, kill, printf, echo, test and [ are this shell's builtins (no
 # function, alias or file stands in for one), else 3 with a refusal
 shell_builtins() {
-    b_out=$(type read kill printf echo test [ 2>&1)
+    b_out=$(LC_ALL=C; type read kill printf echo test [ 2>&1)
     for b in read kill printf echo test [; do
         case "
 $b_out
@@ -280,7 +285,10 @@ pid1_idle() {
             return 1
         fi
         [ $((up_cs - p1_since)) -ge "$P1_WINDOW_CS" ] && break
-        pause 5 || :
+        if ! pause 5; then
+            note "pid 1 ($name) cannot be stopped from inside and the clock (/proc/uptime) stands still: not proven idle"
+            return 1
+        fi
     done
     if [ -z "$p1_before" ] || [ -z "$p1_io" ]; then
         note "pid 1 ($name) cannot be stopped from inside and its writes cannot be read: not proven idle"
@@ -308,18 +316,19 @@ quiesce_stop() {
     uptime_cs
     start=$up_cs
     round=0
+    clock=1
     while :; do
         kill -STOP -1 2>/dev/null
         scan
         [ -z "$running" ] && [ -z "$unreadable" ] && break
         round=$((round + 1))
         uptime_cs
-        if [ -n "$up_cs" ] && [ -n "$start" ]; then
+        if [ -n "$clock" ] && [ -n "$up_cs" ] && [ -n "$start" ]; then
             [ "$round" -ge 5 ] && [ $((up_cs - start)) -ge $((wait_for * 100)) ] && break
         else
             [ "$round" -ge 5 ] && break # no clock: five rounds, back to back
         fi
-        pause 20 || :
+        pause 20 || clock=""
     done
 
     for entry in $running; do
