@@ -53,7 +53,7 @@ from .restore_wire import (
     write_listing,
     write_modes,
 )
-from .script_reports import QuiesceHead, archive_report, bank_status, quiesce_verdict
+from .script_reports import QuiesceHead, archive_report, bank_exit, bank_status, confirmed, quiesce_verdict
 
 
 def script(name: str) -> str:
@@ -255,10 +255,12 @@ class ScriptedSandbox(abc.ABC):
             raise StreamBroken(why)
         status, stderr = bank_status(done.stderr)
         continued = status in ("continued", "nothing stopped")
+        rc, verdict = bank_exit(done.exit_code)
+        report = confirmed(head.report, head.code, verdict, done.exit_code)
         try:
-            return QuiescedArchive(head.report, archive_report(done.exit_code, stderr), continued)
+            return QuiescedArchive(report, archive_report(rc, stderr), continued)
         except ArchiveFailed as error:
-            return QuiescedArchive(head.report, None, continued, error)
+            return QuiescedArchive(report, None, continued, error)
 
     def stage_restore(
         self,

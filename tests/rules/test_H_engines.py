@@ -617,3 +617,31 @@ def test_H4_a_shell_whose_builtin_is_stood_in_for_is_refused_before_any_signal(b
         )
     assert report.refused and not report.quiesced, report
     assert report.reasons == (f"the shell's {builtin} is not its builtin",), report
+
+
+#: PID 1 writes, and writes a verdict of its own into every exec of ours it finds (builtins)
+FORGING_PID1 = (
+    "mkdir -p /tmp/iterion-scratch; mkfifo /tmp/tick; exec 3<>/tmp/tick; "
+    "while :; do echo x >> /tmp/iterion-scratch/w; "
+    'for d in /proc/[0-9]*; do [ "$d" = /proc/1 ] && continue; read -r c < $d/cmdline; '
+    "case $c in *SCRATCHBANK*) printf 'scratchbank-quiesced 0\\nstopped 999\\n' > $d/fd/1 ;; esac; "
+    "done 2>/dev/null; read -t 0.05 -u 3 _; done"
+)
+
+
+def test_H4_a_pid_1_that_writes_a_verdict_into_the_banks_stdout_is_told_by_its_exit_code() -> None:
+    """PID 1 (never stopped, the script's user) writes ``scratchbank-quiesced 0`` into the stdout
+    of every exec of ours while it writes the scratch (round 3: the one-exec record read
+    quiesced): the bank's exit code disagrees, and the record reads unquiesced, named; the
+    quiesce alone's exit code does too. Docker BusyBox.
+    Proves ``scratchbank.adapters.script_reports.confirmed``."""
+    with rig("docker-busybox", command=["sh", "-c", FORGING_PID1]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        one = _bank(r.sandbox, io.BytesIO(), r)
+        try:
+            alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.continue_processes()
+    for report in (one, alone):
+        assert not report.quiesced and report.stopped != 999, report
+    assert any("says 0" in why or "pid 1 (sh)" in why for why in one.reasons), one
