@@ -600,7 +600,7 @@ def test_H4_the_quiesce_reaches_its_verdict_with_no_command_on_its_path() -> Non
     """With no command of the sandbox's filesystem to be found (PATH empty) the one-exec bank's
     quiesce still reaches its verdict, quiesced (PID 1 idle, nothing else runs): it looks
     nothing up before it (tar, after it, is not found; the verdict stands). The local sandbox,
-    whose shell (dash here) runs the same script. Proves ``scratchbank.adapters.scripted.BANK``."""
+    whose shell (dash here) runs the same script. Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce_and_archive``."""
     with rig("local") as r:
         hostile = HostileSandbox(r.sandbox, "PATH=/nonexistent")
         one = hostile.quiesce_and_archive(io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False)
@@ -613,7 +613,7 @@ def test_H4_a_shell_whose_builtin_is_stood_in_for_is_refused_before_any_signal(b
     """A function standing in for the shell's ``kill`` or ``read`` (what a replaced shell
     does to every builtin) is refused before any signal, named: the quiesce trusts only its
     shell's own builtins, and says so. The local sandbox.
-    Proves ``scratchbank.adapters.scripted.QUIESCE``."""
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce``."""
     with rig("local") as r:
         report = HostileSandbox(r.sandbox, replace(builtin, "return 0")).quiesce(
             budget_seconds=5, wait_seconds=1
