@@ -36,7 +36,7 @@ from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
 from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.scripted import Exec, ScriptedSandbox
+from scratchbank.adapters.scripted import QUIESCE, Exec, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, Deadline
 from scratchbank.application.ports import QuiesceReport
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
@@ -648,3 +648,25 @@ def test_H4_a_pid_1_that_writes_a_verdict_into_the_banks_stdout_is_told_by_its_e
     for report in (one, alone):
         assert not report.quiesced and report.stopped != 999, report
     assert any("says 0" in why or "pid 1 (sh)" in why for why in one.reasons), one
+
+
+def test_H5_a_clock_that_stands_still_ends_the_quiesces_wait_and_proves_nothing() -> None:
+    """/proc/uptime planted to stand still (a FUSE or bind mount over it): the quiesce's wait
+    (a spin on that clock, builtins only) still ends, and PID 1 is not proven idle, named.
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce``."""
+    stubs = """
+uptime_cs() { up_cs=1000; }
+pid1_writes() { p1_io="wchar: 7 syscw: 1 "; }
+read_status() { st_state=S st_name=init; }
+pause 2; echo "pause $?"
+pid1_writes; p1_before=$p1_io; p1_since=1000
+reasons="" q_out=""
+pid1_idle; rc=$?
+printf '%s' "$q_out"
+exit $rc
+"""
+    done = subprocess.run(
+        ["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 1 and done.stdout.startswith("pause 1\n"), done
+    assert "the clock (/proc/uptime) stands still: not proven idle" in done.stdout, done
