@@ -94,7 +94,7 @@ class FramedStream:
 
     Its MD5 is the host's one digest of the stream (the canonical writer takes none for a
     sandbox: issue 24): what the sandbox's ``md5sum`` must find, a check of the way in
-    (the sandbox that sums is the one the bank came from), at a third of BusyBox's
+    (the sandbox that sums is the one the bytes go to: it could report any sum), at a third of BusyBox's
     ``sha256sum`` CPU (ADR 0003). 4 MiB frames: the sandbox runs one ``dd`` per frame (a
     1 GB stream was ~1,000 processes at 1 MiB, 256 now)."""
 

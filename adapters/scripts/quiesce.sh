@@ -11,11 +11,12 @@
 # "unquiesced: ...", "stopped N", then the verdict "scratchbank-quiesced CODE" (the exit
 # code), then "watchdog PID": the host takes no report line after the verdict.
 #
-# Until the verdict is out, the script runs its shell's builtins only (H4): any command
-# looked up on the sandbox's filesystem (date, sleep, readlink, mktemp...) runs with the
-# script's user and can write "scratchbank-quiesced 0" to /proc/<the script>/fd/1, whatever
-# its own output is redirected to (found by attack: a replaced sleep, then date). So the
-# clock is /proc/uptime read by `read`, a wait spins on it (pause), the namespace check
+# Until the verdict is out, the script runs its shell's builtins only (H4), but `sleep`
+# in pause: any command looked up on the sandbox's filesystem (date, sleep, readlink,
+# mktemp...) runs with the script's user and can write "scratchbank-quiesced 0" to
+# /proc/<the script>/fd/1, whatever its own output is redirected to (found by attack: a
+# replaced sleep, then date). So the verdict line is checked against the exit code by the
+# host, the clock is /proc/uptime read by `read`, a wait sleeps by steps on it (pause), the namespace check
 # reads /proc/2/status, and the watchdog (mktemp, setsid, sh) starts once the verdict is
 # written (quiesce_watch). A shell whose read, kill, printf, echo or test is not its own
 # builtin is refused. The shell itself replaced is out of reach (ADR 0008).
@@ -90,17 +91,23 @@ uptime_cs() {
     esac
 }
 
-# pause CS: wait CS hundredths of a second on /proc/uptime, by builtins (a replaced sleep
-# forged the report): a short spin, every other process stopped. 1 without a clock, or
-# with one that does not reach the end within 50 times the reads it takes here (about
-# 100 a hundredth: a clock planted over /proc/uptime that stands still ends too).
+# pause CS: wait CS hundredths of a second on /proc/uptime. Each step sleeps 0.02 s
+# (`sleep`, the one command run before the verdict: a spin of builtins alone cost 0.2
+# cpu-s a quiesce: with 200 teardowns at once, the host's CPU) with every stream on /dev/null;
+# a replaced sleep cannot time the wait (the clock does) and what it writes to the
+# script's own stdout cannot pass for the verdict (the host checks the verdict line
+# against the exit code: quiesce_verdict, confirmed). Without a sleep the steps spin.
+# 1 without a clock, or with one that does not reach the end within 50 times the reads
+# a spin takes here (about 100 a hundredth; a step that slept counts 200: a clock that
+# stands still ends the wait too, in at most 15 s for the longest, 0.2 s, wait).
 pause() {
     uptime_cs
     [ -n "$up_cs" ] || return 1
     p_end=$((up_cs + $1))
     p_left=$(($1 * 5000 + 5000))
     while [ "$up_cs" -lt "$p_end" ]; do
-        p_left=$((p_left - 1))
+        # a step that slept counts as the ~200 reads a spin makes in its 0.02 s
+        if sleep 0.02 </dev/null >/dev/null 2>&1; then p_left=$((p_left - 200)); else p_left=$((p_left - 1)); fi
         [ "$p_left" -gt 0 ] || return 1
         uptime_cs
         [ -n "$up_cs" ] || return 1

@@ -126,7 +126,7 @@ unframe() { # stdin: frames; stdout: the payload; "COUNT MD5 RECEIVED" to $1 (re
     # (a frame lost, cut or repeated on the way shows as a missing end frame or a count
     # that is not the end frame's). A byte changed on the way keeps the count: the digest
     # of what was read (md5sum on a tee of the payload) catches it. MD5, not SHA-256: the
-    # sandbox that sums is the one a checked bank came from, so the sum guards the way in,
+    # sandbox that sums is the one the bytes go to (it could print any sum), so the sum guards the way in,
     # not against the sandbox, and BusyBox's sha256sum (no SHA-NI before 1.36) was the
     # stream's slowest reader: 1.4 cpu-s a 197 MB stream, md5sum 0.44 (ADR 0003).
     got=0

@@ -652,7 +652,7 @@ def test_H4_a_pid_1_that_writes_a_verdict_into_the_banks_stdout_is_told_by_its_e
 
 def test_H5_a_clock_that_stands_still_ends_the_quiesces_wait_and_proves_nothing() -> None:
     """/proc/uptime planted to stand still (a FUSE or bind mount over it): the quiesce's wait
-    (a spin on that clock, builtins only) still ends, and PID 1 is not proven idle, named.
+    (steps of sleep on that clock, or a spin without one) still ends, and PID 1 is not proven idle, named.
     Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce``."""
     stubs = """
 uptime_cs() { up_cs=1000; }
