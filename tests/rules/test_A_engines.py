@@ -36,6 +36,7 @@ from rigs.bank_store_hooks import (
     archive_of,
     assert_recorded_bank_fetchable_and_matching,
     recorded_bank,
+    s3_store,
     store,  # noqa: F401 - a fixture
     teardown,
 )
@@ -454,6 +455,35 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_s3(s3_endpoint: str) -> N
     out = io.BytesIO()
     assert store.fetch("run-1", out, max_bytes=10).bytes == 3 and out.getvalue() == b"old"
     assert list(store.objects("run-1")) == [StoredObject(None, 3)]
+
+
+def _counted(store: S3BankStore) -> list[str]:
+    """Every request the store's client sends (retries too), by operation, in order."""
+    sent: list[str] = []
+
+    def count(event_name: str, **_: Any) -> None:
+        sent.append(event_name.rsplit(".", 1)[-1])
+
+    store.client.meta.events.register("before-send.s3", count)
+    return sent
+
+
+@pytest.mark.s3
+def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_endpoint: str) -> None:
+    """Issue 26: a run's first teardown puts and lists (no HEAD of an object its record names, no
+    stat of an object its put created); the next one adds the copy and delete of the bank it replaced.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+    sent = _counted(store)
+    assert teardown(timeline, store, OLD).recorded
+    assert sent == ["PutObject", "ListObjectsV2"]
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    sent.clear()
+    assert teardown(timeline, store, NEW).recorded
+    assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+    assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
 
 
 # ---- from tests/contracts/test_sandbox_contract.py: The shipped contract suites and checkers, run against every adapter we ship: the Sandbox contract on the fake, local, Docker, Podman and the Kubernetes double (T2, T4, T14, T15, T19); ``check_bank_store`` on memory, filesystem and S3; ``check_timeline`` on memory and SQLite (PostgreSQL runs the class suite in test_timeline_stores).
