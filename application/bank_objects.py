@@ -75,7 +75,9 @@ def prune(
         notes.append("bank objects not pruned: the run moved on after this record (the next prune will)")
         return ()
     try:
-        listing = store.objects(after.run_id)
+        # the stamps of objects the records name are never read (only loose ones': N3, the
+        # bound), so the store need not fetch them (S3: a HEAD each; issue 26)
+        listing = store.objects(after.run_id, named=state.named_objects)
     except BankReadFailed as error:
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
