@@ -330,6 +330,83 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
     assert_recorded_bank_fetchable_and_matching(timeline, store)
 
 
+def test_A17_a_record_naming_an_object_an_earlier_record_named_is_looked_at_though_its_put_created_it(
+    store: BankStore,
+) -> None:
+    """Issue 26's skipped look is not skipped here: X was recorded, replaced and pruned; a teardown
+    of X's content creates X afresh while a prune whose read names X (by the old record) deletes it.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    old_object = recorded_bank(timeline).object
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    assert teardown(timeline, store, NEW).recorded
+    assert old_object not in {o.name for o in store.objects(RUN)}  # pruned once replaced
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    old_put, pruned = threading.Event(), threading.Event()
+    older = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        old_put.set()
+        assert pruned.wait(60)
+
+    older.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
+    newer = ObjectsHook(store)
+
+    def the_old_content_is_put_afresh() -> None:
+        old.start()
+        assert old_put.wait(60)
+
+    newer.before_objects = the_old_content_is_put_afresh
+    assert teardown(timeline, newer, {"notes.txt": b"a third scratch"}).recorded  # type: ignore[arg-type]
+    pruned.set()
+    old.join(60)
+    assert reports and reports[0].recorded and recorded_bank(timeline).object == old_object
+    assert any("put back" in note for note in reports[0].notes)
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(store: BankStore, tmp_path: Path) -> None:
+    """Issue 26's skipped look needs the put's create: X lay unreferenced past the bound (3 h old);
+    a teardown's put of X's content finds it there while a prune sweeps it as over the bound.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    now = ManualClock().now()
+    for i, (files, hours_old) in enumerate(((OLD, 3), ({"a": b"1"}, 0), ({"b": b"2"}, 0), ({"c": b"3"}, 0))):
+        path, digest = archive_of(files, tmp_path)
+        at = now - timedelta(hours=hours_old, minutes=i)
+        store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+    x = object_name(archive_of(OLD, tmp_path)[1])
+    old_put, pruned = threading.Event(), threading.Event()
+    older = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        old_put.set()
+        assert pruned.wait(60)
+
+    older.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
+    newer = ObjectsHook(store)
+
+    def the_old_content_is_put_and_found_there() -> None:
+        old.start()
+        assert old_put.wait(60)
+
+    newer.before_objects = the_old_content_is_put_and_found_there
+    assert teardown(timeline, newer, NEW).recorded  # type: ignore[arg-type]
+    assert x not in {o.name for o in store.objects(RUN)}  # swept as over the bound
+    pruned.set()
+    old.join(60)
+    assert reports and reports[0].recorded and recorded_bank(timeline).object == x
+    assert any("put back" in note for note in reports[0].notes)
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
 # ---- from tests/contracts/test_bank_store_contract.py: The BankStore contract against every adapter, and each adapter's own edges.
 
 
