@@ -74,7 +74,7 @@ from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_con
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.run_lock import HandedLock, PostgresRunLock, SqliteRunLock
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.application.ports import BankStore, StoredBank
+from scratchbank.application.ports import BankStore, Placed, StoredBank
 from scratchbank.application.resume import resume
 from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
@@ -369,7 +369,9 @@ def test_A17_a_record_naming_an_object_an_earlier_record_named_is_looked_at_thou
     assert_recorded_bank_fetchable_and_matching(timeline, store)
 
 
-def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(store: BankStore, tmp_path: Path) -> None:
+def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
+    store: BankStore, tmp_path: Path
+) -> None:
     """Issue 26's skipped look needs the put's create: X lay unreferenced past the bound (3 h old);
     a teardown's put of X's content finds it there while a prune sweeps it as over the bound.
     Proves ``scratchbank.application.teardown.bank_at_teardown``."""
@@ -405,6 +407,17 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(store: B
     assert reports and reports[0].recorded and recorded_bank(timeline).object == x
     assert any("put back" in note for note in reports[0].notes)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_our_stores_say_a_put_created_its_object_and_a_second_did_not(
+    store: BankStore, tmp_path: Path
+) -> None:
+    """Memory, files and S3 answer a put with ``Placed``: created once, then found there.
+    Proves ``scratchbank.application.ports.Placed``."""
+    path, digest = archive_of(OLD, tmp_path)
+    first, again = (store.put(RUN, path, sha256=digest) for _ in range(2))
+    assert isinstance(first, Placed) and isinstance(again, Placed)
+    assert (first.created, again.created) == (True, False) and first == again == object_name(digest)
 
 
 # ---- from tests/contracts/test_bank_store_contract.py: The BankStore contract against every adapter, and each adapter's own edges.
