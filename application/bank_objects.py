@@ -212,7 +212,8 @@ def reconcile_before_resume(
     except TimelineUnreadable:
         return None
     try:
-        listing = store.objects(run_id) if state.records else ()
+        # N3 sorts only the objects no record names: the named ones' stamps are never read
+        listing = store.objects(run_id, named=state.named_objects) if state.records else ()
     except BankReadFailed:
         listing = ()
     found = reconciled(state, listing)

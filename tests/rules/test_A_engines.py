@@ -561,14 +561,17 @@ def _counted(store: S3BankStore) -> list[str]:
 @pytest.mark.s3
 def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_endpoint: str) -> None:
     """Issue 26: a run's first teardown puts and lists (no HEAD of an object its record names, no
-    stat of an object its put created); the next one adds the copy and delete of the bank it replaced.
+    stat of an object its put created), a resume lists and fetches; the next teardown adds the copy
+    and delete of the bank it replaced.
     Proves ``scratchbank.application.teardown.bank_at_teardown``."""
     timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
     timeline.append(RUN, [started()])
     sent = _counted(store)
     assert teardown(timeline, store, OLD).recorded
     assert sent == ["PutObject", "ListObjectsV2"]
+    sent.clear()
     assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    assert sent == ["ListObjectsV2", "GetObject"]  # N3's listing, no HEAD of the recorded bank; its fetch
     sent.clear()
     assert teardown(timeline, store, NEW).recorded
     assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
