@@ -8,7 +8,10 @@
 #   PostgreSQL         SCRATCHBANK_POSTGRES_URL
 #   NATS (JetStream)   SCRATCHBANK_NATS_URL       (the runner's deliveries and leases)
 
-SB_STATE=${SB_STATE:-/tmp/scratchbank-services}
+# Each invocation's servers live in a state directory of their own (a `./dev bench` started
+# while a `./dev test` runs must not remove the other's database or sockets: it did, and the
+# test run's PostgreSQL was stopped mid-run); SB_STATE chooses one by hand.
+SB_STATE=${SB_STATE:-$(mktemp -d /tmp/scratchbank-services.XXXXXX)}
 SB_CACHE=${SB_CACHE:-/var/cache/scratchbank}
 SB_PIDS=()
 BUSYBOX_APPLETS="sh ash tar gzip gunzip zcat ps kill sleep ls cat mkdir rm rmdir mv cp find stat \
@@ -46,7 +49,8 @@ sb_busybox_rootfs() {
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$dir/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir/etc/group"
     chmod 1777 "$dir/tmp"
-    tar -C "$dir" -c . >"$SB_CACHE/busybox-rootfs.tar"
+    # another invocation may be importing the cached tar: replace it whole, never rewrite it
+    tar -C "$dir" -c . >"$SB_CACHE/busybox-rootfs.tar.$$" && mv "$SB_CACHE/busybox-rootfs.tar.$$" "$SB_CACHE/busybox-rootfs.tar"
 }
 
 sb_gnu_rootfs() {
@@ -57,7 +61,7 @@ sb_gnu_rootfs() {
     debootstrap --variant=minbase --include=procps,python3,python3-venv,ca-certificates bookworm "$dir" >"$SB_STATE/debootstrap.log" 2>&1 \
         || { sb_fail "debootstrap failed (see $SB_STATE/debootstrap.log)"; return 1; }
     rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
-    tar -C "$dir" -c . >"$SB_CACHE/gnu-rootfs.tar.part" && mv "$SB_CACHE/gnu-rootfs.tar.part" "$SB_CACHE/gnu-rootfs.tar"
+    tar -C "$dir" -c . >"$SB_CACHE/gnu-rootfs.tar.$$" && mv "$SB_CACHE/gnu-rootfs.tar.$$" "$SB_CACHE/gnu-rootfs.tar"
     rm -rf "$dir"
 }
 
@@ -158,5 +162,6 @@ stop_services() {
     for pid in "${SB_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     if [ -n "${SB_PG_DIR:-}" ]; then
         su postgres -c "/usr/lib/postgresql/15/bin/pg_ctl -D $SB_PG_DIR/data -m fast stop" >/dev/null 2>&1 || true
+        rm -rf "$SB_PG_DIR/data"  # ~40 MB a run; the logs stay in $SB_STATE
     fi
 }

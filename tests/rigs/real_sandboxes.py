@@ -63,11 +63,14 @@ def engine_url(kind: str) -> str:
 
 
 @contextmanager
-def _container(name: str, **run: Any) -> Iterator[tuple[Any, Any]]:
+def _container(name: str, *, pool: int | None = None, **run: Any) -> Iterator[tuple[Any, Any]]:
     """A container of the engine and image ``name`` names (``docker-busybox``...) and its
-    client, removed at the end."""
+    client, removed at the end. ``pool``: the client keeps at most that many idle API
+    connections (docker-py keeps a pool per URL, and an exec's URLs are its own: up to 25
+    pools of up to 10 by default)."""
     kind, flavour = name.split("-")
-    client = docker.DockerClient(base_url=engine_url(kind), timeout=120)
+    pools = {"num_pools": pool, "max_pool_size": 1} if pool else {}
+    client = docker.DockerClient(base_url=engine_url(kind), timeout=120, **pools)
     image = f"scratchbank-{flavour}:test" if kind == "docker" else f"localhost/scratchbank-{flavour}:test"
     command = run.pop("command", ["sleep", "1000000"])
     box = client.containers.run(
