@@ -7,7 +7,8 @@
   ``postgresql://user:pw@host:port/db`` (``$SCRATCHBANK_TIMELINE``, ``--timeline``)
 - bank store: ``file:///path`` (default ``HOME/banks``) or ``s3://bucket/prefix``
   (``$SCRATCHBANK_BANK``, ``--bank``; endpoint and credentials from the usual boto3
-  settings, e.g. AWS_ENDPOINT_URL)
+  settings, e.g. AWS_ENDPOINT_URL; ``?in_flight=N``: the S3 calls at once its client
+  keeps a connection for, 1 to 1024, default 64)
 - queue: ``nats://HOST:PORT`` (``$SCRATCHBANK_QUEUE``, ``--queue``): resumes are judged by
   the surface and published for a runner (``scratchbank runner``); unset, a resume runs in
   this process as before
@@ -36,7 +37,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import ParseResult, quote, unquote
+from urllib.parse import ParseResult, parse_qs, quote, unquote
 from urllib.parse import urlparse as _urlparse
 
 import attrs
@@ -315,16 +316,49 @@ def open_bank_store(url: str) -> BankStore:
 
         return FilesystemBankStore(unquote(parsed.path))
     if parsed.scheme == "s3" and parsed.netloc:
-        return _s3_store(parsed.netloc, parsed.path, url)
+        return _s3_store(parsed.netloc, parsed.path, url, s3_in_flight(url, parsed.query))
     raise ConfigInvalid(f"unsupported bank store URL {redact(url)!r} (file:///PATH or s3://BUCKET/PREFIX)")
 
 
-def _s3_store(bucket: str, prefix: str, url: str) -> BankStore:
+#: What an ``s3://`` URL's ``?in_flight=N`` may ask for: the S3 calls one store makes at
+#: once, a kept connection each (issue 26); past this it is a typo, not a pool.
+S3_IN_FLIGHT_MAX = 1024
+#: Its default (the S3 store's own ``IN_FLIGHT``, kept here so a URL is checked before boto3 loads).
+S3_IN_FLIGHT = 64
+
+
+def s3_in_flight(url: str, query: str) -> int:
+    """The ``in_flight=N`` of an ``s3://`` bank URL (default 64), or ConfigInvalid naming
+    it: a whole number from 1 to 1024; any other setting in the query is refused too."""
+    given = parse_qs(query, keep_blank_values=True)
+    what = f"a whole number from 1 to {S3_IN_FLIGHT_MAX}"
+    unknown = sorted(set(given) - {"in_flight"})
+    if unknown or (query and not given):
+        raise ConfigInvalid(
+            f"the bank store URL {redact(url)[:200]!r} has a setting it does not know "
+            f"({(unknown or [query])[0][:20]!r}); it takes in_flight=N ({what})"
+        )
+    values = given.get("in_flight")
+    if not values:
+        return S3_IN_FLIGHT
+    text = values[-1].strip()
+    # a digit string is checked before int() reads it: past 4300 digits int() raises ValueError
+    digits = text.isascii() and text.isdigit() and len(text) <= 5
+    if len(values) > 1 or not digits or not 1 <= int(text) <= S3_IN_FLIGHT_MAX:
+        raise ConfigInvalid(
+            f"in_flight={values[-1][:20]!r} in the bank store URL is not a count of S3 calls ({what})",
+            remedy=f"set in_flight to {what} (default {S3_IN_FLIGHT}), once",
+        )
+    return int(text)
+
+
+def _s3_store(bucket: str, prefix: str, url: str, in_flight: int = S3_IN_FLIGHT) -> BankStore:
     require_extra("boto3")
     from .s3_bank import S3BankStore
 
     try:
-        return S3BankStore(bucket, prefix, endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        return S3BankStore(bucket, prefix, endpoint_url=endpoint, in_flight=in_flight)
     except Exception as error:  # botocore's ValueError for a bad endpoint, a bad region...
         raise ConfigInvalid(f"cannot set up {redact(url)}: {_masked(str(error), url)}") from None
 

@@ -15,18 +15,17 @@ and object names are validated so that none can address a path outside its run.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from scratchbank.application.cancellation import Deadline
-from scratchbank.application.ports import StoredBank
+from scratchbank.application.ports import Placed, StoredBank
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
 from scratchbank.domain.errors import (
     BankGone,
@@ -99,13 +98,13 @@ class FilesystemBankStore:
         final = self.path(run_id, name)
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            if not final.exists():
-                self._create(final, archive, sha256, stamp)
+            created = not final.exists() and self._create(final, archive, sha256, stamp)
         except OSError as error:
             raise BankWriteFailed(f"filesystem bank {name} for {run_id}: {error}") from error
-        return name
+        return Placed(name, created)
 
-    def _create(self, final: Path, archive: Path, sha256: str, stamp: BankStamp | None) -> None:
+    def _create(self, final: Path, archive: Path, sha256: str, stamp: BankStamp | None) -> bool:
+        """True when this put's link created the object (False: another put's had)."""
         folder = final.parent
         fd, tmp = tempfile.mkstemp(prefix=".put-", suffix=".part", dir=folder)
         try:
@@ -122,11 +121,15 @@ class FilesystemBankStore:
                 _write_stamp(final, stamp)
             # create-only: never replaces an object; an existing name is the same content
             # (another put created it first)
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.link(tmp, final)
+                created = True
+            except FileExistsError:
+                created = False
         finally:
             Path(tmp).unlink(missing_ok=True)
         _fsync_dir(folder)
+        return created
 
     def fetch(
         self,
@@ -188,8 +191,9 @@ class FilesystemBankStore:
             raise BankReadFailed(f"reading {path}: {error}") from error
         return StoredBank(size, digest)
 
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
-        """The run's objects with their stamps (the legacy key first, with none)."""
+    def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
+        """The run's objects with their stamps (the legacy key first, with none); a
+        local stamp costs no round trip, so ``named`` ones come with theirs too."""
         folder = self.run_dir(run_id)
         found: list[StoredObject] = []
         try:

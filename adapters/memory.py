@@ -10,7 +10,7 @@ import hashlib
 import io
 import tarfile
 import threading
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -19,6 +19,7 @@ from scratchbank.application.cancellation import Deadline
 from scratchbank.application.ports import (
     ArchiveReport,
     ByteSink,
+    Placed,
     QuiesceReport,
     SandboxFacts,
     StagedRestore,
@@ -113,12 +114,13 @@ class InMemoryBankStore:
             raise BankWriteFailed(f"{archive} is not the archive {sha256} names")
         with self._lock:
             named = self.stored.setdefault(run_id, {})
-            if name not in named:  # create-only: the same name is the same content
+            created = name not in named
+            if created:  # create-only: the same name is the same content
                 named[name] = data
                 if stamp is not None:
                     self.stamps[(run_id, name)] = stamp
             self.puts += 1
-        return name
+        return Placed(name, created)
 
     def only(self, run_id: str) -> bytes | None:
         """The bytes of the run's one object (None: it has none); ValueError when it has
@@ -171,7 +173,7 @@ class InMemoryBankStore:
         data = self.bank(check_run_id(run_id), name)
         return None if data is None else StoredBank(len(data), hashlib.sha256(data).hexdigest())
 
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
+    def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
         check_run_id(run_id)
         with self._lock:
             named = dict(self.stored.get(run_id, {}))
@@ -264,7 +266,7 @@ class FakeSandbox:
         """Read ``src`` to its end, extract it into a staged tree (directories, implicit
         parents, hard links as files, symlinks), list it; the scratch is untouched."""
         self._step("restore")
-        digest, data = hashlib.sha256(), bytearray()
+        digest, data = hashlib.md5(usedforsecurity=False), bytearray()  # as restore.sh's md5sum
         while chunk := src.read(1 << 16):
             digest.update(chunk)
             data += chunk

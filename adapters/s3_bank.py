@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
@@ -32,7 +32,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from scratchbank.application.cancellation import Deadline, deadline_of
-from scratchbank.application.ports import StoredBank
+from scratchbank.application.ports import Placed, StoredBank
 from scratchbank.application.streams import CHUNK, TooLarge, copy_hashed
 from scratchbank.domain.errors import (
     BankGone,
@@ -159,10 +159,10 @@ class S3BankStore:
             )
         error = done["error"]
         if error is None:
-            return name
+            return Placed(name, created=True)  # If-None-Match: a 200 is this request's create
         if isinstance(error, ClientError) and _code(error) in EXISTS:
             self._same_content(run_id, name, sha256, where)
-            return name
+            return Placed(name, created=False)
         if isinstance(error, BotoCoreError | ClientError | OSError):
             raise BankWriteFailed(f"{where}: {error}") from error
         raise BankWriteFailed(f"{where}: {error}") from error
@@ -253,28 +253,33 @@ class S3BankStore:
                 return self.fetch(run_id, sink, max_bytes=size, name=name)
         return StoredBank(size, unquote(str(kept)))
 
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
-        """The run's objects with their stamps (one listing, one HEAD per bank object)."""
+    def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
+        """The run's objects with their stamps: one listing, and one HEAD per bank object
+        not in ``named`` (a name the caller's records give: its stamp is never read, and
+        the listing says its size; issue 26)."""
         folder = self.folder(run_id)
         found: list[StoredObject] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
             for page in pages:
                 for obj in page.get("Contents", []):
-                    listed = self._listed(run_id, str(obj["Key"])[len(folder) :], int(obj.get("Size", 0)))
+                    rest, size = str(obj["Key"])[len(folder) :], int(obj.get("Size", 0))
+                    listed = self._listed(run_id, rest, size, stamped=rest not in named)
                     if listed is not None:
                         found.append(listed)
         except (BotoCoreError, ClientError) as error:
             raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: {error}") from error
         return found
 
-    def _listed(self, run_id: str, rest: str, size: int) -> StoredObject | None:
+    def _listed(self, run_id: str, rest: str, size: int, *, stamped: bool = True) -> StoredObject | None:
         if rest == LEGACY_NAME:
             return StoredObject(None, size)
         try:
             name = check_object_name(rest)
         except InvalidBankObject:
             return None  # not a bank object: never listed, never deleted by housekeeping
+        if not stamped:
+            return StoredObject(name, size)
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.key(run_id, name))
         except ClientError as error:

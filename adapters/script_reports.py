@@ -73,6 +73,23 @@ def quiesce_report(exit_code: int, lines: Sequence[str], err: str = "") -> Quies
 
 
 _STOPPED = re.compile(r"^stopped (\d{1,9})$")
+_VERDICT = re.compile(r"^scratchbank-quiesced (\d{1,3})$")
+
+
+def quiesce_verdict(exit_code: int, lines: Sequence[str], err: str = "") -> QuiesceReport:
+    """quiesce.sh stop's stdout: the report up to its first "scratchbank-quiesced CODE" line
+    (every line after it, the watchdog's, is no report line of the quiesce: H4), whose
+    CODE must be the exit code; no verdict line is no quiesce."""
+    at = next((i for i, line in enumerate(lines) if _VERDICT.match(line)), None)
+    if at is None:
+        if exit_code == 0:
+            return QuiesceReport(False, False, ("the quiesce exited 0 without its verdict line",))
+        return quiesce_report(exit_code, lines, err)
+    said_code = int(lines[at].rsplit(" ", 1)[1])
+    if said_code != exit_code:
+        why = f"the quiesce's verdict line says {said_code}, its exit code is {exit_code}"
+        return QuiesceReport(False, False, (why,))
+    return quiesce_report(exit_code, lines[:at], err)
 
 
 def archive_report(exit_code: int, stderr: bytes) -> ArchiveReport:
@@ -106,6 +123,37 @@ def bank_status(stderr: bytes) -> tuple[str, bytes]:
     return lines[at][len(_STATUS) :].decode("ascii", "replace"), b"\n".join(lines[:at] + lines[at + 1 :])
 
 
+#: bank.sh's exit code: archive.sh's status + 32 x the quiesce's verdict (index)
+_BANK_VERDICTS = (0, QUIESCE_PARTIAL, QUIESCE_REFUSED)
+
+
+def bank_exit(exit_code: int) -> tuple[int, int | None]:
+    """bank.sh's exit code as (archive.sh's status, the quiesce's verdict); the verdict is
+    None when the status was too large to carry it (126, 127, a signal's 128+)."""
+    if 0 <= exit_code < 32 * len(_BANK_VERDICTS):
+        return exit_code % 32, _BANK_VERDICTS[exit_code // 32]
+    return exit_code, None
+
+
+def confirmed(report: QuiesceReport, code: int | None, verdict: int | None, exit_code: int) -> QuiesceReport:
+    """The report of bank.sh's verdict line (``code``) when the bank's exit code (set by its
+    shell alone) confirms it; else unquiesced, named: a verdict line written ahead of the
+    script's by another process of its user (PID 1 never stops), or no verdict in the exit
+    code to confirm a quiesced line (H4)."""
+    if verdict is not None and verdict == code:
+        return report
+    if verdict is None:
+        if not report.quiesced:
+            return report
+        why = f"the bank's exit code {exit_code} carries no verdict to confirm its quiesced line"
+    else:
+        why = (
+            f"the quiesce's verdict line says {code}, the bank's exit code says {verdict}: "
+            "a line the script did not write (H4)"
+        )
+    return QuiesceReport(False, False, (why,))
+
+
 class QuiesceHead:
     """bank.sh's stdout: the quiesce report, up to its "scratchbank-quiesced CODE" line,
     read into ``report``; every byte after it (the tar stream) passed on to ``dest``."""
@@ -117,6 +165,8 @@ class QuiesceHead:
         self._dest = dest
         self._head = bytearray()
         self.report: QuiesceReport | None = None
+        #: the verdict line's code, once read
+        self.code: int | None = None
 
     def write(self, data: bytes, /) -> int:
         if self.report is not None:
@@ -131,7 +181,8 @@ class QuiesceHead:
                 )
             return len(data)
         lines = self._head[: end.start()].decode("utf-8", "replace").splitlines()
-        self.report = quiesce_report(int(end.group(1)), lines)
+        self.code = int(end.group(1))
+        self.report = quiesce_report(self.code, lines)
         rest = bytes(self._head[end.end() :])
         self._head.clear()
         if rest:

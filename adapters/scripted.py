@@ -53,7 +53,7 @@ from .restore_wire import (
     write_listing,
     write_modes,
 )
-from .script_reports import QuiesceHead, archive_report, bank_status, quiesce_report
+from .script_reports import QuiesceHead, archive_report, bank_exit, bank_status, confirmed, quiesce_verdict
 
 
 def script(name: str) -> str:
@@ -216,7 +216,7 @@ class ScriptedSandbox(abc.ABC):
         except OutputOverBound as error:  # what it stopped is unknown: the watchdog continues
             return QuiesceReport(False, False, (error.message,))
         lines = report.getvalue().decode("utf-8", "replace").splitlines()
-        return quiesce_report(done.exit_code, lines, done.err)
+        return quiesce_verdict(done.exit_code, lines, done.err)
 
     def continue_processes(self, *, deadline: Deadline | None = None) -> None:
         out = self._quiet("the continue step's output")
@@ -255,10 +255,12 @@ class ScriptedSandbox(abc.ABC):
             raise StreamBroken(why)
         status, stderr = bank_status(done.stderr)
         continued = status in ("continued", "nothing stopped")
+        rc, verdict = bank_exit(done.exit_code)
+        report = confirmed(head.report, head.code, verdict, done.exit_code)
         try:
-            return QuiescedArchive(head.report, archive_report(done.exit_code, stderr), continued)
+            return QuiescedArchive(report, archive_report(rc, stderr), continued)
         except ArchiveFailed as error:
-            return QuiescedArchive(head.report, None, continued, error)
+            return QuiescedArchive(report, None, continued, error)
 
     def stage_restore(
         self,
@@ -288,7 +290,7 @@ class ScriptedSandbox(abc.ABC):
                 raise StreamBroken(f"restore stream broke (exit {done.exit_code}): {done.err[-2000:]}")
             try:
                 staged = _staged_header(raw, token)
-                if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+                if (staged.received, staged.digest) != (framed.sent, framed.digest):
                     raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
                 write_listing(raw, listing)
             except BaseException:
@@ -373,7 +375,7 @@ class ScriptedSandbox(abc.ABC):
     ) -> None:
         """Once the listing is whole: check what was received, ask the host, answer."""
         staged = _staged_header(raw, token)
-        if (staged.received, staged.sha256) != (framed.sent, framed.sha256):
+        if (staged.received, staged.digest) != (framed.sent, framed.digest):
             raise StreamBroken(f"the sandbox read {staged.received} bytes, {framed.sent} were sent")
         with tempfile.TemporaryFile() as listing:
             write_listing(raw, listing)

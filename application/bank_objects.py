@@ -75,7 +75,9 @@ def prune(
         notes.append("bank objects not pruned: the run moved on after this record (the next prune will)")
         return ()
     try:
-        listing = store.objects(after.run_id)
+        # the stamps of objects the records name are never read (only loose ones': N3, the
+        # bound), so the store need not fetch them (S3: a HEAD each; issue 26)
+        listing = store.objects(after.run_id, named=state.named_objects)
     except BankReadFailed as error:
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
@@ -210,7 +212,8 @@ def reconcile_before_resume(
     except TimelineUnreadable:
         return None
     try:
-        listing = store.objects(run_id) if state.records else ()
+        # N3 sorts only the objects no record names: the named ones' stamps are never read
+        listing = store.objects(run_id, named=state.named_objects) if state.records else ()
     except BankReadFailed:
         listing = ()
     found = reconciled(state, listing)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, runtime_checkable
@@ -65,6 +65,21 @@ class SnapshotStore(Protocol):
     def read_after(self, run_id: str, position: int) -> Iterable[Record]: ...
 
 
+class Placed(str):
+    """A put's answer: the object's name, and whether this put created it (``created``).
+    False: the object was there already (another put of the same content created it,
+    maybe an older one a prune may be deleting), or the store cannot tell. A teardown
+    whose put created its object, named by no record before its own, skips A17's look
+    after its record (ADR 0006: no prune can have taken it)."""
+
+    created: bool
+
+    def __new__(cls, name: str, created: bool = False) -> Placed:
+        placed = super().__new__(cls, name)
+        placed.created = created
+        return placed
+
+
 @attrs.frozen
 class StoredBank:
     """What a store holds for a run: how many bytes, and their SHA-256."""
@@ -87,7 +102,8 @@ class BankStore(Protocol):
       (idempotent). A reader sees the whole object or none. ``stamp`` is kept with the
       object (N3). Failures raise BankWriteFailed, and so does a put still unfinished at
       its ``deadline`` (None: the store's own default); a put that lands after it only
-      leaves an object no record names.
+      leaves an object no record names. A ``Placed`` answer says whether this put
+      created the object (a plain name: it cannot tell, read as "it was there").
     - ``fetch`` streams exactly the named object into ``dest`` and returns its size and
       digest; BankGone only when the store says it does not exist, BankReadFailed for
       any failure a later read may cure (a kept checksum that does not match, its
@@ -97,7 +113,9 @@ class BankStore(Protocol):
       ``sweep`` removes everything of the run. Both are idempotent.
     - ``stat`` says what the store holds under a name (size and SHA-256) without
       handing the bytes over, or None; BankReadFailed when it cannot tell.
-    - ``objects`` lists the run's objects with their stamps (the legacy key with none).
+    - ``objects`` lists the run's objects with their stamps (the legacy key with none);
+      those in ``named`` (the names the caller's records give, whose stamps it never
+      reads) may come without theirs (S3: no HEAD each; issue 26).
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 
@@ -129,7 +147,7 @@ class BankStore(Protocol):
 
     def stat(self, run_id: str, name: str | None = None) -> StoredBank | None: ...
 
-    def objects(self, run_id: str) -> Sequence[StoredObject]: ...
+    def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]: ...
 
 
 class ForwardingBankStore:
@@ -182,9 +200,9 @@ class ForwardingBankStore:
         self.before("stat", run_id)
         return self.inner.stat(run_id, name)
 
-    def objects(self, run_id: str) -> Sequence[StoredObject]:
+    def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
         self.before("objects", run_id)
-        return self.inner.objects(run_id)
+        return self.inner.objects(run_id, named=named)
 
 
 @attrs.frozen
@@ -245,13 +263,14 @@ class ByteSink(Protocol):
 class StagedRestore:
     """A bank extracted into a fresh directory beside the scratch, not yet in place.
 
-    ``token`` names the staging directory; ``received`` and ``sha256`` are what the
-    sandbox read from the stream (the host compares them with what it sent).
+    ``token`` names the staging directory; ``received`` and ``digest`` are what the
+    sandbox read from the stream (its byte count and MD5: the host compares them with
+    what it sent; ADR 0003, the restore stream's digest).
     """
 
     token: str
     received: int
-    sha256: str
+    digest: str
 
 
 class Sandbox(Protocol):

@@ -211,7 +211,6 @@ class _Produced:
 
     manifest: Manifest | None = None
     error: BaseException | None = None
-    sha256: str = ""
     bytes: int = 0
 
 
@@ -246,7 +245,7 @@ def _produce(
         # A17: exactly the object the record names (None: a record from before objects had names)
         store.fetch(run_id, check, max_bytes=cap, name=check.record.object)  # type: ignore[arg-type]  # fetch only writes
         result.manifest = check.finish()
-        result.sha256 = writer.finish()
+        writer.finish()
         result.bytes = writer.bytes
     except BaseException as error:  # reported by the caller, which decides what it means
         result.error = error
@@ -409,7 +408,7 @@ def _verdict(
         return attempt_of(sandbox_error)
     assert staged is not None
     # The digest is checked by the adapter against its framing's (taken once, on the host)
-    if staged.received != result.bytes or (result.sha256 and staged.sha256 != result.sha256):
+    if staged.received != result.bytes:
         return RestoreAttempt(
             RestoreResult.STREAM_BROKEN,
             detail=f"the sandbox read {staged.received} bytes, not the {result.bytes} sent",

@@ -78,6 +78,7 @@ from .ports import (
     BankStore,
     Clock,
     LockGrant,
+    Placed,
     QuiesceReport,
     RunLock,
     Sandbox,
@@ -179,6 +180,10 @@ class _Run:
     execution: str = ""
     #: where the later checks read the records after the claim (issue 26)
     snapshots: SnapshotStore | None = None
+    #: the objects the records before the claim name (None: not read), and whether the
+    #: last put created its object (A17's look after the record, ADR 0006)
+    named_before: frozenset[str | None] | None = None
+    created: bool = False
 
     def stamp(self, facts: ArchiveFacts) -> BankStamp:
         """What the object says of itself in the store (N3)."""
@@ -397,6 +402,7 @@ def _bank_at_teardown(
         cancel=cancel,
         execution=named or execution_label(state),
         snapshots=snapshots,
+        named_before=state.named_objects if claim is not None else None,
     )
     try:
         return _bank_then_record(run, plan, sandbox, run_finished, checkpoint, stamp, named, retain)
@@ -429,7 +435,7 @@ def _bank_then_record(
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
     _prune_after(store, timeline, written, clock, notes, cancel, retain, run.snapshots)  # T4, A17
     if written.recorded:
-        _still_there(run, record)
+        _still_there(run, record, written)
     return TeardownReport(
         plan,
         record,
@@ -447,21 +453,24 @@ def _bank_then_record(
 
 def _put(run: _Run, facts: ArchiveFacts) -> None:
     """The bank's object, create-only, stamped, within the call's deadline (ADR 0006)."""
-    run.store.put(
+    placed = run.store.put(
         run.run_id,
         facts.path,
         sha256=facts.sha256,
         stamp=run.stamp(facts),
         deadline=run.call_deadline(),
     )
+    run.created = isinstance(placed, Placed) and placed.created
 
 
-def _still_there(run: _Run, record: Record) -> None:
+def _still_there(run: _Run, record: Record, written: Written) -> None:
     """A17, the prune race's other side: a record naming an object this teardown's put
     found present may land after another teardown's prune deleted it. Once recorded,
     the object is looked at again and put back from this teardown's own archive."""
     name = getattr(record, "object", None)
     if name is None or run.complete is None or (run.cancel is not None and run.cancel.is_set()):
+        return
+    if _no_prune_can_take(run, name, written):
         return
     facts = run.complete[0]
     if digest_of(name) != facts.sha256 or not facts.path.exists():
@@ -472,6 +481,24 @@ def _still_there(run: _Run, record: Record) -> None:
             run.notes.append(f"bank object {name} put back: a prune deleted it as this record landed")
     except (BankReadFailed, BankWriteFailed) as error:
         run.notes.append(f"could not check the recorded bank object {name}: {error.message}")
+
+
+def _no_prune_can_take(run: _Run, name: str, written: Written) -> bool:
+    """Issue 26, ADR 0006: no look is needed when this teardown's last put created the
+    object and no record before its own names it. A prune deletes an object only as named
+    by a record it read and needed by none (its fold then has a record naming it before
+    this one: there is none), or as unreferenced past the bound (older than an hour by its
+    stamp: this put's stamp is this teardown's). "Before its own" is known only when the
+    record landed right at the first read's claim (no record came between)."""
+    after, claim = written.after, run.claim
+    return (
+        run.created
+        and run.named_before is not None
+        and name not in run.named_before
+        and claim is not None
+        and after is not None
+        and after.position == claim.position + 1
+    )
 
 
 def _prune_after(

@@ -101,13 +101,22 @@ def measure(engine: str, tree_name: str, runs: int, work: Path, old: str = "") -
 
 
 def _with_script(source: str, call: Any) -> None:
-    from scratchbank.adapters import scripted
+    """``call`` with another restore.sh; one that sums the stream with ``sha256sum`` (before
+    issue 24's MD5) gets a host framing that digests with SHA-256 too."""
+    import hashlib
+    import types
+
+    from scratchbank.adapters import restore_wire, scripted
 
     new, scripted.RESTORE = scripted.RESTORE, "SCRATCHBANK_TRACE=1\n" + source  # type: ignore[misc]
+    algorithms = restore_wire.hashlib
+    if "sha256sum <" in source:
+        restore_wire.hashlib = types.SimpleNamespace(md5=lambda **_: hashlib.sha256())  # type: ignore[assignment]
     try:
         call()
     finally:
         scripted.RESTORE = new  # type: ignore[misc]
+        restore_wire.hashlib = algorithms
 
 
 def main() -> int:

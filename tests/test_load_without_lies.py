@@ -74,3 +74,20 @@ def test_the_s3_stores_client_keeps_a_connection_for_each_call_in_flight() -> No
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_s3_bank_urls_in_flight_sizes_its_client_and_a_bad_one_is_named() -> None:
+    """``s3://bucket/prefix?in_flight=N`` (default 64): 0, negative, not a number, huge, twice
+    or an unknown setting is CONFIG_INVALID naming it, no store built (issue 26)."""
+    from scratchbank.adapters.config import open_bank_store
+    from scratchbank.domain.errors import ConfigInvalid
+
+    given = open_bank_store("s3://bucket/team/x?in_flight=8")
+    assert given.prefix == "team/x"  # type: ignore[attr-defined]
+    assert given.client.meta.config.max_pool_connections == 8  # type: ignore[attr-defined]
+    assert open_bank_store("s3://bucket/p").client.meta.config.max_pool_connections == 64  # type: ignore[attr-defined]
+    for bad in ("0", "-1", "ten", "", "1025", "9" * 5000, "1e3", "8&in_flight=9"):
+        with pytest.raises(ConfigInvalid, match="in_flight"):
+            open_bank_store(f"s3://bucket/p?in_flight={bad}")
+    with pytest.raises(ConfigInvalid, match="inflight"):
+        open_bank_store("s3://bucket/p?inflight=8")

@@ -8,9 +8,18 @@
 #
 # Only builtins signal (kill's exit status means nothing; /bin/kill -STOP -1 stops its
 # own shell). Refusals come before any signal. Output lines: "refused: ...",
-# "unquiesced: ...", "stopped N", "watchdog PID". No other command writes to stdout (each
-# sleep's goes to /dev/null): a replaced sleep printed "scratchbank-quiesced 0" ahead of
-# bank.sh's report, read by the host as its end (H4).
+# "unquiesced: ...", "stopped N", then the verdict "scratchbank-quiesced CODE" (the exit
+# code), then "watchdog PID": the host takes no report line after the verdict.
+#
+# Until the verdict is out, the script runs its shell's builtins only (H4), but `sleep`
+# in pause: any command looked up on the sandbox's filesystem (date, sleep, readlink,
+# mktemp...) runs with the script's user and can write "scratchbank-quiesced 0" to
+# /proc/<the script>/fd/1, whatever its own output is redirected to (found by attack: a
+# replaced sleep, then date). So the verdict line is checked against the exit code by the
+# host, the clock is /proc/uptime read by `read`, a wait sleeps by steps on it (pause), the namespace check
+# reads /proc/2/status, and the watchdog (mktemp, setsid, sh) starts once the verdict is
+# written (quiesce_watch). A shell whose read, kill, printf, echo or test is not its own
+# builtin is refused. The shell itself replaced is out of reach (ADR 0008).
 #
 # The sandbox is hostile (issue 25): no name is believed. A process's state is read from
 # the State: line of /proc/PID/status (and of every task), never from /proc/PID/stat,
@@ -20,11 +29,10 @@
 # or follows a fixed name the workload can plant: the watchdog's flag lives in a
 # directory made by mktemp -d (exclusive, mode 0700), created there with noclobber.
 #
-# With SCRATCHBANK_LIBRARY set it only defines quiesce_stop (the report in $q_out) and
-# quiesce_cont, for bank.sh: they must run in the shell that tar is started from later,
+# With SCRATCHBANK_LIBRARY set it only defines quiesce_stop (the report in $q_out),
+# quiesce_watch and quiesce_cont, for bank.sh: they must run in the shell that tar is started from later,
 # never in a subshell (kill -STOP -1 spares only its sender).
 set -u
-INITIAL_PIDNS='pid:[4026531836]'
 WD_PREFIX="${TMPDIR:-/tmp}/.scratchbank-wd."
 # The watchdog: continue everything if nobody says cont within the budget (T14). In a
 # session of its own where setsid exists, so that a transport that cuts the exec's
@@ -81,6 +89,30 @@ uptime_cs() {
     case $up in
         [0-9]*.[0-9][0-9]) up_cs=${up%.*}${up#*.}; up_cs=${up_cs#"${up_cs%%[!0]*}"}; up_cs=${up_cs:-0} ;;
     esac
+}
+
+# pause CS: wait CS hundredths of a second on /proc/uptime. Each step sleeps 0.02 s
+# (`sleep`, the one command run before the verdict: a spin of builtins alone cost 0.2
+# cpu-s a quiesce: with 200 teardowns at once, the host's CPU) with every stream on /dev/null;
+# a replaced sleep cannot time the wait (the clock does) and what it writes to the
+# script's own stdout cannot pass for the verdict (the host checks the verdict line
+# against the exit code: quiesce_verdict, confirmed). Without a sleep the steps spin.
+# 1 without a clock, or with one that does not reach the end within 50 times the reads
+# a spin takes here (about 100 a hundredth; a step that slept counts 200: a clock that
+# stands still ends the wait too, in at most 15 s for the longest, 0.2 s, wait).
+pause() {
+    uptime_cs
+    [ -n "$up_cs" ] || return 1
+    p_end=$((up_cs + $1))
+    p_left=$(($1 * 5000 + 5000))
+    while [ "$up_cs" -lt "$p_end" ]; do
+        # a step that slept counts as the ~200 reads a spin makes in its 0.02 s
+        if sleep 0.02 </dev/null >/dev/null 2>&1; then p_left=$((p_left - 200)); else p_left=$((p_left - 1)); fi
+        [ "$p_left" -gt 0 ] || return 1
+        uptime_cs
+        [ -n "$up_cs" ] || return 1
+    done
+    return 0
 }
 
 # pid1_writes: PID 1's write counters ("wchar N syscw N"), "" when they cannot be read
@@ -154,9 +186,12 @@ scan() {
 
 # -- guards, before any signal (T12): 3 (refused) when the sandbox must not be signalled
 may_signal() {
-    ns=$(readlink /proc/self/ns/pid 2>/dev/null) || ns=""
-    [ -n "$ns" ] || { say "refused: cannot read the PID namespace"; return 3; }
-    [ "$ns" = "$INITIAL_PIDNS" ] && { say "refused: this is the host's initial PID namespace"; return 3; }
+    # the host's initial PID namespace shows its kernel threads: PID 2 is kthreadd there,
+    # child of none (read by builtins: readlink was the sandbox's, H4)
+    if read_status /proc/2 && [ "$st_name" = kthreadd ] && [ "$st_ppid" = 0 ]; then
+        say "refused: this is the host's initial PID namespace"
+        return 3
+    fi
     statpid=""
     read -r statpid _rest 2>/dev/null </proc/self/stat
     [ "$statpid" = "$self" ] || { say "refused: /proc is not this sandbox's own (pid $statpid vs $self)"; return 3; }
@@ -169,18 +204,46 @@ may_signal() {
         esac
     done 2>/dev/null </proc/self/status
     [ "$nspid_fields" -gt 1 ] && { say "refused: /proc belongs to a parent PID namespace"; return 3; }
+    # kthreadd is hidden from another user by hidepid: its absence proves nothing then
+    if [ "$my_uid" != 0 ] && hidepid; then
+        say "refused: /proc is mounted hidepid: this user cannot tell the sandbox's PID namespace from the host's"
+        return 3
+    fi
     return 0
 }
 
-# -- what a quiesce cannot stop or check (T13), before any signal ------------------------
-unstoppable() {
+# shell_builtins: 0 when read, kill, printf, echo, test and [ are this shell's builtins (no
+# function, alias or file stands in for one), else 3 with a refusal
+shell_builtins() {
+    b_out=$(LC_ALL=C; type read kill printf echo test [ 2>&1)
+    for b in read kill printf echo test [; do
+        case "
+$b_out
+" in
+            *"
+$b is a shell builtin
+"*) ;;
+            *) say "refused: the shell's $b is not its builtin"; return 3 ;;
+        esac
+    done
+    return 0
+}
+
+# hidepid: 0 when /proc is mounted hidepid
+hidepid() {
     while read -r _id _p _mm _root mnt _opts rest; do
         [ "$mnt" = /proc ] || continue
         case " $rest " in
             *hidepid=1*|*hidepid=2*|*hidepid=4*|*hidepid=invisible*|*hidepid=noaccess*|*hidepid=ptraceable*)
-                note "/proc is mounted hidepid: other users' processes cannot be checked" ;;
+                return 0 ;;
         esac
     done 2>/dev/null </proc/self/mountinfo
+    return 1
+}
+
+# -- what a quiesce cannot stop or check (T13), before any signal ------------------------
+unstoppable() {
+    hidepid && note "/proc is mounted hidepid: other users' processes cannot be checked"
 
     # PID 1 is never stopped by kill -1: its write counters are read now and once the
     # quiesce has waited (pid1_idle); its name proves nothing
@@ -213,7 +276,7 @@ clean_name() {
 # at least P1_WINDOW_CS, every task asleep or stopped), else a note says why not. The
 # window counts from the first read, so the stop rounds' time is part of it; the check
 # reads the counters every 0.05 s and ends as soon as they moved or the window is over.
-# Without a clock to read, it waits 0.5 s as a fixed window.
+# Without a clock to read (/proc/uptime), PID 1 is not proven idle: no sleep stands in.
 pid1_idle() {
     [ "$self" = 1 ] && return 0
     read_status /proc/1 || st_name="?"
@@ -225,12 +288,14 @@ pid1_idle() {
         [ -n "$p1_before" ] && [ "$p1_before" = "$p1_io" ] || break # moved or unreadable: below
         uptime_cs
         if [ -z "$up_cs" ] || [ -z "$p1_since" ]; then
-            [ "$round" -ge 2 ] || sleep 0.5 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
-            pid1_writes
-            break
+            note "pid 1 ($name) cannot be stopped from inside and there is no clock (/proc/uptime) to time its writes: not proven idle"
+            return 1
         fi
         [ $((up_cs - p1_since)) -ge "$P1_WINDOW_CS" ] && break
-        sleep 0.05 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
+        if ! pause 5; then
+            note "pid 1 ($name) cannot be stopped from inside and the clock (/proc/uptime) stands still: not proven idle"
+            return 1
+        fi
     done
     if [ -z "$p1_before" ] || [ -z "$p1_io" ]; then
         note "pid 1 ($name) cannot be stopped from inside and its writes cannot be read: not proven idle"
@@ -249,24 +314,28 @@ pid1_idle() {
 
 # quiesce_stop BUDGET WAIT: 0 all stopped, 4 partial, 3 refused; the report in $q_out.
 quiesce_stop() {
-    budget=$1
     wait_for=$2
     q_out=""
     reasons=""
+    shell_builtins || return 3
     may_signal || return 3
     unstoppable
-    stopped_any=0
-    start=$(date +%s)
+    uptime_cs
+    start=$up_cs
     round=0
+    clock=1
     while :; do
         kill -STOP -1 2>/dev/null
-        stopped_any=1
         scan
         [ -z "$running" ] && [ -z "$unreadable" ] && break
         round=$((round + 1))
-        now=$(date +%s)
-        [ "$round" -ge 5 ] && [ $((now - start)) -ge "$wait_for" ] && break
-        sleep 0.2 >/dev/null 2>&1 || sleep 1 >/dev/null 2>&1
+        uptime_cs
+        if [ -n "$clock" ] && [ -n "$up_cs" ] && [ -n "$start" ]; then
+            [ "$round" -ge 5 ] && [ $((up_cs - start)) -ge $((wait_for * 100)) ] && break
+        else
+            [ "$round" -ge 5 ] && break # no clock: five rounds, back to back
+        fi
+        pause 20 || clock=""
     done
 
     for entry in $running; do
@@ -284,23 +353,24 @@ quiesce_stop() {
     done
     for pid in $unreadable; do note "status of process $pid cannot be read"; done
     pid1_idle
-
-    # -- the watchdog (T14) ---------------------------------------------------------------
-    if [ "$stopped_any" = 1 ]; then
-        wd=$(mktemp -d "${WD_PREFIX}XXXXXX" 2>/dev/null) || wd=""
-        if [ -n "$wd" ] && (set -C && : >"$wd/armed") 2>/dev/null; then
-            detach=""
-            command -v setsid >/dev/null 2>&1 && detach=setsid
-            # not the call's: a reap after a cut must leave the watchdog running
-            SCRATCHBANK_EXEC=watchdog $detach sh -c "$WATCHDOG" watchdog "$budget" "$wd" </dev/null >/dev/null 2>&1 &
-            say "watchdog $!"
-        else
-            say "watchdog none"
-        fi
-    fi
     say "stopped $checked"
     [ -n "$reasons" ] && return 4
     return 0
+}
+
+# quiesce_watch BUDGET: the watchdog (T14), its line in $q_watch. Only once the verdict is
+# written: mktemp, setsid and sh are looked up on the sandbox's filesystem (H4).
+quiesce_watch() {
+    wd=$(mktemp -d "${WD_PREFIX}XXXXXX" 2>/dev/null) || wd=""
+    if [ -n "$wd" ] && (set -C && : >"$wd/armed") 2>/dev/null; then
+        detach=""
+        command -v setsid >/dev/null 2>&1 && detach=setsid
+        # not the call's: a reap after a cut must leave the watchdog running
+        SCRATCHBANK_EXEC=watchdog $detach sh -c "$WATCHDOG" watchdog "$1" "$wd" </dev/null >/dev/null 2>&1 &
+        q_watch="watchdog $!"
+    else
+        q_watch="watchdog none"
+    fi
 }
 
 if [ -z "${SCRATCHBANK_LIBRARY:-}" ]; then
@@ -311,6 +381,10 @@ if [ -z "${SCRATCHBANK_LIBRARY:-}" ]; then
     fi
     quiesce_stop "${2:-30}" "${3:-5}"
     rc=$?
-    printf '%s' "$q_out"
+    printf '%sscratchbank-quiesced %s\n' "$q_out" "$rc"
+    if [ "$rc" != 3 ]; then
+        quiesce_watch "${2:-30}"
+        printf '%s\n' "$q_watch"
+    fi
     exit "$rc"
 fi

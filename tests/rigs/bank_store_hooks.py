@@ -150,11 +150,11 @@ class ObjectsHook(PutHook):
         super().__init__(inner)
         self.before_objects: Callable[[], None] | None = None
 
-    def objects(self, run_id: str):  # type: ignore[no-untyped-def]
+    def objects(self, run_id: str, **kw: object):  # type: ignore[no-untyped-def]
         hook, self.before_objects = self.before_objects, None
         if hook is not None:
             hook()
-        return self.inner.objects(run_id)
+        return self.inner.objects(run_id, **kw)  # type: ignore[arg-type]
 
 
 class AfterPut(PutHook):

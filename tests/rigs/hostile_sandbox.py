@@ -34,16 +34,16 @@ def files(*names: str) -> bytes:
 
 
 def _pid1_idle(counters: str) -> tuple[int, list[str], str]:
-    """quiesce.sh's pid1_idle under a shell whose clock, sleep and /proc reads are stubbed: the
+    """quiesce.sh's pid1_idle under a shell whose clock, pause and /proc reads are stubbed: the
     clock moves 0.05 s per read, PID 1's counters read ``counters`` (a ``$n`` is the read's
-    number), its tasks sleep. (exit code, the sleeps asked for, the report)."""
+    number), its tasks sleep. (exit code, the waits asked for in hundredths, the report)."""
     stubs = f"""
 t=1000 n=0
 uptime_cs() {{ t=$((t + 5)); up_cs=$t; }}
 pid1_writes() {{ n=$((n + 1)); p1_io="{counters}"; }}
 read_status() {{ st_state=S st_name=init; }}
 exec 3>&2
-sleep() {{ echo "sleep $1" >&3; }}
+pause() {{ echo "pause $1" >&3; }}
 pid1_writes; p1_before=$p1_io; p1_since=$t
 round=0 reasons="" q_out=""
 pid1_idle; rc=$?
@@ -56,8 +56,8 @@ exit $rc
         text=True,
         timeout=60,
     )
-    sleeps = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("sleep ")]
-    return done.returncode, sleeps, done.stdout
+    waits = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("pause ")]
+    return done.returncode, waits, done.stdout
 
 
 def _wait_for(r: Rig, path: str) -> None:

@@ -38,27 +38,31 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     base = tmp_path_factory.mktemp("queue")
     server = NatsServer(base / "nats")
     server.start()
-    home = base / "var" / "scratchbank"
-    close(open_home(home))
-    workflow = base / "workflow.json"
-    workflow.write_text(json.dumps([{"name": n.name, "kind": n.kind, "command": n.command} for n in STORY]))
-    log = base / "runner.log"
-    env = {"SCRATCHBANK_HOME": str(home), "SCRATCHBANK_QUEUE": server.url}
+    try:  # a setup that fails after the server started must not leave it running
+        home = base / "var" / "scratchbank"
+        close(open_home(home))
+        workflow = base / "workflow.json"
+        workflow.write_text(
+            json.dumps([{"name": n.name, "kind": n.kind, "command": n.command} for n in STORY])
+        )
+        log = base / "runner.log"
+        env = {"SCRATCHBANK_HOME": str(home), "SCRATCHBANK_QUEUE": server.url}
 
-    err = open(base / "runner.err", "wb")  # a file, never an unread pipe the runner could fill
-    runner = subprocess.Popen(
-        [str(EXE), "runner", "--workflow", str(workflow), "--log-file", str(log), "--holder", "runner-q"],
-        env=os.environ | env,
-        stdout=subprocess.DEVNULL,
-        stderr=err,
-    )
-    try:
-        _wait_for(log, lambda e: e.get("event") == "ready")
-        yield {"home": home, "url": server.url, "log": log}
+        err = open(base / "runner.err", "wb")  # a file, never an unread pipe the runner could fill
+        runner = subprocess.Popen(
+            [str(EXE), "runner", "--workflow", str(workflow), "--log-file", str(log), "--holder", "runner-q"],
+            env=os.environ | env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            _wait_for(log, lambda e: e.get("event") == "ready")
+            yield {"home": home, "url": server.url, "log": log}
+        finally:
+            runner.terminate()
+            runner.wait(30)
+            err.close()
     finally:
-        runner.terminate()
-        runner.wait(30)
-        err.close()
         server.stop()
 
 

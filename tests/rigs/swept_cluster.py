@@ -42,10 +42,14 @@ def swept(tmp_path: Path, postgres_url: str) -> Iterator[Swept]:
     (tmp_path / "workflow.json").write_text(json.dumps(WORKFLOW))
     server = NatsServer(tmp_path / "nats")
     server.start()
-    ns, db = namespace(), fresh_postgres(postgres_url)
-    conn = NatsConnection(server.url)
-    queue = NatsDeliveryQueue(conn, ack_wait=3.0, namespace=ns)
-    c = Swept(tmp_path, server, db, ns, EventStoreTimeline(db), conn, queue, db=db)
+    try:  # a setup that fails after the server started must not leave it running
+        ns, db = namespace(), fresh_postgres(postgres_url)
+        conn = NatsConnection(server.url)
+        queue = NatsDeliveryQueue(conn, ack_wait=3.0, namespace=ns)
+        c = Swept(tmp_path, server, db, ns, EventStoreTimeline(db), conn, queue, db=db)
+    except BaseException:
+        server.stop()
+        raise
     try:
         yield c
     finally:

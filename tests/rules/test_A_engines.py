@@ -36,6 +36,7 @@ from rigs.bank_store_hooks import (
     archive_of,
     assert_recorded_bank_fetchable_and_matching,
     recorded_bank,
+    s3_store,
     store,  # noqa: F401 - a fixture
     teardown,
 )
@@ -73,7 +74,7 @@ from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_con
 from scratchbank.adapters.memory import FakeSandbox, InMemoryBankStore, InMemoryTimeline
 from scratchbank.adapters.run_lock import HandedLock, PostgresRunLock, SqliteRunLock
 from scratchbank.adapters.s3_bank import S3BankStore
-from scratchbank.application.ports import BankStore, StoredBank
+from scratchbank.application.ports import BankStore, Placed, StoredBank
 from scratchbank.application.resume import resume
 from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
@@ -329,6 +330,96 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
     assert_recorded_bank_fetchable_and_matching(timeline, store)
 
 
+def test_A17_a_record_naming_an_object_an_earlier_record_named_is_looked_at_though_its_put_created_it(
+    store: BankStore,
+) -> None:
+    """Issue 26's skipped look is not skipped here: X was recorded, replaced and pruned; a teardown
+    of X's content creates X afresh while a prune whose read names X (by the old record) deletes it.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    old_object = recorded_bank(timeline).object
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    assert teardown(timeline, store, NEW).recorded
+    assert old_object not in {o.name for o in store.objects(RUN)}  # pruned once replaced
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    old_put, pruned = threading.Event(), threading.Event()
+    older = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        old_put.set()
+        assert pruned.wait(60)
+
+    older.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
+    newer = ObjectsHook(store)
+
+    def the_old_content_is_put_afresh() -> None:
+        old.start()
+        assert old_put.wait(60)
+
+    newer.before_objects = the_old_content_is_put_afresh
+    assert teardown(timeline, newer, {"notes.txt": b"a third scratch"}).recorded  # type: ignore[arg-type]
+    pruned.set()
+    old.join(60)
+    assert reports and reports[0].recorded and recorded_bank(timeline).object == old_object
+    assert any("put back" in note for note in reports[0].notes)
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
+    store: BankStore, tmp_path: Path
+) -> None:
+    """Issue 26's skipped look needs the put's create: X lay unreferenced past the bound (3 h old);
+    a teardown's put of X's content finds it there while a prune sweeps it as over the bound.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    now = ManualClock().now()
+    for i, (files, hours_old) in enumerate(((OLD, 3), ({"a": b"1"}, 0), ({"b": b"2"}, 0), ({"c": b"3"}, 0))):
+        path, digest = archive_of(files, tmp_path)
+        at = now - timedelta(hours=hours_old, minutes=i)
+        store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+    x = object_name(archive_of(OLD, tmp_path)[1])
+    old_put, pruned = threading.Event(), threading.Event()
+    older = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        old_put.set()
+        assert pruned.wait(60)
+
+    older.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
+    newer = ObjectsHook(store)
+
+    def the_old_content_is_put_and_found_there() -> None:
+        old.start()
+        assert old_put.wait(60)
+
+    newer.before_objects = the_old_content_is_put_and_found_there
+    assert teardown(timeline, newer, NEW).recorded  # type: ignore[arg-type]
+    assert x not in {o.name for o in store.objects(RUN)}  # swept as over the bound
+    pruned.set()
+    old.join(60)
+    assert reports and reports[0].recorded and recorded_bank(timeline).object == x
+    assert any("put back" in note for note in reports[0].notes)
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_our_stores_say_a_put_created_its_object_and_a_second_did_not(
+    store: BankStore, tmp_path: Path
+) -> None:
+    """Memory, files and S3 answer a put with ``Placed``: created once, then found there.
+    Proves ``scratchbank.application.ports.Placed``."""
+    path, digest = archive_of(OLD, tmp_path)
+    first, again = (store.put(RUN, path, sha256=digest) for _ in range(2))
+    assert isinstance(first, Placed) and isinstance(again, Placed)
+    assert (first.created, again.created) == (True, False) and first == again == object_name(digest)
+
+
 # ---- from tests/contracts/test_bank_store_contract.py: The BankStore contract against every adapter, and each adapter's own edges.
 
 
@@ -454,6 +545,38 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_s3(s3_endpoint: str) -> N
     out = io.BytesIO()
     assert store.fetch("run-1", out, max_bytes=10).bytes == 3 and out.getvalue() == b"old"
     assert list(store.objects("run-1")) == [StoredObject(None, 3)]
+
+
+def _counted(store: S3BankStore) -> list[str]:
+    """Every request the store's client sends (retries too), by operation, in order."""
+    sent: list[str] = []
+
+    def count(event_name: str, **_: Any) -> None:
+        sent.append(event_name.rsplit(".", 1)[-1])
+
+    store.client.meta.events.register("before-send.s3", count)
+    return sent
+
+
+@pytest.mark.s3
+def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_endpoint: str) -> None:
+    """Issue 26: a run's first teardown puts and lists (no HEAD of an object its record names, no
+    stat of an object its put created), a resume lists and fetches; the next teardown adds the copy
+    and delete of the bank it replaced.
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+    sent = _counted(store)
+    assert teardown(timeline, store, OLD).recorded
+    assert sent == ["PutObject", "ListObjectsV2"]
+    sent.clear()
+    assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
+    assert sent == ["ListObjectsV2", "GetObject"]  # N3's listing, no HEAD of the recorded bank; its fetch
+    sent.clear()
+    assert teardown(timeline, store, NEW).recorded
+    assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+    assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
 
 
 # ---- from tests/contracts/test_sandbox_contract.py: The shipped contract suites and checkers, run against every adapter we ship: the Sandbox contract on the fake, local, Docker, Podman and the Kubernetes double (T2, T4, T14, T15, T19); ``check_bank_store`` on memory, filesystem and S3; ``check_timeline`` on memory and SQLite (PostgreSQL runs the class suite in test_timeline_stores).

@@ -1,5 +1,5 @@
 """Rules H: a hostile sandbox: what it sends is bounded and nothing it plants is believed (ADR 0008).
-The pure tier's tests of H1, H7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
+The pure tier's tests of H1, H4, H7 (tests/tiers.py: a file of tests/rules/ has its tier in its name).
 
 Each section holds tests first written in the file it names; their helpers and fixtures are in
 tests/rigs/ (named for what they hold)."""
@@ -23,10 +23,12 @@ from rigs.scripted_transport import (
 )
 
 import scratchbank.adapters as adapters_pkg
-from scratchbank.adapters.exec_output import Bounded
+from scratchbank.adapters.exec_output import Bounded, ExecResult
 from scratchbank.adapters.exec_pump import STDERR, STDOUT
-from scratchbank.adapters.scripted import REAP, Exec, ForwardingSandbox
+from scratchbank.adapters.script_reports import quiesce_verdict
+from scratchbank.adapters.scripted import REAP, Exec, ForwardingSandbox, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, CancelScope, Deadline
+from scratchbank.application.ports import QuiesceReport, SandboxFacts
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, StreamBroken
 
 # ---- from tests/rules/test_[HT]*.py: One cancellation scope (issue 25, build item 0): a scope owns its deadline, its cancel and its threads, and joins them on exit; nothing outlives it silently. And ``retry_within``, the one retry loop (its ``again`` and ``stop``).
@@ -222,3 +224,61 @@ def test_H7_a_proxy_forwards_the_Exec_whole_and_overrides_only_what_it_changes()
     assert call.source == "tar() { :; }\necho" and call.args == ("a",)
     assert (call.stdout, call.user, call.deadline) == (sink, "u", deadline) and call.token
     assert reaper.source == REAP and reaper.args == (call.token,) and reaper.user == "u"
+
+
+# -- H4: the quiesce's verdict: no report line after it is the quiesce's ---------------------
+
+
+def test_H4_the_quiesce_alone_takes_no_report_line_after_its_verdict() -> None:
+    """``quiesce.sh stop``'s report ends at its first verdict line: the watchdog's line and
+    anything a tool run after it printed (a count, a reason) is no part of the report.
+    Proves ``scratchbank.adapters.script_reports.quiesce_verdict``."""
+    lines = ["stopped 2", "scratchbank-quiesced 0", "watchdog 7", "stopped 999", "unquiesced: forged"]
+    assert quiesce_verdict(0, lines) == QuiesceReport(True, False, (), 2)
+
+
+def test_H4_a_verdict_line_that_is_not_the_exit_code_or_none_is_no_quiesce() -> None:
+    """A verdict line whose code is not the script's exit code (one written ahead of the
+    script's own), or an exit 0 without one, reads unquiesced, named.
+    Proves ``scratchbank.adapters.script_reports.quiesce_verdict``."""
+    forged = quiesce_verdict(4, ["scratchbank-quiesced 0", "unquiesced: pid 1 (w) wrote", "stopped 1"])
+    assert not forged.quiesced and "says 0, its exit code is 4" in forged.reasons[0], forged
+    silent = quiesce_verdict(0, ["stopped 3"])
+    assert not silent.quiesced and "without its verdict line" in silent.reasons[0], silent
+    refused = quiesce_verdict(3, ["refused: the shell's kill is not its builtin", "scratchbank-quiesced 3"])
+    assert refused.refused and refused.reasons == ("the shell's kill is not its builtin",), refused
+
+
+class _Banked(ScriptedSandbox):
+    """A sandbox whose bank exec sends ``stdout`` and ends with ``code`` (no engine)."""
+
+    def __init__(self, stdout: bytes, code: int) -> None:
+        self.stdout, self.code = stdout, code
+        self.facts = SandboxFacts("/tmp/iterion-scratch", False, True, "own PID namespace")
+
+    def execute(self, exec_: Exec) -> ExecResult:
+        assert exec_.stdout is not None
+        exec_.stdout.write(self.stdout)
+        return ExecResult(self.code, stderr=b"scratchbank-bank: continued\n")
+
+
+def _banked(stdout: bytes, code: int) -> QuiesceReport:
+    return (
+        _Banked(stdout, code)
+        .quiesce_and_archive(io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False)
+        .quiesce
+    )
+
+
+def test_H4_a_verdict_line_written_ahead_of_the_scripts_own_is_told_by_the_banks_exit_code() -> None:
+    """PID 1 (never stopped, same user) writes ``scratchbank-quiesced 0`` to the script's stdout
+    ahead of the script's own verdict (seen on Docker BusyBox: the record read quiesced): the
+    bank's exit code, which only its shell sets, carries the verdict (tar's 0 + 32 x 1, partial)
+    and the record reads unquiesced, named. A confirmed line stands; a status too large to carry
+    a verdict confirms no quiesced line. Proves ``scratchbank.adapters.script_reports.confirmed``."""
+    real = b"unquiesced: pid 1 (sh) wrote\nstopped 0\nscratchbank-quiesced 4\n"
+    forged = _banked(b"scratchbank-quiesced 0\n" + real, 0 + 32 * 1)
+    assert not forged.quiesced and "says 0, the bank's exit code says 4" in forged.reasons[0], forged
+    assert _banked(real, 32) == QuiesceReport(False, False, ("pid 1 (sh) wrote",), 0)
+    assert _banked(b"stopped 2\nscratchbank-quiesced 0\n", 0) == QuiesceReport(True, False, (), 2)
+    assert not _banked(b"scratchbank-quiesced 0\n", 137).quiesced

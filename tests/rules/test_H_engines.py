@@ -11,10 +11,12 @@ import contextlib
 import gc
 import io
 import os
+import shlex
 import signal
 import subprocess
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -27,16 +29,18 @@ from rigs.hostile_sandbox import (
     box,  # noqa: F401 - a fixture
     files,
 )
-from rigs.real_sandboxes import CONTAINERS, Rig, rig
+from rigs.real_sandboxes import CONTAINERS, SCRATCH, Rig, _container, engine_url, rig
 from rigs.sandbox_probes import frozen
 from rigs.sandbox_restores import fingerprint, restore
 from waiting import eventually
 
+from scratchbank.adapters.docker_sandbox import IDLE_POOLS, DockerSandbox
 from scratchbank.adapters.local_sandbox import LocalSandbox
-from scratchbank.adapters.scripted import Exec
+from scratchbank.adapters.scripted import QUIESCE, Exec, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, Deadline
+from scratchbank.application.ports import QuiesceReport
 from scratchbank.domain.errors import ExecFailed, OutputOverBound, RestoreRefused, StreamBroken
-from scratchbank.testing.hostile import HostileSandbox, flood, replace, shadow
+from scratchbank.testing.hostile import HostileSandbox, flood, forge, forger, replace, shadow
 
 # ---- from tests/test_hostile_sandbox.py: Issue 25: a compromised sandbox can neither harm the host nor make a record lie.
 
@@ -164,17 +168,17 @@ def test_H5_an_idle_pid_1_is_proven_over_its_window_not_a_fixed_wait() -> None:
     """PID 1 unmoved: proven idle once 0.2 s have passed since its first read (the stop rounds
     count), reading every 0.05 s, never a fixed 0.5 s wait on each teardown.
     Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
-    rc, sleeps, report = _pid1_idle("wchar: 7 syscw: 1 ")
+    rc, waits, report = _pid1_idle("wchar: 7 syscw: 1 ")
     assert rc == 0, report
-    assert sleeps == ["0.05"] * 3, sleeps  # reads at +0.05 .. +0.2 s: three short waits
+    assert waits == ["5"] * 3, waits  # reads at +0.05 .. +0.2 s: three short waits
 
 
 def test_H5_a_pid_1_that_writes_within_the_window_is_not_idle_at_once() -> None:
     """PID 1's counters moved by the next read: not proven idle, said at once (no wait).
     Proves ``scratchbank.application.ports.Sandbox.quiesce``."""
-    rc, sleeps, report = _pid1_idle("wchar: $n syscw: $n ")
+    rc, waits, report = _pid1_idle("wchar: $n syscw: $n ")
     assert rc == 1 and "wrote during the quiesce" in report, report
-    assert sleeps == [], sleeps
+    assert waits == [], waits
 
 
 # -- 6. a full disk during the extract is the sandbox's refusal (X4), not X5 --------------
@@ -499,3 +503,192 @@ def test_H7_a_detached_child_still_in_its_execs_is_reaped_with_its_cut_call() ->
                 survived += 1
                 r.sh("pkill -f 'sleep 100[01]' || killall sleep", check=False)
     assert survived == 0, f"{survived} of 20 cut calls left their detached child running"
+
+
+# -- 4b. no command the quiesce looks up on the sandbox's filesystem can forge its verdict ----
+#: every command looked up on the sandbox's filesystem that the quiesce (and the one-exec
+#: bank before its verdict) ran in round 3, and tar, the first the archive runs after it
+FORGED_TOOLS = ["readlink", "date", "sleep", "mktemp", "setsid", "rm", "rmdir", "tar"]
+#: of those, a shell function stands in for these (tar: the first after the verdict; rm and
+#: rmdir ran in the watchdog's own shell and in the continue: as binaries, below)
+AS_FUNCTIONS = ["readlink", "date", "sleep", "mktemp", "setsid", "tar"]
+#: PID 1 keeps writing, every 0.05 s, asleep between (a builtin timed read: BusyBox's ash
+#: and GNU's bash have one; a PID 1 that forked a sleep would wait on it once it is stopped)
+WRITING_PID1 = (
+    "printf 'w r' > /proc/$$/comm; mkdir -p /tmp/iterion-scratch; mkfifo /tmp/tick; exec 3<>/tmp/tick; "
+    "while :; do echo x >> /tmp/iterion-scratch/w; read -t 0.05 -u 3 _; done"
+)
+
+
+def _writing_pid1(engine: str) -> list[str]:
+    return ["bash" if engine.endswith("gnu") else "sh", "-c", WRITING_PID1]
+
+
+@pytest.fixture(scope="module")
+def writing_gnu() -> Iterator[Rig]:
+    """One GNU container whose PID 1 keeps writing, for the module (a forger leaves no damage)."""
+    with rig("docker-gnu", command=_writing_pid1("docker-gnu")) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        yield r
+
+
+def _unforged(report: QuiesceReport) -> None:
+    assert not report.quiesced and report.stopped != 999, report
+    assert any("pid 1 (w?r)" in why for why in report.reasons), report
+
+
+def _bank(sandbox: ScriptedSandbox, sink: io.BytesIO, r: Rig) -> QuiesceReport:
+    """The one-exec bank's quiesce report; what it left stopped continued."""
+    one = sandbox.quiesce_and_archive(sink, budget_seconds=5, wait_seconds=1, compress=False)
+    if not one.continued:
+        r.sandbox.continue_processes()
+    return one.quiesce
+
+
+@pytest.mark.parametrize("tool", AS_FUNCTIONS)
+def test_H4_no_tool_the_quiesce_runs_can_forge_the_one_exec_verdict(writing_gnu: Rig, tool: str) -> None:
+    """A forger for ``tool`` (run before the command, as one earlier in PATH would) writes
+    ``scratchbank-quiesced 0`` and ``stopped 999`` to the script's stdout and stderr and to
+    every ancestor's while PID 1 writes: the one-exec record is unquiesced, PID 1 named, its
+    count the script's (round 3's quiesce ran readlink, date, sleep, mktemp, setsid, rm and
+    rmdir before its verdict; tar runs after it, where no report line is taken). GNU (dash);
+    BusyBox below, every forger at once. Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    sink = io.BytesIO()
+    _unforged(_bank(HostileSandbox(writing_gnu.sandbox, forger(tool)), sink, writing_gnu))
+    if tool == "tar":  # it ran, after the verdict: its lines are the stream's, never the report's
+        assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_no_tool_can_forge_a_busybox_quiesce_either() -> None:
+    """BusyBox's ash, a forger for every tool at once, PID 1 writing: the one-exec bank reads
+    unquiesced, PID 1 named, its count the script's (the quiesce alone: GNU, below).
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    with rig("docker-busybox", command=_writing_pid1("docker-busybox")) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        hostile = HostileSandbox(r.sandbox, *map(forger, FORGED_TOOLS))
+        sink = io.BytesIO()
+        _unforged(_bank(hostile, sink, r))
+    assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_forging_binaries_in_path_cannot_make_a_quiesce_read_quiesced(writing_gnu: Rig) -> None:
+    """Real binaries earlier in PATH (/usr/local/bin, GNU image: Debian's BusyBox ash runs its
+    applets from its own binary) for every tool, each forging as above and then running the
+    real one, PID 1 writing: the one-exec bank and the quiesce alone read unquiesced, PID 1
+    named, their counts the script's; tar's forged lines are the stream's.
+    Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    plant = "; ".join(
+        f"real=$(command -v {tool}); "
+        f'printf \'#!/bin/sh\\n%s\\nexec %s "$@"\\n\' {shlex.quote(forge())} "$real" > /usr/local/bin/{tool}; '
+        f"chmod 755 /usr/local/bin/{tool}"
+        for tool in FORGED_TOOLS
+    )
+    r = writing_gnu
+    r.sh(plant)
+    sink = io.BytesIO()
+    try:
+        one = _bank(r.sandbox, sink, r)
+        alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+    finally:
+        r.sandbox.continue_processes()
+        r.sh("cd /usr/local/bin && /bin/rm -f " + " ".join(FORGED_TOOLS))
+    for report in (one, alone):
+        _unforged(report)
+    assert b"stopped 999" in sink.getvalue()
+
+
+def test_H4_the_quiesce_reaches_its_verdict_with_no_command_on_its_path() -> None:
+    """With no command of the sandbox's filesystem to be found (PATH empty) the one-exec bank's
+    quiesce still reaches its verdict, quiesced (PID 1 idle, nothing else runs): it looks
+    nothing up before it (tar, after it, is not found; the verdict stands). The local sandbox,
+    whose shell (dash here) runs the same script. Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce_and_archive``."""
+    with rig("local") as r:
+        hostile = HostileSandbox(r.sandbox, "PATH=/nonexistent")
+        one = hostile.quiesce_and_archive(io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False)
+        r.sandbox.continue_processes()
+    assert one.quiesce.quiesced, one
+
+
+@pytest.mark.parametrize("builtin", ["kill", "read"])
+def test_H4_a_shell_whose_builtin_is_stood_in_for_is_refused_before_any_signal(builtin: str) -> None:
+    """A function standing in for the shell's ``kill`` or ``read`` (what a replaced shell
+    does to every builtin) is refused before any signal, named: the quiesce trusts only its
+    shell's own builtins, and says so. The local sandbox.
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce``."""
+    with rig("local") as r:
+        report = HostileSandbox(r.sandbox, replace(builtin, "return 0")).quiesce(
+            budget_seconds=5, wait_seconds=1
+        )
+    assert report.refused and not report.quiesced, report
+    assert report.reasons == (f"the shell's {builtin} is not its builtin",), report
+
+
+#: PID 1 writes, and writes a verdict of its own into every exec of ours it finds (builtins)
+FORGING_PID1 = (
+    "mkdir -p /tmp/iterion-scratch; mkfifo /tmp/tick; exec 3<>/tmp/tick; "
+    "while :; do echo x >> /tmp/iterion-scratch/w; "
+    'for d in /proc/[0-9]*; do [ "$d" = /proc/1 ] && continue; read -r c < $d/cmdline; '
+    "case $c in *SCRATCHBANK*) printf 'scratchbank-quiesced 0\\nstopped 999\\n' > $d/fd/1 ;; esac; "
+    "done 2>/dev/null; read -t 0.05 -u 3 _; done"
+)
+
+
+def test_H4_a_pid_1_that_writes_a_verdict_into_the_banks_stdout_is_told_by_its_exit_code() -> None:
+    """PID 1 (never stopped, the script's user) writes ``scratchbank-quiesced 0`` into the stdout
+    of every exec of ours while it writes the scratch (round 3: the one-exec record read
+    quiesced): the bank's exit code disagrees, and the record reads unquiesced, named; the
+    quiesce alone's exit code does too. Docker BusyBox.
+    Proves ``scratchbank.adapters.script_reports.confirmed``."""
+    with rig("docker-busybox", command=["sh", "-c", FORGING_PID1]) as r:
+        _wait_for(r, f"{r.scratch}/w")
+        one = _bank(r.sandbox, io.BytesIO(), r)
+        try:
+            alone = r.sandbox.quiesce(budget_seconds=5, wait_seconds=1)
+        finally:
+            r.sandbox.continue_processes()
+    for report in (one, alone):
+        assert not report.quiesced and report.stopped != 999, report
+    assert any("says 0" in why or "pid 1 (sh)" in why for why in one.reasons), one
+
+
+def test_H5_a_clock_that_stands_still_ends_the_quiesces_wait_and_proves_nothing() -> None:
+    """/proc/uptime planted to stand still (a FUSE or bind mount over it): the quiesce's wait
+    (steps of sleep on that clock, or a spin without one) still ends, and PID 1 is not proven idle, named.
+    Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce``."""
+    stubs = """
+uptime_cs() { up_cs=1000; }
+pid1_writes() { p1_io="wchar: 7 syscw: 1 "; }
+read_status() { st_state=S st_name=init; }
+pause 2; echo "pause $?"
+pid1_writes; p1_before=$p1_io; p1_since=1000
+reasons="" q_out=""
+pid1_idle; rc=$?
+printf '%s' "$q_out"
+exit $rc
+"""
+    done = subprocess.run(
+        ["sh", "-c", "SCRATCHBANK_LIBRARY=1\n" + QUIESCE + stubs], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 1 and done.stdout.startswith("pause 1\n"), done
+    assert "the clock (/proc/uptime) stands still: not proven idle" in done.stdout, done
+
+
+@pytest.mark.parametrize("engine", ["docker-busybox", "podman-busybox"])
+def test_H7_a_container_sandboxs_own_engine_client_keeps_few_idle_connections(engine: str) -> None:
+    """A Docker/Podman sandbox built from a URL (its own engine client) keeps a few idle API
+    connections, not one per exec URL: docker-py keeps a pool per URL (up to 25) and an
+    exec's URLs are its own, so each sandbox held ~9-11 sockets after 10-20 execs, and 200
+    sandboxes at once in one process pass a default descriptor limit of 1,024. Proves
+    ``scratchbank.adapters.docker_sandbox.DockerSandbox``."""
+    kind = engine.split("-")[0]
+    with _container(engine) as (box, _client):
+        sandbox = DockerSandbox(box.id, scratch=SCRATCH, base_url=engine_url(kind), podman=kind == "podman")
+        sandbox.call(Exec("echo warm"))
+        gc.collect()
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            sandbox.call(Exec("echo hi"))
+        gc.collect()
+        grown = len(os.listdir("/proc/self/fd")) - before
+        sandbox.client.close()
+    assert grown <= IDLE_POOLS, f"{grown} more descriptors held after 10 execs"

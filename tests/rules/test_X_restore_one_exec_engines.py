@@ -100,7 +100,7 @@ def test_X2_a_byte_changed_on_the_way_is_a_broken_stream(engine: str) -> None:
         changed = framed[:at] + b"abd" + framed[at + 3 :]
         done = _stage(box, "", changed)
         assert done.exit_code == STREAM_BROKE, done.err
-        assert "got sha256" in done.err
+        assert "got md5" in done.err
 
 
 @pytest.mark.parametrize("engine", ["local", "docker-busybox"])
@@ -163,18 +163,21 @@ def test_X2_the_host_digests_the_stream_into_a_sandbox_once() -> None:
     hashed = {"framing": 0, "writer": 0}
 
     def counting(who: str) -> types.SimpleNamespace:
-        class Counted:
-            def __init__(self) -> None:
-                self._h = hashlib.sha256()
+        def algorithm(name: str) -> type:
+            class Counted:
+                def __init__(self, **options: bool) -> None:
+                    self._h = hashlib.new(name, **options)
 
-            def update(self, data: bytes) -> None:
-                hashed[who] += len(data)
-                self._h.update(data)
+                def update(self, data: bytes) -> None:
+                    hashed[who] += len(data)
+                    self._h.update(data)
 
-            def hexdigest(self) -> str:
-                return self._h.hexdigest()
+                def hexdigest(self) -> str:
+                    return self._h.hexdigest()
 
-        return types.SimpleNamespace(sha256=Counted)
+            return Counted
+
+        return types.SimpleNamespace(sha256=algorithm("sha256"), md5=algorithm("md5"))
 
     with pytest.MonkeyPatch.context() as patch, rig("local") as box:
         patch.setattr(restore_wire, "hashlib", counting("framing"))

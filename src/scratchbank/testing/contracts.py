@@ -193,6 +193,18 @@ class BankStoreContract:
         assert [(o.name, o.bytes) for o in listed] == [(first, 200)]
         assert listed[0].stamp == _stamp("run-1", "@1", b"same" * 50)
 
+    def test_A17_a_put_says_it_created_its_object_only_when_it_did(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """A ``Placed`` answer with ``created`` is this put's create: a second put of the
+        same content never says so (a teardown trusts it to skip A17's look; issue 26).
+        A listing given the names may leave their stamps out, never the names or sizes."""
+        store = self.make(tmp_path)
+        path, digest = _archive(tmp_path, b"once" * 50)
+        first = store.put("run-1", path, sha256=digest, stamp=_stamp("run-1", "@1", b"once" * 50))
+        again = store.put("run-1", path, sha256=digest, stamp=_stamp("run-1", "@2", b"once" * 50))
+        assert not getattr(again, "created", False)
+        listed = store.objects("run-1", named={first})
+        assert [(o.name, o.bytes) for o in listed] == [(first, 200)]
+
     def test_N3_objects_list_a_runs_banks_with_their_stamps(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
         """The listing names each object of the run with the stamp it was put with."""
         store = self.make(tmp_path)

@@ -51,6 +51,29 @@ def replace(command: str, body: str) -> str:
     return f"{command}() {{ {body}; }}"
 
 
+#: what a forger writes by default: a quiesce's end of its own, and a count not the script's
+FORGED_VERDICT = "scratchbank-quiesced 0\\nstopped 999\\n"
+
+
+def forge(lines: str = FORGED_VERDICT) -> str:
+    """Shell text writing ``lines`` (printf's escapes) into fds 1 and 2 of this shell and of
+    every ancestor, by builtins, in a subshell (no variable of the caller's changes): what a
+    replaced binary can do, whatever its own output is redirected to (ADR 0008). In a
+    shell function, ``$$`` is the script's shell; in a planted binary, the binary."""
+    put = f"printf '{lines}'"
+    return (
+        '( p=$$; while [ "${p:-0}" -gt 1 ] 2>/dev/null; do '
+        f"{put} >/proc/$p/fd/1; {put} >/proc/$p/fd/2; "
+        'q=""; while read -r k v; do [ "$k" = PPid: ] && q=$v; done </proc/$p/status; p=$q; '
+        "done ) 2>/dev/null"
+    )
+
+
+def forger(command: str, lines: str = FORGED_VERDICT) -> str:
+    """A shell function standing in for ``command``: ``forge(lines)``, then the real command."""
+    return f'{command}() {{ {forge(lines)}; command {command} "$@"; }}'
+
+
 class HostileSandbox(ForwardingSandbox):
     """``inner`` with its scripts' commands shadowed by ``shadows`` (shell functions)."""
 
@@ -129,8 +152,8 @@ def scenarios(size: int) -> list[Scenario]:
             frozenset({"returned"}),
         ),
         (
-            "a quiesce whose report floods",
-            [shadow("date", after=flood(size))],
+            "a quiesce whose watchdog's mktemp floods its stdout",
+            [shadow("mktemp", after=flood(size) + " >/proc/$$/fd/1")],
             quiesce,
             frozenset({"returned"}),
         ),
