@@ -503,7 +503,8 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_files(tmp_path: Path) -> 
 
 @pytest.mark.s3
 def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: str, tmp_path: Path) -> None:
-    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata.
+    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata;
+    <prefix>/.scratchbank-if-none-match, the store's probe (empty).
     Proves ``scratchbank.adapters.s3_bank.S3BankStore``."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
@@ -511,8 +512,9 @@ def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: 
     src, digest = _src(tmp_path, b"data")
     store.put("run-1", src, sha256=digest, stamp=STAMP)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-    assert keys == [f"team/x/sessions/run-1/banks/{digest}.tgz"]
-    head = client.head_object(Bucket=bucket, Key=keys[0])
+    # beside sessions/, the empty object that asked whether the store honours If-None-Match
+    assert keys == ["team/x/.scratchbank-if-none-match", f"team/x/sessions/run-1/banks/{digest}.tgz"]
+    head = client.head_object(Bucket=bucket, Key=keys[1])
     assert head["Metadata"]["sha256"] == digest and head["Metadata"]["execution"] == "%404"
     assert list(store.objects("run-1")) == [StoredObject(f"banks/{digest}.tgz", 4, STAMP)]
 
