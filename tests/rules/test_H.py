@@ -295,3 +295,23 @@ def test_H4_a_verdict_line_of_thousands_of_digits_is_no_verdict_line() -> None:
     head.write(b"unquiesced: pid 1 wrote\nstopped 3\nscratchbank-quiesced 4\nTAR")
     assert head.code == 4 and head.report is not None and not head.report.quiesced
     assert tar.getvalue() == b"TAR"
+
+
+def test_H4_a_bank_exec_cut_after_a_verdict_line_keeps_no_quiesced_word() -> None:
+    """A process of the script's user writes ``scratchbank-quiesced 0`` to its stdout, then
+    stops the script (SIGSTOP) until the call's deadline cuts the exec: no exit code
+    confirms the line, so the pass reads unquiesced, named, its stopped count kept (found by
+    attack: the record said quiesced). Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce_and_archive``."""
+
+    class Cut(_Banked):
+        def execute(self, exec_: Exec) -> ExecResult:
+            assert exec_.stdout is not None
+            exec_.stdout.write(self.stdout)
+            raise StreamBroken("cut at its deadline")
+
+    done = Cut(b"stopped 2\nscratchbank-quiesced 0\n", 0).quiesce_and_archive(
+        io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False
+    )
+    assert done.archive is None and isinstance(done.failure, StreamBroken) and not done.continued
+    assert not done.quiesce.quiesced and not done.quiesce.refused and done.quiesce.stopped == 2
+    assert "cut before its exit code" in done.quiesce.reasons[0]
