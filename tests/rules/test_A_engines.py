@@ -583,6 +583,7 @@ def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_
     assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
 
 
+@pytest.mark.s3
 def test_A17_a_store_that_ignores_if_none_match_never_says_its_put_created(
     s3_endpoint: str, tmp_path: Path
 ) -> None:
