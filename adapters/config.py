@@ -425,13 +425,13 @@ def _docker(container: str, scratch: str, *, podman: bool) -> Sandbox:
     require_extra("docker")
     import docker
 
-    from .docker_sandbox import DockerSandbox
+    from .docker_sandbox import DockerSandbox, engine_client
 
     url = engine_url(podman=podman)
     engine = "Podman" if podman else "Docker"
     var = "SCRATCHBANK_PODMAN_URL" if podman else "SCRATCHBANK_DOCKER_URL"
     try:
-        client: Any = docker.DockerClient(base_url=url, timeout=60)
+        client: Any = engine_client(url, timeout=60)
         state = client.containers.get(container).attrs.get("State") or {}
     except docker.errors.NotFound:
         raise SandboxGone(f"no {engine} container {container}", remedy=RESUME_SANDBOX_REMEDY) from None

@@ -38,6 +38,27 @@ from .scripted import Exec, ScriptedSandbox
 #: The most one read of an exec's output asks for.
 READ_BYTES = 1 << 20
 
+#: the engine client's URL pools a sandbox keeps (each holds at most one idle connection here)
+IDLE_POOLS = 4
+
+
+def engine_client(base_url: str | None, *, timeout: int, pools: int = IDLE_POOLS) -> docker.DockerClient:
+    """A Docker/Podman API client that keeps ``pools`` URL pools at most (H7): sequential
+    calls leave about one idle connection in each.
+
+    docker-py keeps a connection pool per URL, up to 25, and an exec's URLs are its own: a
+    sandbox held ~11 idle sockets after 20 execs, and 200 sandboxes in one process pass a
+    descriptor limit of 1,024. Its ``num_pools`` is ignored for every URL but ssh:// (an
+    operator-precedence slip in ``APIClient.__init__``), so the adapter's pool container is
+    replaced by one of ``pools`` entries; the least recently used pool is closed."""
+    from urllib3._collections import RecentlyUsedContainer
+
+    client = docker.DockerClient(base_url=base_url, timeout=timeout)
+    adapter = getattr(client.api, "_custom_adapter", None)
+    if adapter is not None and isinstance(getattr(adapter, "pools", None), RecentlyUsedContainer):
+        adapter.pools = RecentlyUsedContainer(pools, dispose_func=lambda pool: pool.close())
+    return client
+
 
 def buffered_reader(sock: Any) -> io.BufferedReader | None:
     """The buffered reader the engine's response was parsed from (docker-py keeps the
@@ -119,7 +140,7 @@ class DockerSandbox(ScriptedSandbox):
         admin_user: str | None = "0",
         client: docker.DockerClient | None = None,
     ) -> None:
-        self.client = client or docker.DockerClient(base_url=base_url, timeout=60)
+        self.client = client or engine_client(base_url, timeout=60)
         self.podman = podman
         self.admin_user = admin_user
         try:

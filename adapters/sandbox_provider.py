@@ -88,9 +88,9 @@ class ContainerSandboxProvider:
         from .config import require_extra
 
         require_extra("docker")  # the [docker] extra: imported here, never by the local provider
-        import docker
+        from .docker_sandbox import engine_client
 
-        self.client = docker.DockerClient(base_url=base_url, timeout=120)
+        self.client = engine_client(base_url, timeout=120)  # its sandboxes share it (H7)
         self.image, self.scratch, self.podman = image, scratch, podman
         self.started: set[str] = set()
 

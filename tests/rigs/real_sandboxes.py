@@ -15,7 +15,7 @@ import docker
 import pytest
 from engines import EXERCISED, need
 
-from scratchbank.adapters.docker_sandbox import DockerSandbox, buffered_reader, docker_frames
+from scratchbank.adapters.docker_sandbox import DockerSandbox, buffered_reader, docker_frames, engine_client
 from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.scripted import ScriptedSandbox
 
@@ -66,11 +66,13 @@ def engine_url(kind: str) -> str:
 def _container(name: str, *, pool: int | None = None, **run: Any) -> Iterator[tuple[Any, Any]]:
     """A container of the engine and image ``name`` names (``docker-busybox``...) and its
     client, removed at the end. ``pool``: the client keeps at most that many idle API
-    connections (docker-py keeps a pool per URL, and an exec's URLs are its own: up to 25
-    pools of up to 10 by default)."""
+    connections (the adapter's own client keeps ``IDLE_POOLS``; docker-py's keeps a pool
+    per URL, up to 25 of up to 10)."""
     kind, flavour = name.split("-")
-    pools = {"num_pools": pool, "max_pool_size": 1} if pool else {}
-    client = docker.DockerClient(base_url=engine_url(kind), timeout=120, **pools)
+    if pool:
+        client = engine_client(engine_url(kind), timeout=120, pools=pool)
+    else:
+        client = docker.DockerClient(base_url=engine_url(kind), timeout=120)
     image = f"scratchbank-{flavour}:test" if kind == "docker" else f"localhost/scratchbank-{flavour}:test"
     command = run.pop("command", ["sleep", "1000000"])
     box = client.containers.run(
