@@ -176,8 +176,9 @@ class S3BankStore:
     def _honours(self) -> bool:
         """Whether the store honours If-None-Match (some S3-compatibles ignore it: 200 to
         every put, found by attack), asked once a store by putting an empty probe object
-        twice: only an honouring store answers 412. Not known (an error): False, so no
-        put says it created its object and the teardown looks after its record (A17)."""
+        twice: only an honouring store answers 412. Not known: False, so no put says it
+        created its object and the teardown looks after its record (A17); a refusal (a
+        policy that allows no put beside sessions/) is kept, a network error asked again."""
         if self.honours_if_none_match is None:
             key = f"{self.prefix}/{PROBE_NAME}" if self.prefix else PROBE_NAME
             try:
@@ -185,9 +186,7 @@ class S3BankStore:
                     self.client.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
                 self.honours_if_none_match = False
             except ClientError as error:
-                if _code(error) not in EXISTS:
-                    return False
-                self.honours_if_none_match = True
+                self.honours_if_none_match = _code(error) in EXISTS
             except (BotoCoreError, OSError):
                 return False
         return self.honours_if_none_match

@@ -21,6 +21,7 @@ import anyio
 import httpx
 import operator_rigs
 import pytest
+from botocore.exceptions import ClientError
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
@@ -611,6 +612,21 @@ def test_A17_a_store_that_ignores_if_none_match_never_says_its_put_created(
     honest = S3BankStore(new_bucket(s3_endpoint), client=s3_client(s3_endpoint))
     answers = [honest.put(RUN, path, sha256=digest) for _ in range(2)]
     assert [getattr(a, "created", None) for a in answers] == [True, False]
+
+    class RefusesTheProbe(IgnoresIfNoneMatch):
+        probes = 0
+
+        def put_object(self, **kw: Any) -> Any:
+            if "sessions/" not in kw["Key"]:
+                self.probes += 1
+                raise ClientError({"Error": {"Code": "AccessDenied"}}, "PutObject")
+            return self.client.put_object(**kw)
+
+    client = RefusesTheProbe(s3_client(s3_endpoint))
+    policed = S3BankStore(new_bucket(s3_endpoint), client=client)
+    other, other_digest = _src(tmp_path, b"other" * 40, "b.tgz")
+    answers = [policed.put(RUN, p, sha256=d) for p, d in ((path, digest), (other, other_digest))]
+    assert [getattr(a, "created", None) for a in answers] == [False, False] and client.probes == 1
 
 
 # ---- from tests/contracts/test_sandbox_contract.py: The shipped contract suites and checkers, run against every adapter we ship: the Sandbox contract on the fake, local, Docker, Podman and the Kubernetes double (T2, T4, T14, T15, T19); ``check_bank_store`` on memory, filesystem and S3; ``check_timeline`` on memory and SQLite (PostgreSQL runs the class suite in test_timeline_stores).
