@@ -58,6 +58,8 @@ DIGEST_KEY = "sha256"
 LEGACY_NAME = "scratch.tgz"
 #: What S3 answers a create-only put whose key exists (AWS, MinIO, moto: 412).
 EXISTS = ("PreconditionFailed", "412")
+#: the key (beside the store's sessions/) that tells whether the store honours If-None-Match
+PROBE_NAME = ".scratchbank-if-none-match"
 #: A call given no deadline ends by this many seconds.
 CALL_SECONDS = 600.0
 #: botocore's per-request read timeout (headers that never come, a body that stalls).
@@ -112,6 +114,8 @@ class S3BankStore:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.client = client or s3_client(endpoint_url, in_flight=in_flight)
+        #: does the store honour If-None-Match (None: not known yet; ``_honours``)
+        self.honours_if_none_match: bool | None = None
 
     def folder(self, run_id: str) -> str:
         """The run's own prefix, with its trailing slash."""
@@ -139,6 +143,7 @@ class S3BankStore:
         fields = {**(stamp_fields(stamp) if stamp is not None else {}), DIGEST_KEY: sha256}
         metadata = {k: quote(v, safe="") for k, v in fields.items()}
         done: dict[str, BaseException | None] = {}
+        created: list[bool] = []
 
         def create() -> None:
             try:
@@ -146,6 +151,7 @@ class S3BankStore:
                     self.client.put_object(
                         Bucket=self.bucket, Key=key, Body=body, Metadata=metadata, IfNoneMatch="*"
                     )
+                created.append(self._honours())
                 done["error"] = None
             except BaseException as error:  # handed to the caller's thread
                 done["error"] = error
@@ -158,14 +164,32 @@ class S3BankStore:
                 f"{where}: the upload did not end within its deadline (it may land later, unnamed)"
             )
         error = done["error"]
-        if error is None:
-            return Placed(name, created=True)  # If-None-Match: a 200 is this request's create
+        if error is None:  # a 200 is this request's create where the store honours If-None-Match
+            return Placed(name, created=created == [True])
         if isinstance(error, ClientError) and _code(error) in EXISTS:
             self._same_content(run_id, name, sha256, where)
             return Placed(name, created=False)
         if isinstance(error, BotoCoreError | ClientError | OSError):
             raise BankWriteFailed(f"{where}: {error}") from error
         raise BankWriteFailed(f"{where}: {error}") from error
+
+    def _honours(self) -> bool:
+        """Whether the store honours If-None-Match (some S3-compatibles ignore it: 200 to
+        every put, found by attack), asked once a store by putting an empty probe object
+        twice: only an honouring store answers 412. Not known: False, so no put says it
+        created its object and the teardown looks after its record (A17); a refusal (a
+        policy that allows no put beside sessions/) is kept, a network error asked again."""
+        if self.honours_if_none_match is None:
+            key = f"{self.prefix}/{PROBE_NAME}" if self.prefix else PROBE_NAME
+            try:
+                for _ in range(2):
+                    self.client.put_object(Bucket=self.bucket, Key=key, Body=b"", IfNoneMatch="*")
+                self.honours_if_none_match = False
+            except ClientError as error:
+                self.honours_if_none_match = _code(error) in EXISTS
+            except (BotoCoreError, OSError):
+                return False
+        return self.honours_if_none_match
 
     def _same_content(self, run_id: str, name: str, sha256: str, where: str) -> None:
         """An existing object of this name: the same content unless its own stamp says not."""

@@ -154,12 +154,29 @@ def confirmed(report: QuiesceReport, code: int | None, verdict: int | None, exit
     return QuiesceReport(False, False, (why,))
 
 
+def unconfirmed(report: QuiesceReport, why: str) -> QuiesceReport:
+    """The report of a bank exec cut before its exit code: a quiesced verdict line is then
+    confirmed by nothing (a process of the script's user can write one, then stop the
+    script until the call is cut: H4), so it reads unquiesced, named; what it says was
+    stopped is kept (T14)."""
+    if not report.quiesced:
+        return report
+    return QuiesceReport(
+        False,
+        False,
+        (f"the bank exec was cut before its exit code confirmed its verdict: {why}",),
+        report.stopped,
+    )
+
+
 class QuiesceHead:
     """bank.sh's stdout: the quiesce report, up to its "scratchbank-quiesced CODE" line,
     read into ``report``; every byte after it (the tar stream) passed on to ``dest``."""
 
     LIMIT = REPORT_BYTES
-    _END = re.compile(rb"(?:^|\n)scratchbank-quiesced (\d+)\n")
+    _END = re.compile(
+        rb"(?:^|\n)scratchbank-quiesced (\d{1,3})\n"
+    )  # as _VERDICT: int() of 4301 digits raises
 
     def __init__(self, dest: ByteSink) -> None:
         self._dest = dest

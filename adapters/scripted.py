@@ -53,7 +53,15 @@ from .restore_wire import (
     write_listing,
     write_modes,
 )
-from .script_reports import QuiesceHead, archive_report, bank_exit, bank_status, confirmed, quiesce_verdict
+from .script_reports import (
+    QuiesceHead,
+    archive_report,
+    bank_exit,
+    bank_status,
+    confirmed,
+    quiesce_verdict,
+    unconfirmed,
+)
 
 
 def script(name: str) -> str:
@@ -249,7 +257,7 @@ class ScriptedSandbox(abc.ABC):
         except ScratchbankError as error:
             if head.report is None:
                 raise
-            return QuiescedArchive(head.report, None, False, error)
+            return QuiescedArchive(unconfirmed(head.report, error.message[:200]), None, False, error)
         if head.report is None:
             why = f"the bank script sent no quiesce report (exit {done.exit_code}): {done.err[-500:]}"
             raise StreamBroken(why)

@@ -184,6 +184,9 @@ class _Run:
     #: last put created its object (A17's look after the record, ADR 0006)
     named_before: frozenset[str | None] | None = None
     created: bool = False
+    #: the quiesce each archive (by its SHA-256) was taken under, an unquiesced one kept:
+    #: the record's is that of the archive it banks, maybe an earlier try's (T13, T16)
+    quiesce_of: dict[str, Quiesce] = attrs.Factory(dict)
 
     def stamp(self, facts: ArchiveFacts) -> BankStamp:
         """What the object says of itself in the store (N3)."""
@@ -428,6 +431,8 @@ def _bank_then_record(
     if run.cut() and not run.stored:
         return _cut(plan, run.cut(), notes, tuple(tries), run)
     quiesce = run.quiesce or Quiesce(False, sandbox.facts.isolation)
+    if best.archive is not None:  # the quiesce its archive was taken under (T13, T16)
+        quiesce = run.quiesce_of.get(best.archive.sha256, quiesce)
     record = attrs.evolve(
         teardown_record(best, quiesce), at=clock.now(), execution=stamp, checkpoint=checkpoint
     )
@@ -683,6 +688,11 @@ def _archive(run: _Run, attempt: int, *, quiesce: bool) -> Complete | None:
         run.tar_passes += 1
         if taken is None:
             return None
+        if run.quiesce is not None:
+            sha = taken[0].sha256
+            known = run.quiesce_of.get(sha)
+            if known is None or known.quiesced:
+                run.quiesce_of[sha] = run.quiesce
         if not taken[0].refused:
             run.keep(taken)
         last = taken

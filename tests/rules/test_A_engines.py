@@ -21,6 +21,7 @@ import anyio
 import httpx
 import operator_rigs
 import pytest
+from botocore.exceptions import ClientError
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
@@ -503,7 +504,8 @@ def test_A17_a_legacy_bank_reads_from_its_fixed_key_on_files(tmp_path: Path) -> 
 
 @pytest.mark.s3
 def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: str, tmp_path: Path) -> None:
-    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata.
+    """<prefix>/sessions/<run>/banks/<sha256>.tgz, the stamp in the object's metadata;
+    <prefix>/.scratchbank-if-none-match, the store's probe (empty).
     Proves ``scratchbank.adapters.s3_bank.S3BankStore``."""
     bucket = new_bucket(s3_endpoint)
     client = s3_client(s3_endpoint)
@@ -511,8 +513,9 @@ def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: 
     src, digest = _src(tmp_path, b"data")
     store.put("run-1", src, sha256=digest, stamp=STAMP)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-    assert keys == [f"team/x/sessions/run-1/banks/{digest}.tgz"]
-    head = client.head_object(Bucket=bucket, Key=keys[0])
+    # beside sessions/, the empty object that asked whether the store honours If-None-Match
+    assert keys == ["team/x/.scratchbank-if-none-match", f"team/x/sessions/run-1/banks/{digest}.tgz"]
+    head = client.head_object(Bucket=bucket, Key=keys[1])
     assert head["Metadata"]["sha256"] == digest and head["Metadata"]["execution"] == "%404"
     assert list(store.objects("run-1")) == [StoredObject(f"banks/{digest}.tgz", 4, STAMP)]
 
@@ -560,7 +563,7 @@ def _counted(store: S3BankStore) -> list[str]:
 
 @pytest.mark.s3
 def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_endpoint: str) -> None:
-    """Issue 26: a run's first teardown puts and lists (no HEAD of an object its record names, no
+    """Issue 26: a run's first teardown puts (the store's probe, once) and lists (no HEAD of an object its record names, no
     stat of an object its put created), a resume lists and fetches; the next teardown adds the copy
     and delete of the bank it replaced.
     Proves ``scratchbank.application.teardown.bank_at_teardown``."""
@@ -568,7 +571,9 @@ def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_
     timeline.append(RUN, [started()])
     sent = _counted(store)
     assert teardown(timeline, store, OLD).recorded
-    assert sent == ["PutObject", "ListObjectsV2"]
+    # the store's first put asks once whether it honours If-None-Match (two probe puts
+    # on a new bucket, one after: S3BankStore._honours)
+    assert sent == ["PutObject", "PutObject", "PutObject", "ListObjectsV2"]
     sent.clear()
     assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
     assert sent == ["ListObjectsV2", "GetObject"]  # N3's listing, no HEAD of the recorded bank; its fetch
@@ -577,6 +582,51 @@ def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_
     assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
     assert_recorded_bank_fetchable_and_matching(timeline, store)
     assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
+
+
+@pytest.mark.s3
+def test_A17_a_store_that_ignores_if_none_match_never_says_its_put_created(
+    s3_endpoint: str, tmp_path: Path
+) -> None:
+    """An S3-compatible store that ignores If-None-Match answers 200 to every put: no put
+    of it says it created its object (found by attack: the second put of the same object
+    said created, and the teardown skipped A17's look after its record). One probe a
+    store: the honouring moto still says so.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.put``."""
+
+    class IgnoresIfNoneMatch:
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def put_object(self, **kw: Any) -> Any:
+            kw.pop("IfNoneMatch", None)
+            return self.client.put_object(**kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+    path, digest = _src(tmp_path, b"twice" * 40)
+    odd = S3BankStore(new_bucket(s3_endpoint), client=IgnoresIfNoneMatch(s3_client(s3_endpoint)))
+    answers = [odd.put(RUN, path, sha256=digest) for _ in range(2)]
+    assert [getattr(a, "created", None) for a in answers] == [False, False]
+    honest = S3BankStore(new_bucket(s3_endpoint), client=s3_client(s3_endpoint))
+    answers = [honest.put(RUN, path, sha256=digest) for _ in range(2)]
+    assert [getattr(a, "created", None) for a in answers] == [True, False]
+
+    class RefusesTheProbe(IgnoresIfNoneMatch):
+        probes = 0
+
+        def put_object(self, **kw: Any) -> Any:
+            if "sessions/" not in kw["Key"]:
+                self.probes += 1
+                raise ClientError({"Error": {"Code": "AccessDenied"}}, "PutObject")
+            return self.client.put_object(**kw)
+
+    client = RefusesTheProbe(s3_client(s3_endpoint))
+    policed = S3BankStore(new_bucket(s3_endpoint), client=client)
+    other, other_digest = _src(tmp_path, b"other" * 40, "b.tgz")
+    answers = [policed.put(RUN, p, sha256=d) for p, d in ((path, digest), (other, other_digest))]
+    assert [getattr(a, "created", None) for a in answers] == [False, False] and client.probes == 1
 
 
 # ---- from tests/contracts/test_sandbox_contract.py: The shipped contract suites and checkers, run against every adapter we ship: the Sandbox contract on the fake, local, Docker, Podman and the Kubernetes double (T2, T4, T14, T15, T19); ``check_bank_store`` on memory, filesystem and S3; ``check_timeline`` on memory and SQLite (PostgreSQL runs the class suite in test_timeline_stores).

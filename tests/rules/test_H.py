@@ -25,7 +25,7 @@ from rigs.scripted_transport import (
 import scratchbank.adapters as adapters_pkg
 from scratchbank.adapters.exec_output import Bounded, ExecResult
 from scratchbank.adapters.exec_pump import STDERR, STDOUT
-from scratchbank.adapters.script_reports import quiesce_verdict
+from scratchbank.adapters.script_reports import QuiesceHead, quiesce_verdict
 from scratchbank.adapters.scripted import REAP, Exec, ForwardingSandbox, ScriptedSandbox
 from scratchbank.application.cancellation import Cancel, CancelScope, Deadline
 from scratchbank.application.ports import QuiesceReport, SandboxFacts
@@ -282,3 +282,36 @@ def test_H4_a_verdict_line_written_ahead_of_the_scripts_own_is_told_by_the_banks
     assert _banked(real, 32) == QuiesceReport(False, False, ("pid 1 (sh) wrote",), 0)
     assert _banked(b"stopped 2\nscratchbank-quiesced 0\n", 0) == QuiesceReport(True, False, (), 2)
     assert not _banked(b"scratchbank-quiesced 0\n", 137).quiesced
+
+
+def test_H4_a_verdict_line_of_thousands_of_digits_is_no_verdict_line() -> None:
+    """A workload process writes ``scratchbank-quiesced`` and 5000 digits into the bank's
+    stdout ahead of the script's verdict: no line of more than 3 digits is a verdict, the
+    script's own is read after it (found by attack: int() refused the digits, a raw
+    ValueError out of the stream's sink). Proves ``scratchbank.adapters.script_reports.QuiesceHead``."""
+    tar = io.BytesIO()
+    head = QuiesceHead(tar)
+    head.write(b"scratchbank-quiesced " + b"0" * 5000 + b"\nstopped 2\n")
+    head.write(b"unquiesced: pid 1 wrote\nstopped 3\nscratchbank-quiesced 4\nTAR")
+    assert head.code == 4 and head.report is not None and not head.report.quiesced
+    assert tar.getvalue() == b"TAR"
+
+
+def test_H4_a_bank_exec_cut_after_a_verdict_line_keeps_no_quiesced_word() -> None:
+    """A process of the script's user writes ``scratchbank-quiesced 0`` to its stdout, then
+    stops the script (SIGSTOP) until the call's deadline cuts the exec: no exit code
+    confirms the line, so the pass reads unquiesced, named, its stopped count kept (found by
+    attack: the record said quiesced). Proves ``scratchbank.adapters.scripted.ScriptedSandbox.quiesce_and_archive``."""
+
+    class Cut(_Banked):
+        def execute(self, exec_: Exec) -> ExecResult:
+            assert exec_.stdout is not None
+            exec_.stdout.write(self.stdout)
+            raise StreamBroken("cut at its deadline")
+
+    done = Cut(b"stopped 2\nscratchbank-quiesced 0\n", 0).quiesce_and_archive(
+        io.BytesIO(), budget_seconds=5, wait_seconds=1, compress=False
+    )
+    assert done.archive is None and isinstance(done.failure, StreamBroken) and not done.continued
+    assert not done.quiesce.quiesced and not done.quiesce.refused and done.quiesce.stopped == 2
+    assert "cut before its exit code" in done.quiesce.reasons[0]

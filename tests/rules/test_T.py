@@ -711,3 +711,27 @@ def test_T14_a_continue_step_cut_at_its_budget_leaves_no_thread_behind() -> None
     assert box.calls[-1] == "continue"
     assert any("continuing processes failed" in note for note in report.notes)
     assert last_record(timeline).banked
+
+
+def test_T16_T13_an_archive_banked_from_an_earlier_try_carries_that_try_s_quiesce() -> None:
+    """Try 1 quiesces partially (a writer ran) and archives clean, its uploads fail; try 2
+    quiesces fully, then cannot archive: try 1's archive is banked, so the record says
+    unquiesced, with try 1's reason (found by attack: it said quiesced, try 2's verdict).
+    Proves ``scratchbank.application.teardown.bank_at_teardown``."""
+
+    class SecondQuiesceStopsAll(FakeSandbox):
+        def quiesce(self, *, budget_seconds, wait_seconds, deadline=None):  # type: ignore[no-untyped-def]
+            if self.quiesces == 0:
+                self.quiesce_report = QuiesceReport(False, False, ("process 7:R still running",), 1)
+            else:
+                self.quiesce_report = QuiesceReport(True, False, (), 2)
+            return super().quiesce(
+                budget_seconds=budget_seconds, wait_seconds=wait_seconds, deadline=deadline
+            )
+
+    box = SecondQuiesceStopsAll(dict(FILES))
+    box.faults["archive"] = [None, ExecFailed("blip"), ExecFailed("blip")]
+    _, timeline, store = teardown(box, store=FlakyStore(fail_puts=3))
+    rec = last_record(timeline)
+    assert rec.banked and store.only("run-1") and box.archives == 1 and box.quiesces >= 2
+    assert rec.unquiesced and "7:R" in (rec.quiesce_reason or "")
