@@ -145,6 +145,7 @@ sb_nats() {
 
 start_services() {
     mkdir -p "$SB_STATE" "$SB_CACHE"
+    chmod 755 "$SB_STATE"  # mktemp -d makes it 0700: the postgres user must reach its pg/
     sb_install || true
     sb_busybox_rootfs
     sb_gnu_rootfs || true
