@@ -307,15 +307,26 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
     timeline.append(RUN, [started()])
     assert teardown(timeline, store, OLD).recorded
     assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
-    old_put, new_pruned = threading.Event(), threading.Event()
+    reports = _older_put_then_newer_prune(timeline, store, NEW)
+    assert reports and reports[0].recorded
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def _older_put_then_newer_prune(
+    timeline: InMemoryTimeline, store: BankStore, newer_scratch: Any
+) -> list[Any]:
+    """The prune race: an older teardown of ``OLD`` reads and puts, then waits while a newer
+    teardown of ``newer_scratch`` (recorded: asserted) reads, prunes and re-reads; then the older
+    one records. The older one's report."""
+    old_put, pruned = threading.Event(), threading.Event()
     older = AfterPut(store)
 
     def wait_for_the_prune() -> None:
         old_put.set()
-        assert new_pruned.wait(60)
+        assert pruned.wait(60)
 
     older.after_put = wait_for_the_prune
-    reports: list[object] = []
+    reports: list[Any] = []
     old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
     newer = ObjectsHook(store)
 
@@ -324,11 +335,10 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
         assert old_put.wait(60)
 
     newer.before_objects = the_older_teardown_reads_and_puts
-    assert teardown(timeline, newer, NEW).recorded  # type: ignore[arg-type]
-    new_pruned.set()
+    assert teardown(timeline, newer, newer_scratch).recorded  # type: ignore[arg-type]
+    pruned.set()
     old.join(60)
-    assert reports and reports[0].recorded  # type: ignore[attr-defined]
-    assert_recorded_bank_fetchable_and_matching(timeline, store)
+    return reports
 
 
 def test_A17_a_record_naming_an_object_an_earlier_record_named_is_looked_at_though_its_put_created_it(
@@ -345,26 +355,8 @@ def test_A17_a_record_naming_an_object_an_earlier_record_named_is_looked_at_thou
     assert teardown(timeline, store, NEW).recorded
     assert old_object not in {o.name for o in store.objects(RUN)}  # pruned once replaced
     assert resume(RUN, ResumeRequest(), timeline=timeline, store=store, sandbox=FakeSandbox({})).proceeds
-    old_put, pruned = threading.Event(), threading.Event()
-    older = AfterPut(store)
-
-    def wait_for_the_prune() -> None:
-        old_put.set()
-        assert pruned.wait(60)
-
-    older.after_put = wait_for_the_prune
-    reports: list[Any] = []
-    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
-    newer = ObjectsHook(store)
-
-    def the_old_content_is_put_afresh() -> None:
-        old.start()
-        assert old_put.wait(60)
-
-    newer.before_objects = the_old_content_is_put_afresh
-    assert teardown(timeline, newer, {"notes.txt": b"a third scratch"}).recorded  # type: ignore[arg-type]
-    pruned.set()
-    old.join(60)
+    # the old content is put afresh while the newer prune's read names it by the old record
+    reports = _older_put_then_newer_prune(timeline, store, {"notes.txt": b"a third scratch"})
     assert reports and reports[0].recorded and recorded_bank(timeline).object == old_object
     assert any("put back" in note for note in reports[0].notes)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
