@@ -313,11 +313,11 @@ def test_A17_a_record_landing_after_a_prunes_delete_puts_its_object_back(store: 
 
 
 def _older_put_then_newer_prune(
-    timeline: InMemoryTimeline, store: BankStore, newer_scratch: Any
+    timeline: InMemoryTimeline, store: BankStore, newer_scratch: Any, between: Any = lambda: None
 ) -> list[Any]:
     """The prune race: an older teardown of ``OLD`` reads and puts, then waits while a newer
-    teardown of ``newer_scratch`` (recorded: asserted) reads, prunes and re-reads; then the older
-    one records. The older one's report."""
+    teardown of ``newer_scratch`` (recorded: asserted) reads, prunes and re-reads (then
+    ``between`` runs); then the older one records. The older one's report."""
     old_put, pruned = threading.Event(), threading.Event()
     older = AfterPut(store)
 
@@ -336,6 +336,7 @@ def _older_put_then_newer_prune(
 
     newer.before_objects = the_older_teardown_reads_and_puts
     assert teardown(timeline, newer, newer_scratch).recorded  # type: ignore[arg-type]
+    between()
     pruned.set()
     old.join(60)
     return reports
@@ -376,27 +377,11 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
         at = now - timedelta(hours=hours_old, minutes=i)
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
     x = object_name(archive_of(OLD, tmp_path)[1])
-    old_put, pruned = threading.Event(), threading.Event()
-    older = AfterPut(store)
 
-    def wait_for_the_prune() -> None:
-        old_put.set()
-        assert pruned.wait(60)
+    def swept_as_over_the_bound() -> None:  # the old content was put, found there, then swept
+        assert x not in {o.name for o in store.objects(RUN)}
 
-    older.after_put = wait_for_the_prune
-    reports: list[Any] = []
-    old = threading.Thread(target=lambda: reports.append(teardown(timeline, older, OLD)))  # type: ignore[arg-type]
-    newer = ObjectsHook(store)
-
-    def the_old_content_is_put_and_found_there() -> None:
-        old.start()
-        assert old_put.wait(60)
-
-    newer.before_objects = the_old_content_is_put_and_found_there
-    assert teardown(timeline, newer, NEW).recorded  # type: ignore[arg-type]
-    assert x not in {o.name for o in store.objects(RUN)}  # swept as over the bound
-    pruned.set()
-    old.join(60)
+    reports = _older_put_then_newer_prune(timeline, store, NEW, swept_as_over_the_bound)
     assert reports and reports[0].recorded and recorded_bank(timeline).object == x
     assert any("put back" in note for note in reports[0].notes)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
