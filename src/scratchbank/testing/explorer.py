@@ -53,7 +53,9 @@ with the scenarios: ``scratchbank.testing.interleavings``).
 
 from __future__ import annotations
 
+import contextvars
 import enum
+import functools
 import random
 import re
 import threading
@@ -216,7 +218,15 @@ class _Actor:
     def __init__(self, name: str, body: Callable[[], Any]) -> None:
         self.name = name
         self.body = body
-        self.thread: threading.Thread | None = None
+        #: held while the actor waits at a pause point; released once per grant (a baton of
+        #: its own: a grant wakes this actor's thread and no other)
+        self.baton = threading.Lock()
+        self.baton.acquire()
+        #: released once the actor's body has unwound (its thread is back in the pool)
+        self.exited = threading.Lock()
+        self.exited.acquire()
+        self.started = False
+        self.waiting = False
         self.ident: int | None = None
         self.pending: Call | None = None
         self.grant: Fault | None = None
@@ -227,6 +237,63 @@ class _Actor:
         self.steps = 0
         self.result: Any = None
         self.error: BaseException | None = None
+
+
+#: The name of a pooled actor thread between schedules.
+IDLE = "explorer-idle"
+
+
+class _Worker:
+    """A pooled thread that runs actor bodies, one at a time, each in a fresh context."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.job: Callable[[], None] | None = None
+        self.thread = threading.Thread(target=self._loop, name=IDLE, daemon=True)
+        self.thread.start()
+
+    def give(self, name: str, job: Callable[[], None]) -> None:
+        self.job = job
+        self.thread.name = name
+        self.wake.release()
+
+    def _loop(self) -> None:
+        while True:
+            self.wake.acquire()
+            job, self.job = self.job, None
+            if job is None:
+                return
+            contextvars.Context().run(job)
+            if not self.pool.back(self):
+                return
+
+
+class _Pool:
+    """Actor threads kept across schedules: a schedule's actors start by a lock's release,
+    not by three new threads (each a start, a wake-up of its starter and a join)."""
+
+    KEEP = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+
+    def run(self, name: str, job: Callable[[], None]) -> None:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        (worker or _Worker(self)).give(name, job)
+
+    def back(self, worker: _Worker) -> bool:
+        with self._lock:
+            if len(self._idle) >= self.KEEP:
+                return False
+            self._idle.append(worker)
+            return True
+
+
+_POOL = _Pool()
 
 
 @attrs.frozen
@@ -250,15 +317,34 @@ class Ran:
 
 
 class Schedule:
-    """One schedule: actors added with ``actor``, ports wrapped with ``proxy``, run by ``run``."""
+    """One schedule: actors added with ``actor``, ports wrapped with ``proxy``, run by ``run``.
+
+    Hand-offs are direct: the actor that stops (at a pause point, or at its end) asks the
+    chooser itself, under the schedule's lock, and wakes only the actor granted (its own
+    baton), or goes on without waiting at all when it is granted itself; the caller of
+    ``run`` sleeps until the schedule ends, waking only to judge a hang (no actor's turn
+    moved for ``HANG_SECONDS``). The steps, their order and the chooser's calls are those
+    of a scheduler thread granting one actor at a time: the same traces for the same
+    choosers."""
 
     def __init__(self, chooser: Chooser) -> None:
         self._chooser = chooser
-        self._cond = threading.Condition()
+        self._mu = threading.Lock()
         self._actors: dict[str, _Actor] = {}
         self._order: list[str] = []
         self._trace: list[Step] = []
         self._clocks: dict[str, Any] = {}
+        #: the actor whose turn it is (started or granted, not yet paused or ended)
+        self._turn: _Actor | None = None
+        self._starting = 0
+        self._over = False
+        #: released once, when the schedule ends (no actor can move, or the chooser raised)
+        self._ended = threading.Lock()
+        self._ended.acquire()
+        self._failure: BaseException | None = None
+        self._since = 0.0
+        self._choosing = False
+        self._stage = ""
 
     # -- wiring ------------------------------------------------------------------------
     def actor(self, name: str, body: Callable[[], Any], *, clock: Any = None) -> None:
@@ -276,21 +362,31 @@ class Schedule:
     def pause(self, actor: str, call: Call) -> Fault:
         """Called by a proxy before the call: wait for the scheduler's grant."""
         me = self._actors[actor]
-        with self._cond:
+        with self._mu:
             if me.dead:
                 raise ActorDied(actor)
             me.pending = call
-            me.running = False
-            self._cond.notify_all()
-            while me.grant is None and not me.released:
-                self._cond.wait()
-            if me.released:
-                raise ActorDied(actor)
-            fault = me.grant
-            assert fault is not None
-            me.grant = None
-            me.pending = None
-            return fault
+            me.waiting = True
+            nxt: _Actor | None = None
+            if self._turn is me:
+                me.running = False
+                nxt = self._next()
+            if nxt is me:  # granted again at once: no hand-off, no wait
+                return self._take(me)
+        if nxt is not None:
+            self._go(nxt)
+        me.baton.acquire()
+        with self._mu:
+            return self._take(me)
+
+    def _take(self, me: _Actor) -> Fault:
+        if me.released:
+            raise ActorDied(me.name)
+        fault = me.grant
+        assert fault is not None
+        me.grant = None
+        me.pending = None
+        return fault
 
     def on_own_thread(self, actor: str) -> bool:
         return self._actors[actor].ident == threading.get_ident()
@@ -313,42 +409,26 @@ class Schedule:
         except BaseException as error:
             me.error = error
         finally:
-            with self._cond:
+            with self._mu:
                 me.done = True
                 me.running = False
-                self._cond.notify_all()
+                nxt = self._next() if self._turn is me else None
+            if nxt is not None:
+                self._go(nxt)
+            threading.current_thread().name = IDLE
+            me.exited.release()
 
-    # -- the scheduler's side -------------------------------------------------------------
-    def _settle(self, me: _Actor) -> bool:
-        """Wait until ``me`` is paused or done; False on a hang."""
-        until = time.monotonic() + HANG_SECONDS
-        with self._cond:
-            while me.running and not me.done:
-                left = until - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
-
-    def run(self) -> Ran:
-        hang = ""
-        try:
-            hang = self._run()
-        finally:
-            self._release()
-        ends = {a.name: ActorEnd(a.name, a.result, a.error, a.dead, a.steps) for a in self._actors.values()}
-        return Ran(tuple(self._trace), ends, hang)
-
-    def _start(self, me: _Actor) -> bool:
-        me.running = True
-        me.thread = threading.Thread(target=self._main, args=(me,), name=f"actor-{me.name}", daemon=True)
-        me.thread.start()
-        return self._settle(me)
-
-    def _run(self) -> str:
-        for name in self._order:
-            if not self._start(self._actors[name]):
-                return f"{name} did not reach its first pause point within {HANG_SECONDS} s"
+    # -- the scheduler's side (run by whichever thread ends a turn) ------------------------
+    def _next(self) -> _Actor | None:
+        """Under the lock, at the end of a turn: the next actor to start, or the one the
+        chooser grants (its grant set), or None (the schedule ended)."""
+        self._turn = None
+        if self._over:
+            return None
+        if self._starting < len(self._order):
+            me = self._actors[self._order[self._starting]]
+            self._starting += 1
+            return self._give(me, f"{me.name} did not reach its first pause point within {HANG_SECONDS} s")
         while True:
             paused = [
                 Pending(a.name, a.pending, a.steps)
@@ -356,8 +436,17 @@ class Schedule:
                 if not a.done and not a.dead and a.pending is not None
             ]
             if not paused:
-                return ""
-            name, fault = self._chooser(paused)
+                self._end()
+                return None
+            self._choosing = True
+            try:
+                name, fault = self._chooser(paused)
+            except BaseException as error:
+                self._failure = error
+                self._end()
+                return None
+            finally:
+                self._choosing = False
             me = self._actors[name]
             assert me.pending is not None
             self._trace.append(Step(name, str(me.pending), fault))
@@ -365,23 +454,78 @@ class Schedule:
             if fault is Fault.DIE:
                 me.dead = True
                 continue
-            with self._cond:
-                me.running = True
-                me.grant = fault
-                self._cond.notify_all()
-            if not self._settle(me):
-                return f"{name} neither paused nor ended within {HANG_SECONDS} s after {me.pending}"
+            me.grant = fault
+            me.waiting = False
+            return self._give(
+                me, f"{name} neither paused nor ended within {HANG_SECONDS} s after {me.pending}"
+            )
+
+    def _give(self, me: _Actor, stage: str) -> _Actor:
+        me.running = True
+        self._turn = me
+        self._stage = stage
+        self._since = time.monotonic()
+        return me
+
+    def _end(self) -> None:
+        self._over = True
+        self._ended.release()
+
+    def _go(self, me: _Actor) -> None:
+        """Outside the lock: start ``me`` on a pooled thread, or hand it its baton."""
+        if me.started:
+            me.baton.release()
+        else:
+            me.started = True
+            _POOL.run(f"actor-{me.name}", functools.partial(self._main, me))
+
+    def run(self) -> Ran:
+        with self._mu:
+            self._since = time.monotonic()
+            first = self._next()
+        if first is not None:
+            self._go(first)
+        hang = ""
+        try:
+            hang = self._wait()
+        finally:
+            self._release()
+        if self._failure is not None:
+            raise self._failure
+        ends = {a.name: ActorEnd(a.name, a.result, a.error, a.dead, a.steps) for a in self._actors.values()}
+        return Ran(tuple(self._trace), ends, hang)
+
+    def _wait(self) -> str:
+        """Sleep until the schedule ends; a turn that has not moved for HANG_SECONDS (real
+        seconds: never a test clock) ends it as a hang."""
+        while True:
+            left = self._since + HANG_SECONDS - time.monotonic()
+            if self._ended.acquire(timeout=max(left, 0.001)):
+                return ""
+            with self._mu:
+                if self._over:
+                    continue  # it ended just now
+                if self._choosing:  # a chooser that waits (a parent's answer) is not a hang
+                    self._since = time.monotonic()
+                    continue
+                if time.monotonic() - self._since < HANG_SECONDS:
+                    continue
+                self._over = True
+                return self._stage
 
     def _release(self) -> None:
-        with self._cond:
+        with self._mu:
+            self._over = True
             for me in self._actors.values():
                 if not me.done:
                     me.dead = True
                     me.released = True
-            self._cond.notify_all()
+                    if me.waiting:
+                        me.waiting = False
+                        me.baton.release()
         for me in self._actors.values():
-            if me.thread is not None:
-                me.thread.join(HANG_SECONDS)
+            if me.started:
+                me.exited.acquire(timeout=HANG_SECONDS)
 
 
 class PortProxy:
