@@ -7,6 +7,7 @@ loadfile) can give their minutes to a worker of their own."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from rigs.explorer_worlds import (
     SQLITE_SCHEDULES,
     THREE,
     _AlwaysGrants,
+    _Cell,
     _first_then,
     _no_thread_left,
     _toy,
@@ -25,8 +27,23 @@ from rigs.explorer_worlds import (
     none_found,
     world,  # noqa: F401 - a fixture
 )
+from waiting import eventually
 
-from scratchbank.testing.explorer import Bounds, Fault, explore_random, keep, replay, show
+from scratchbank.testing import explorer
+from scratchbank.testing.clocks import ManualClock
+from scratchbank.testing.explorer import (
+    STALL_SECONDS,
+    Bounds,
+    Fault,
+    Port,
+    Pruned,
+    Schedule,
+    explore_random,
+    keep,
+    reads_by_name,
+    replay,
+    show,
+)
 from scratchbank.testing.interleavings import (
     Scenario,
     World,
@@ -189,3 +206,154 @@ def test_A16_a_memoised_verdict_is_the_verdict_checked_afresh(
     afresh = verdicts(fast_dir / "afresh")
     assert memoised == afresh
     assert any(memoised.values()), "the planted fence removal found nothing"
+
+
+def _cell_port(label: str, *, own_thread_only: bool = False) -> Port:
+    return Port(
+        label,
+        label,
+        reads_by_name,
+        lambda m, why: RuntimeError(f"{label}.{m}: {why}"),
+        own_thread_only=own_thread_only,
+    )
+
+
+def _scripted(faults: list[Fault]) -> Any:
+    """A chooser: the first paused actor, with the next fault of ``faults`` (then none)."""
+    left = list(faults)
+
+    def chooser(paused: Any) -> tuple[str, Fault]:
+        return paused[0].actor, (left.pop(0) if left else Fault.NONE)
+
+    return chooser
+
+
+def _actor_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("actor-")]
+
+
+def test_A16_an_actor_that_stops_moving_is_reported_as_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A16 (the explorer's own proof): an actor that neither reaches its first pause point,
+    nor pauses or ends after a grant, within HANG_SECONDS (real seconds) ends its schedule
+    as a hang naming it and the call it was granted; released, it never reaches a port.
+    Proves ``scratchbank.application.run_lock.start_run``."""
+    monkeypatch.setattr(explorer, "HANG_SECONDS", 0.2)
+    stuck = threading.Event()
+    cell = _Cell()
+
+    def hung(first: bool) -> str:
+        schedule = Schedule(_scripted([]))
+        port = schedule.proxy("p", _cell_port("cell"), cell)
+
+        def body() -> None:
+            if first:
+                stuck.wait()
+            port.read()
+            stuck.wait()
+            port.write(1)
+
+        schedule.actor("p", body)
+        return schedule.run().hang
+
+    try:
+        assert hung(True).startswith("p did not reach its first pause point")
+        assert hung(False).startswith("p neither paused nor ended within 0.2 s after cell.read")
+    finally:
+        stuck.set()
+    eventually(lambda: not _actor_threads(), what="the hung actors' threads unwound", timeout=30)
+    assert cell.value == 0
+
+
+def test_A16_a_port_call_from_another_thread_of_an_actor_is_refused_or_paused_as_the_actor() -> None:
+    """A16 (the explorer's own proof): on an own-thread-only port (the lock, the lease) a
+    call from a thread the actor started (a grant's refresh thread) is refused by the
+    port's error, untouched and unscheduled; on any other port it pauses as its actor
+    (a restore's producer thread while the actor waits on its pipe).
+    Proves ``scratchbank.application.run_lock.start_run``."""
+    held, stored = _Cell(), _Cell()
+    schedule = Schedule(_scripted([]))
+    lock = schedule.proxy("p", _cell_port("lock", own_thread_only=True), held)
+    store = schedule.proxy("p", _cell_port("store"), stored)
+    refused: list[str] = []
+
+    def helper() -> None:
+        try:
+            lock.write(1)
+        except RuntimeError as error:
+            refused.append(str(error))
+        store.write(2)
+
+    def body() -> None:
+        thread = threading.Thread(target=helper)
+        thread.start()
+        thread.join()
+        lock.write(3)
+
+    schedule.actor("p", body)
+    ran = schedule.run()
+    assert [str(step) for step in ran.trace] == ["p:store.write", "p:lock.write"]
+    assert (held.value, stored.value) == (3, 2)
+    assert refused == ["lock.write: called outside its actor's thread (refused, untouched)"]
+
+
+def test_A16_each_fault_at_a_pause_point_does_what_it_names() -> None:
+    """A16 (the explorer's own proof): raise (the call does not happen: the port's error),
+    stall (the actor's clock moves STALL_SECONDS, then the error), lost (the call
+    happens, then the error), die (the actor never continues: its thread unwinds at the
+    schedule's end and nothing reaches the port); the other actor runs on.
+    Proves ``scratchbank.application.run_lock.start_run``."""
+    cell, other = _Cell(), _Cell()
+    clock = ManualClock()
+    schedule = Schedule(_scripted([Fault.RAISE, Fault.STALL, Fault.LOST, Fault.NONE, Fault.DIE]))
+    port = schedule.proxy("p", _cell_port("cell"), cell)
+    theirs = schedule.proxy("q", _cell_port("other"), other)
+
+    def body() -> list[str]:
+        seen = []
+        for value in (1, 2, 3, 4):
+            try:
+                port.write(value)
+                seen.append("ok")
+            except RuntimeError:
+                seen.append(f"error at {cell.value}")
+        port.write(5)  # dies here
+        return seen
+
+    schedule.actor("p", body, clock=clock)
+    schedule.actor("q", lambda: theirs.write(7))
+    before = clock.elapsed
+    ran = schedule.run()
+    assert ran.ends["p"].result is None and ran.ends["p"].dead and ran.ends["p"].steps == 5
+    assert (cell.value, other.value, clock.elapsed - before) == (4, 7, STALL_SECONDS)
+    assert [str(step) for step in ran.trace] == [
+        "p:cell.write!raise",
+        "p:cell.write!stall",
+        "p:cell.write!lost",
+        "p:cell.write",
+        "p:cell.write!die",
+        "q:other.write",
+    ]
+    assert not _actor_threads()
+
+
+def test_A16_a_chooser_that_gives_up_ends_the_schedule_and_every_actor_thread() -> None:
+    """A16 (the explorer's own proof): a chooser's error (a pruned or diverged schedule)
+    is raised by ``run``, with every actor's thread unwound and no port touched after it.
+    Proves ``scratchbank.application.run_lock.start_run``."""
+    cells = {name: _Cell() for name in "pq"}
+    picks: list[str] = []
+
+    def chooser(paused: Any) -> tuple[str, Fault]:
+        if picks:
+            raise Pruned("sleep-set blocked")
+        picks.append(paused[-1].actor)
+        return paused[-1].actor, Fault.NONE
+
+    schedule = Schedule(chooser)
+    for name in "pq":
+        port = schedule.proxy(name, _cell_port(name), cells[name])
+        schedule.actor(name, lambda port=port: [port.write(n) for n in (1, 2)])
+    with pytest.raises(Pruned):
+        schedule.run()
+    assert picks == ["q"] and (cells["p"].value, cells["q"].value) == (0, 1)
+    assert not _actor_threads()
