@@ -1023,7 +1023,8 @@ def sample_in_parallel(
 
     share = -(-schedules // len(scenarios))
     parts = [list(scenarios[w::workers]) for w in range(workers)]
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")  # forked from a server with this module
+    context.set_forkserver_preload([__name__])
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = [
             pool.submit(
@@ -1136,7 +1137,10 @@ def explore_kills(world: World, timeline_url: str, scenario: Scenario, victim: s
     from .explorer import ActorEnd, Step, replay
 
     found = Exploration(f"killed: {scenario.name} ({victim})", 0, len(scenario.actors))
-    context = multiprocessing.get_context("spawn")
+    # A fork server that imported this module once forks each victim: a real process of its
+    # own, SIGKILLed as before, without a fresh interpreter's imports per pause point.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     started = time.monotonic()
     for point in itertools.count():
         story = preset(world, scenario.preset)
