@@ -17,9 +17,9 @@ import pytest
 from scratchbank.application.ports import Timeline
 from scratchbank.domain.records import Record
 from scratchbank.testing.explorer import (
+    IDLE,
     Bounds,
     Chooser,
-    IDLE,
     Exploration,
     Fault,
     Pending,
