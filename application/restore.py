@@ -86,7 +86,7 @@ CHOSEN = Choose.BY_ENGINE_AND_BANK
 #: engine not named here, a plain tar. Measured per engine (ADR 0003, addendum 2026-12-02:
 #: the figures): gzip pays where the transport costs more per byte than the host's
 #: deflate and the sandbox's inflate, and only on a bank that compresses.
-GZIP_BELOW: dict[str, float] = {"kubernetes": 0.8}
+GZIP_BELOW: dict[str, float] = {"docker": 0.7, "kubernetes": 0.8}
 
 
 def stream_gzip_level(engine: str, bank: ScratchBanked) -> int | None:

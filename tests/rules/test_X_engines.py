@@ -775,7 +775,7 @@ def test_X2_a_full_scratch_is_refused_by_tar_in_a_namespace(engine: str) -> None
 #: bank that compresses well and for one that does not (``restore.GZIP_BELOW``).
 STREAM_FORMS = {
     "local": ("raw", "raw"),
-    "docker-busybox": ("raw", "raw"),
+    "docker-busybox": ("z", "raw"),
     "podman-busybox": ("raw", "raw"),
     "k8s-double": ("z", "raw"),
 }
