@@ -89,6 +89,11 @@ CHOSEN = Choose.BY_ENGINE_AND_BANK
 GZIP_BELOW: dict[str, float] = {"docker": 0.7, "kubernetes": 0.8}
 
 
+#: restore.sh's words for a sandbox that cannot inflate a gzipped stream (it exits 20
+#: before reading it): the chosen form then falls back to a plain tar.
+NO_GUNZIP = "no gunzip in this sandbox"
+
+
 def stream_gzip_level(engine: str, bank: ScratchBanked) -> int | None:
     """The restore stream's gzip level into a sandbox of ``engine`` for ``bank`` (None: a
     plain tar): level 1 when the engine's transport is worth it (``GZIP_BELOW``) and the
@@ -162,16 +167,36 @@ class SandboxTarget:
         progress: Progress | None = None,
         cancel: Cancel | None = None,
     ) -> RestoreAttempt:
-        return _into_sandbox(
+        level = self.level_for(bank)
+        attempt = _into_sandbox(
             run_id,
             bank,
             self.sandbox,
             store=store,
             cap=cap,
             progress=progress,
-            gzip_level=self.level_for(bank),
+            gzip_level=level,
             cancel=cancel,
         )
+        if (
+            level is not None
+            and isinstance(self.gzip_level, Choose)
+            and attempt.result is RestoreResult.STREAM_BROKEN
+            and NO_GUNZIP in attempt.detail
+        ):
+            # The sandbox refused the gzipped stream before reading it or making anything
+            # (restore.sh's probe): the chosen form falls back to a plain tar, once.
+            attempt = _into_sandbox(
+                run_id,
+                bank,
+                self.sandbox,
+                store=store,
+                cap=cap,
+                progress=progress,
+                gzip_level=None,
+                cancel=cancel,
+            )
+        return attempt
 
     def level_for(self, bank: Bank) -> int | None:
         """The stream's gzip level for ``bank``: as forced, or chosen (``stream_gzip_level``)."""

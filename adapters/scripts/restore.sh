@@ -148,11 +148,22 @@ unframe() { # stdin: frames; stdout: the payload; "COUNT MD5 RECEIVED" to $1 (re
     return 1
 }
 
+gunzips() { # this sandbox inflates a gzip stream (GNU tar runs gzip -d; BusyBox has its own)
+    printf '\037\213\010\000\000\000\000\000\000\377\003\000\000\000\000\000\000\000\000\000' |
+        gzip -dc >/dev/null 2>&1
+}
+
 stage() {
     compress=$4
     need=${5:-0}
     converse=${6:-}
     trace start
+    # Before anything is read or made: a gzipped stream into a sandbox without a gunzip
+    # is a stream it cannot take (20), and the host sends it again plain (restore.py).
+    if [ "$compress" = z ] && ! gunzips; then
+        echo "scratchbank: no gunzip in this sandbox: send the stream plain" >&2
+        exit 20
+    fi
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
     remove_leftovers
     fits "$need" "$parent" || exit 21

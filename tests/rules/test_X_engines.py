@@ -821,3 +821,32 @@ def test_X2_the_restore_stream_form_is_chosen_per_engine_and_bank(
                 w for n, b in sorted(bodies.items()) for w in (hashlib.md5(b).hexdigest(), n)
             ]
     assert tuple(forms) == STREAM_FORMS[name]
+
+
+def test_X2_a_sandbox_without_gunzip_takes_the_chosen_gzip_stream_plain(
+    kept_containers: KeptContainers,
+) -> None:
+    """A GNU sandbox whose ``gzip`` is gone refuses the gzipped stream before reading it
+    (nothing staged) and the same restore sends it plain: restored, not refused.
+    Proves ``scratchbank.application.restore.SandboxTarget``."""
+    data, bodies = _form_bank(compressible=True)
+    with kept_containers.rig("docker-gnu") as r:
+        forms: list[str] = []
+        execute = r.sandbox.execute
+
+        def spy(exec_: Any) -> Any:
+            if exec_.args[:1] == ("stage",):
+                forms.append(exec_.args[3])
+            return execute(exec_)
+
+        r.sandbox.execute = spy  # type: ignore[method-assign]
+        gzip = r.sh("command -v gzip").strip()
+        r.sh(f"mv {gzip} {gzip}.gone")
+        try:
+            out = restore(data, r.sandbox)
+        finally:
+            r.sh(f"mv {gzip}.gone {gzip}")
+        assert out.proceeds, out
+        assert r.sh(f"cat {r.scratch}/d/0.txt").encode() == bodies["d/0.txt"]
+        assert r.beside() == "0"
+    assert forms == ["z", "raw"]
