@@ -61,15 +61,9 @@ from .bank_format.writer import CanonicalWriter, dir_modes
 from .cancellation import Cancel
 from .ports import BankStore, Decide, Progress, RestoresInOneExec, RestoreTarget, Sandbox, StagedRestore
 
-__all__ = ["SandboxTarget", "restore_bank"]
+__all__ = ["CHOSEN", "GZIP_BELOW", "SandboxTarget", "restore_bank", "stream_gzip_level"]
 
 T = TypeVar("T")
-
-#: gzip level of the canonical stream into a sandbox when it is forced (None: plain tar).
-#: Measured here (18 MiB / 2,901 files, local sandbox, 5 interleaved runs): plain 6.1 s
-#: median, level 1 7.2 s. A slow transport can pass 1; by default the form is chosen
-#: (``CHOSEN``: ``stream_gzip_level``, per engine and per bank).
-STREAM_GZIP_LEVEL: int | None = None
 
 
 class Choose(enum.Enum):
@@ -85,7 +79,9 @@ CHOSEN = Choose.BY_ENGINE_AND_BANK
 #: sandbox gzipped (ISA-L level 1 on the host, ``tar xzf`` inside); above it, or for an
 #: engine not named here, a plain tar. Measured per engine (ADR 0003, addendum 2026-12-02:
 #: the figures): gzip pays where the transport costs more per byte than the host's
-#: deflate and the sandbox's inflate, and only on a bank that compresses.
+#: deflate and the sandbox's inflate, and only on a bank that compresses. The local
+#: sandbox (a pipe) stays plain: 18 MiB / 2,901 files, 5 interleaved runs, plain 6.1 s
+#: median, gzip level 1 7.2 s. A caller may force a form (``gzip_level`` an int or None).
 GZIP_BELOW: dict[str, float] = {"docker": 0.7, "kubernetes": 0.8}
 
 
