@@ -60,7 +60,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> BankStore:
     return s3_store(request.getfixturevalue("s3_endpoint"))
 
 
-def teardown(timeline: InMemoryTimeline, store: BankStore, files: dict[str, bytes], **budgets: float):  # type: ignore[no-untyped-def]
+def teardown(  # type: ignore[no-untyped-def]
+    timeline: InMemoryTimeline,
+    store: BankStore,
+    files: dict[str, bytes],
+    clock: ManualClock | None = None,
+    **budgets: float,
+):
     return bank_at_teardown(
         RUN,
         timeline=timeline,
@@ -68,7 +74,7 @@ def teardown(timeline: InMemoryTimeline, store: BankStore, files: dict[str, byte
         sandbox=FakeSandbox(dict(files)),
         run_finished=False,
         budgets=Budgets(**budgets),  # type: ignore[arg-type]
-        clock=ManualClock(),  # type: ignore[arg-type]
+        clock=clock or ManualClock(),  # type: ignore[arg-type]
     )
 
 

@@ -86,7 +86,7 @@ from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.resume_gate import decide_resume
 from scratchbank.domain.wire import decode, encode
 from scratchbank.testing.builders import banked, node, started, unbanked
-from scratchbank.testing.clocks import ManualClock
+from scratchbank.testing.clocks import HUNG_SECONDS, ManualClock
 from scratchbank.testing.contracts import check_bank_store
 
 # ---- from tests/rules/test_[AN]*.py: Banks as content-named, create-only objects the record names (A17), and reconciliation (N3).
@@ -385,6 +385,57 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
     assert reports and reports[0].recorded and recorded_bank(timeline).object == x
     assert any("put back" in note for note in reports[0].notes)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def _lagging_put_inside_a_leading_prune(
+    timeline: InMemoryTimeline, store: BankStore, leading: ManualClock, lagging: ManualClock
+) -> list[Any]:
+    """A teardown of ``NEW`` on the ``leading`` clock records; inside its prune's listing a
+    teardown of ``OLD`` on the ``lagging`` clock reads (past that record) and puts; once the
+    prune is done it records (right after its read: its look is skipped). Its report."""
+    lagging_put, pruned = threading.Event(), threading.Event()
+    lagger = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        lagging_put.set()
+        assert pruned.wait(HUNG_SECONDS)
+
+    lagger.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    lag = threading.Thread(target=lambda: reports.append(teardown(timeline, lagger, OLD, clock=lagging)))  # type: ignore[arg-type]
+    leader = ObjectsHook(store)
+
+    def the_lagging_teardown_reads_and_puts() -> None:
+        lag.start()
+        assert lagging_put.wait(HUNG_SECONDS)
+
+    leader.before_objects = the_lagging_teardown_reads_and_puts
+    assert teardown(timeline, leader, NEW, clock=leading).recorded  # type: ignore[arg-type]
+    pruned.set()
+    lag.join(HUNG_SECONDS)
+    return reports
+
+
+def test_A17_a_writer_whose_clock_lags_two_hours_loses_no_recorded_bank_to_a_leading_prune(
+    store: BankStore, tmp_path: Path
+) -> None:
+    """Issue 26: teardowns whose clocks are 2 h apart, 3 loose objects beside; the leading one's
+    prune sweeps nothing the store stored a moment ago, so the lagging one's just-put bank, recorded
+    without a look (its put created it), survives.
+    Proves ``scratchbank.domain.objects.over_bound``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    leading, lagging = ManualClock(), ManualClock()
+    leading.advance(2 * 3600)
+    for i in range(3):  # loose, and young by every clock
+        path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
+        stamp = BankStamp(RUN, "@9", path.stat().st_size, digest, "", leading.now())
+        store.put(RUN, path, sha256=digest, stamp=stamp)
+    reports = _lagging_put_inside_a_leading_prune(timeline, store, leading, lagging)
+    assert reports and reports[0].recorded
+    assert recorded_bank(timeline).object == object_name(archive_of(OLD, tmp_path)[1])
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+    assert len(store.objects(RUN)) == 5  # nothing swept: the 3 loose ones are young by the store
 
 
 def test_A17_our_stores_say_a_put_created_its_object_and_a_second_did_not(
