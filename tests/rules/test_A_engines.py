@@ -18,6 +18,7 @@ from typing import Any
 from unittest import mock
 
 import anyio
+import attrs
 import httpx
 import operator_rigs
 import pytest
@@ -39,6 +40,7 @@ from rigs.bank_store_hooks import (
     recorded_bank,
     s3_store,
     store,  # noqa: F401 - a fixture
+    stored_hours_ago,
     teardown,
 )
 from rigs.http_api import (
@@ -214,15 +216,18 @@ def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_on
     store: BankStore, tmp_path: Path
 ) -> None:
     """Past the count (3), only objects older than the age (1 h) are swept, oldest first: a
-    put on its way to its record is never pruned. Proves ``scratchbank.domain.objects.object_name``."""
+    put on its way to its record is never pruned. Ages are the store's (issue 26): the writers'
+    stamps here say the opposite (the old object's writer ran a day ahead, the young ones' 3 h
+    behind) and change nothing. Proves ``scratchbank.domain.objects.over_bound``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     clock = ManualClock()
     strays = []
     for i, hours_old in enumerate((3, 0, 0, 0, 0)):
         path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
-        at = clock.now() - timedelta(hours=hours_old, minutes=i)
+        at = clock.now() + (timedelta(days=1) if hours_old else -timedelta(hours=3, minutes=i))
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+        stored_hours_ago(store, object_name(digest), hours_old)
         strays.append(object_name(digest))
     report = bank_at_teardown(
         RUN, timeline=timeline, store=store, sandbox=FakeSandbox(dict(NEW)), run_finished=False, clock=clock
@@ -376,6 +381,7 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
         path, digest = archive_of(files, tmp_path)
         at = now - timedelta(hours=hours_old, minutes=i)
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+        stored_hours_ago(store, object_name(digest), hours_old)
     x = object_name(archive_of(OLD, tmp_path)[1])
 
     def swept_as_over_the_bound() -> None:  # the old content was put, found there, then swept
@@ -427,15 +433,17 @@ def test_A17_a_writer_whose_clock_lags_two_hours_loses_no_recorded_bank_to_a_lea
     timeline.append(RUN, [started()])
     leading, lagging = ManualClock(), ManualClock()
     leading.advance(2 * 3600)
+    loose = []
     for i in range(3):  # loose, and young by every clock
         path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
         stamp = BankStamp(RUN, "@9", path.stat().st_size, digest, "", leading.now())
-        store.put(RUN, path, sha256=digest, stamp=stamp)
+        loose.append(store.put(RUN, path, sha256=digest, stamp=stamp))
     reports = _lagging_put_inside_a_leading_prune(timeline, store, leading, lagging)
     assert reports and reports[0].recorded
     assert recorded_bank(timeline).object == object_name(archive_of(OLD, tmp_path)[1])
     assert_recorded_bank_fetchable_and_matching(timeline, store)
-    assert len(store.objects(RUN)) == 5  # nothing swept: the 3 loose ones are young by the store
+    # nothing swept as aged; the leading bank went as superseded by the lagging record
+    assert {o.name for o in store.objects(RUN)} == {*loose, recorded_bank(timeline).object}
 
 
 def test_A17_our_stores_say_a_put_created_its_object_and_a_second_did_not(
@@ -545,7 +553,10 @@ def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: 
     assert keys == ["team/x/.scratchbank-if-none-match", f"team/x/sessions/run-1/banks/{digest}.tgz"]
     head = client.head_object(Bucket=bucket, Key=keys[1])
     assert head["Metadata"]["sha256"] == digest and head["Metadata"]["execution"] == "%404"
-    assert list(store.objects("run-1")) == [StoredObject(f"banks/{digest}.tgz", 4, STAMP)]
+    listed = store.objects("run-1")  # with the store's times (issue 26)
+    assert [attrs.evolve(o, stored_at=None) for o in listed] == [
+        StoredObject(f"banks/{digest}.tgz", 4, STAMP)
+    ]
 
 
 @pytest.mark.s3
