@@ -490,9 +490,10 @@ def _no_prune_can_take(run: _Run, name: str, written: Written) -> bool:
     """Issue 26, ADR 0006: no look is needed when this teardown's last put created the
     object and no record before its own names it. A prune deletes an object only as named
     by a record it read and needed by none (its fold then has a record naming it before
-    this one: there is none), or as unreferenced past the bound (older than an hour by its
-    stamp: this put's stamp is this teardown's). "Before its own" is known only when the
-    record landed right at the first read's claim (no record came between)."""
+    this one: there is none), or as unreferenced past the bound (an hour old by the store's
+    own clock, both ends: this put created it moments ago, whatever any process's clock
+    says). "Before its own" is known only when the record landed right at the first read's
+    claim (no record came between)."""
     after, claim = written.after, run.claim
     return (
         run.created

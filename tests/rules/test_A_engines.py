@@ -13,6 +13,7 @@ import os
 import threading
 import uuid
 from datetime import timedelta
+from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -83,7 +84,7 @@ from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, errors, fold
 from scratchbank.domain.errors import BankGone, BankWriteFailed, TimelineUnreadable
-from scratchbank.domain.objects import BankStamp, StoredObject, object_name
+from scratchbank.domain.objects import BankStamp, StoredObject, listed_now, object_name, over_bound
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.resume_gate import decide_resume
 from scratchbank.domain.wire import decode, encode
@@ -621,6 +622,33 @@ def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_
     assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
     assert_recorded_bank_fetchable_and_matching(timeline, store)
     assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
+
+
+@pytest.mark.s3
+def test_A17_s3_ages_come_from_the_listing_response_itself(s3_endpoint: str, tmp_path: Path) -> None:
+    """S3's times are the store's, read off the one LIST it already makes: each object's
+    ``LastModified``, the listing's ``now`` the response's ``Date`` (moved 2 h on here, as a
+    store whose clock says later: the object is then 2 h old, whatever the process's clock says).
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    store = s3_store(s3_endpoint)
+    path, digest = _src(tmp_path, b"aged" * 40)
+    name = store.put(RUN, path, sha256=digest, stamp=STAMP)
+    sent = _counted(store)
+
+    def two_hours_later(parsed: dict[str, Any], **_: object) -> None:
+        headers = parsed["ResponseMetadata"]["HTTPHeaders"]
+        headers["date"] = format_datetime(
+            parsedate_to_datetime(headers["date"]) + timedelta(hours=2), usegmt=True
+        )
+
+    store.client.meta.events.register("after-call.s3.ListObjectsV2", two_hours_later)
+    listed = store.objects(RUN, named={name})
+    assert sent == ["ListObjectsV2"]  # no round trip for the times
+    [found] = listed
+    now = listed_now(listed)
+    assert now is not None and found.stored_at is not None
+    assert timedelta(hours=2) - timedelta(seconds=1) <= now - found.stored_at
+    assert over_bound(listed, now, keep=0) == (found,)
 
 
 @pytest.mark.s3
