@@ -1,6 +1,7 @@
 """An interleaving explorer: a deterministic scheduler over real use cases (issue 18, item 5).
 
-Actors are callables, each run in a thread of its own; exactly one runs at a time. Every
+Actors are callables, each run in a thread of its own (pooled: kept across schedules); exactly
+one runs at a time, handing over directly (``Schedule``). Every
 call an actor makes on a port (any public method of any port object it was handed
 through ``Schedule.proxy``: timeline read/append, store put/fetch/stat/delete/sweep,
 sandbox exec-level calls, lock calls) is a *pause point*: the actor stops there and the
