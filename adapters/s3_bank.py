@@ -82,7 +82,12 @@ def s3_client(endpoint_url: str | None = None, *, in_flight: int = IN_FLIGHT, **
         read_timeout=READ_TIMEOUT,
         max_pool_connections=in_flight,
     )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config, **session)
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config, **session)
+    # botocore reads its paginator models at a client's first ``get_paginator`` (every listing
+    # of a store): 200 first listings at once each read and parsed them, ~13 ms apiece with
+    # the GIL held (issue 26). Read once here, before any call can race it.
+    client.can_paginate("list_objects_v2")
+    return client
 
 
 def _code(error: ClientError) -> str:
