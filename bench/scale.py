@@ -242,7 +242,9 @@ class UtilTrace:
         while not self._stop.wait(self.EVERY):
             self._sample()
 
-    def figures(self, cores: int) -> dict[str, Any]:
+    def figures(self, cores: int, tail_from: float | None = None) -> dict[str, Any]:
+        """``tail_from``: seconds into the phase when its first run ended (``tail``: from
+        there to the end, the stretch in which the runs end; ``before_tail``: up to it)."""
         self._stop.set()
         self._thread.join()
         self._sample()
@@ -279,6 +281,11 @@ class UtilTrace:
                 ((servers_seconds(self.pg) if self.pg else 0.0) - self.pg0) / wall / cores, 3
             ),
             "steady": between(0.1 * wall, 0.9 * wall),
+            **(
+                {"before_tail": between(0, tail_from), "tail": between(tail_from, wall)}
+                if tail_from is not None and 0 < tail_from < wall
+                else {}
+            ),
             "slices": [
                 between(i * wall / self.SLICES, (i + 1) * wall / self.SLICES) for i in range(self.SLICES)
             ],
@@ -308,7 +315,7 @@ class CpuMeter:
         self.trace = UtilTrace() if trace else None
         self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self, tail_from: float | None = None) -> dict[str, Any]:
         wall = max(time.perf_counter() - self.t0, 1e-9)
         cores = os.cpu_count() or 1
         used = waited = cpu_seconds() - self.cpu0
@@ -328,7 +335,7 @@ class CpuMeter:
             #: the S3 and PostgreSQL servers' share of the cores (shared: others' calls count too)
             "servers_util": round((servers_seconds(self.servers) - self.servers0) / wall / cores, 3),
             "bound": bound,
-            **(self.trace.figures(cores) if self.trace is not None else {}),
+            **(self.trace.figures(cores, tail_from) if self.trace is not None else {}),
         }
 
 
@@ -463,7 +470,7 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
         "p95_s": percentile(ok, 95),
         #: when the first run of the phase ended (the ramp: every run still in progress before)
         "first_done_s": round(min(took), 3) if took else None,
-        **meter.figures(),
+        **meter.figures(tail_from=min(took) if took else None),
         "machine_background": idle_before,
         "errors": dict(Counter(e for e in ended if e != "ok")),
         "peak_fds": fds.peak,
@@ -537,7 +544,12 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         seconds.clear()
         return got
 
-    timeline = Counted(timeline_url(backend, work, "runs"))
+    url = timeline_url(backend, work, "runs")
+    # SCRATCHBANK_SCALE_IN_FLIGHT sets the timeline's in-flight bound (ADR 0010; the store's
+    # default otherwise): the comparison of issue 26's goal 3, not the product's setting
+    if given := os.environ.get("SCRATCHBANK_SCALE_IN_FLIGHT"):
+        url += f"{'&' if '?' in url else '?'}in_flight={int(given)}"
+    timeline = Counted(url)
     service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
     runs = [f"run-{i}" for i in range(n)]
     old, new = [], []
@@ -778,6 +790,11 @@ def runs_line(r: dict[str, Any]) -> str:
             f"postgres {p['postgres_util']:.2f} machine {p['machine_util']:.2f} (background "
             f"{p.get('machine_background', 0):.2f}); steady own {p['steady']['own']:.2f} machine "
             f"{p['steady']['machine']:.2f}; first done {p.get('first_done_s') or 0:.2f} s of {p['wall_s']:.2f}"
+            + (
+                f" (from then own {p['tail']['own']:.2f} s3 {p['tail']['s3']:.2f} machine {p['tail']['machine']:.2f})"
+                if "tail" in p
+                else ""
+            )
             for name, p in (("teardown", t), ("resume", s))
             if "own_util" in p
         )
