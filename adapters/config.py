@@ -455,21 +455,9 @@ def cut(text: str, limit: int = 300) -> str:
 
 def _kubernetes(namespace: str, pod: str, scratch: str) -> Sandbox:
     require_extra("kubernetes")
-    from kubernetes import client as k8s
-    from kubernetes import config as kube_config
+    from .k8s_sandbox import KubernetesSandbox, kubernetes_client
 
-    from .k8s_sandbox import KubernetesSandbox
-
-    configuration = k8s.Configuration()
-    try:
-        kube_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except Exception:  # no kubeconfig here: maybe we run in a pod
-        try:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except Exception as error:
-            raise ConfigInvalid(f"no Kubernetes configuration (KUBECONFIG or in-cluster): {error}") from None
-    api = k8s.ApiClient(configuration)
-    return KubernetesSandbox(pod, namespace=namespace, scratch=scratch, api_client=api)
+    return KubernetesSandbox(pod, namespace=namespace, scratch=scratch, api_client=kubernetes_client())
 
 
 def snapshots_of(timeline: Timeline) -> SnapshotStore | None:

@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,6 +37,7 @@ from scratchbank.domain.errors import (
 )
 from scratchbank.domain.objects import (
     BankStamp,
+    Listing,
     StoredObject,
     check_object_name,
     object_name,
@@ -193,26 +195,56 @@ class FilesystemBankStore:
 
     def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
         """The run's objects with their stamps (the legacy key first, with none); a
-        local stamp costs no round trip, so ``named`` ones come with theirs too."""
+        local stamp costs no round trip, so ``named`` ones come with theirs too. Times
+        are the filesystem's (issue 26): each object's mtime (set as its bytes were
+        written, before the link; a later same-content put leaves it), and the listing's
+        ``now`` the mtime of a fresh file made in the same folder (``_now``)."""
         folder = self.run_dir(run_id)
         found: list[StoredObject] = []
+        now = None
         try:
             legacy = folder / BANK_NAME
             if legacy.is_file():
                 found.append(StoredObject(None, legacy.stat().st_size))
             banks = folder / BANKS
+            if banks.is_dir():
+                now = _now(banks)
             for path in sorted(banks.glob("*.tgz")) if banks.is_dir() else ():
                 name = f"{BANKS}/{path.name}"
                 try:
                     check_object_name(name)
                 except InvalidBankObject:
                     continue  # not a bank object (nothing we wrote): never listed, never deleted
-                found.append(StoredObject(name, path.stat().st_size, _read_stamp(path)))
+                info = path.stat()
+                found.append(StoredObject(name, info.st_size, _read_stamp(path), _mtime(info)))
         except FileNotFoundError:
-            return found
+            return Listing(found, now)
         except OSError as error:
             raise BankReadFailed(f"listing {folder}: {error}") from error
-        return found
+        return Listing(found, now)
+
+
+def _mtime(info: os.stat_result) -> datetime:
+    return datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+
+
+def _now(folder: Path) -> datetime | None:
+    """The filesystem's time now: the mtime it gives a file made in ``folder`` (the
+    objects' own clock: a shared mount's server, not this process). Named as a put's
+    temporary file, so one left by a crash goes with the next ``delete`` or ``sweep``.
+    None when no file can be made there (a read-only mount: no object gets an age)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".put-now-", suffix=".part", dir=folder)
+    except OSError:
+        return None
+    try:
+        os.write(fd, b"now")
+        return _mtime(os.fstat(fd))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _write_stamp(final: Path, stamp: BankStamp) -> None:

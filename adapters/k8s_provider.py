@@ -50,7 +50,7 @@ from scratchbank.domain.errors import (
 )
 from scratchbank.domain.runs import check_run_id
 
-from .k8s_sandbox import KubernetesSandbox
+from .k8s_sandbox import KubernetesSandbox, tried_once
 
 MANAGED = "app.kubernetes.io/managed-by"
 RUN_LABEL = "scratchbank.io/run"
@@ -155,6 +155,9 @@ def judge(pod: Any, container: str | None) -> str:
 #: A start watches in windows this long, reading the pod between them (a pod deleted before
 #: its watch began sends no event).
 WATCH_WINDOW_SECONDS = 5.0
+#: A watch's read waits this much past its window (the server ends the window itself), so a
+#: start that a stalled API server holds ends this close to its deadline (P8).
+WATCH_GRACE_SECONDS = 1.0
 
 
 class KubernetesSandboxProvider:
@@ -175,7 +178,7 @@ class KubernetesSandboxProvider:
         self.api_client, self.namespace, self.template = api_client, namespace, template
         self.scratch, self.container = scratch, container
         self.start_seconds, self.request_seconds = start_seconds, request_seconds
-        self.core = k8s.CoreV1Api(api_client)
+        self.core = k8s.CoreV1Api(tried_once(api_client))
         self.started: set[str] = set()
 
     # -- start ----------------------------------------------------------------------------
@@ -210,7 +213,7 @@ class KubernetesSandboxProvider:
                     self.namespace,
                     field_selector=f"metadata.name={name}",
                     timeout_seconds=max(1, int(min(left, WATCH_WINDOW_SECONDS))),
-                    _request_timeout=min(left, WATCH_WINDOW_SECONDS) + 5,
+                    _request_timeout=min(left, WATCH_WINDOW_SECONDS) + WATCH_GRACE_SECONDS,
                 ):
                     if event["type"] == "DELETED":
                         raise PodDeleted(f"pod {self.namespace}/{name} was deleted while it started")

@@ -28,7 +28,7 @@ from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
 from websocket import ABNF, WebSocketBadStatusException, WebSocketException
 
 from scratchbank.application.ports import SandboxFacts
-from scratchbank.domain.errors import ExecFailed, SandboxGone, StreamBroken
+from scratchbank.domain.errors import ConfigInvalid, ExecFailed, SandboxGone, StreamBroken
 
 from .exec_output import ExecResult
 from .exec_pump import STDERR, STDOUT, InputClosed, pump
@@ -86,6 +86,35 @@ def pod_facts(pod: Any, scratch: str, container: str | None) -> SandboxFacts:
     return SandboxFacts(scratch, backed, True, why, "kubernetes")
 
 
+def tried_once(api_client: k8s.ApiClient) -> k8s.ApiClient:
+    """``api_client`` as a deadline needs it (P8): urllib3's pools retry a timed-out or refused
+    request three times by default, so a call given ``_request_timeout=1`` could wait 4 s; here
+    each call is tried once (a use case's retries are its own, within its budget). Changed in
+    place, so an embedder's own client is bounded too."""
+    api_client.configuration.retries = False
+    manager = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+    if manager is not None and manager.connection_pool_kw.get("retries") is not False:
+        manager.connection_pool_kw["retries"] = False
+        manager.clear()  # pools made before this keep their own retries
+    return api_client
+
+
+def kubernetes_client() -> k8s.ApiClient:
+    """An API client from KUBECONFIG (or ~/.kube/config), else the in-cluster service account,
+    each call tried once (``tried_once``); ConfigInvalid when neither is there."""
+    from kubernetes import config as kube_config
+
+    configuration = k8s.Configuration()
+    try:
+        kube_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except Exception:  # no kubeconfig here: maybe we run in a pod
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except Exception as error:
+            raise ConfigInvalid(f"no Kubernetes configuration (KUBECONFIG or in-cluster): {error}") from None
+    return tried_once(k8s.ApiClient(configuration))
+
+
 class KubernetesSandbox(ScriptedSandbox):
     def __init__(
         self,
@@ -97,7 +126,7 @@ class KubernetesSandbox(ScriptedSandbox):
         api_client: k8s.ApiClient | None = None,
         request_seconds: float = 30.0,
     ) -> None:
-        self.api_client = api_client or k8s.ApiClient()
+        self.api_client = tried_once(api_client or k8s.ApiClient())
         self.pod, self.namespace, self.container = pod, namespace, container
         self.admin_user = None
         try:

@@ -187,6 +187,16 @@ class _LocalExec:
                     os.close(fd)
 
 
+def _exec_done(child: int) -> bool:
+    """The namespace's init has become ``sleep``: unshare mounts the namespace's own /proc
+    in the child before it execs, so an ``nsenter`` between its fork and its exec saw the
+    host's /proc (a quiesce refused it as the host's PID namespace, under load)."""
+    try:
+        return Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0")
+    except OSError:
+        return False
+
+
 class LocalSandbox(ScriptedSandbox):
     """A sandbox on this machine. ``isolate=False`` runs commands as plain processes."""
 
@@ -231,7 +241,7 @@ class LocalSandbox(ScriptedSandbox):
                 pids = children.read_text().split()
             except OSError:
                 pids = []
-            if pids:
+            if pids and _exec_done(int(pids[0])):
                 errors.close()
                 self._init, self.ns_pid = init, int(pids[0])
                 return "own PID namespace (unshare)"

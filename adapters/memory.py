@@ -11,8 +11,9 @@ import io
 import tarfile
 import threading
 from collections.abc import Collection, Iterable, Iterator, MutableMapping, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from scratchbank.application.bank_format.manifest_line import line_of
 from scratchbank.application.cancellation import Deadline
@@ -24,6 +25,7 @@ from scratchbank.application.ports import (
     SandboxFacts,
     StagedRestore,
     StoredBank,
+    SystemClock,
 )
 from scratchbank.domain.errors import (
     BankGone,
@@ -33,7 +35,7 @@ from scratchbank.domain.errors import (
     SandboxGone,
     TimelineConflict,
 )
-from scratchbank.domain.objects import BankStamp, StoredObject, check_object_name, object_name
+from scratchbank.domain.objects import BankStamp, Listing, StoredObject, check_object_name, object_name
 from scratchbank.domain.records import Record
 from scratchbank.domain.runs import check_run_id
 
@@ -83,15 +85,24 @@ class _LegacyBanks(MutableMapping[str, bytes]):
         return sum(1 for named in self._objects.values() if None in named)
 
 
+class _Now(Protocol):
+    def now(self) -> datetime: ...
+
+
 class InMemoryBankStore:
     """A BankStore in a dict of runs -> object name -> bytes (None: the legacy key), with
     the stamps beside. Create-only as the persistent stores are. ``keeps_banks=False``
-    models a store that keeps none (T20)."""
+    models a store that keeps none (T20). ``clock``: the store's own clock (anything with
+    ``now()``; the system's by default): it times each object's creation (``stored_at``)
+    and each listing's ``now``, as S3's ``LastModified`` and ``Date`` do (issue 26)."""
 
-    def __init__(self, *, keeps_banks: bool = True) -> None:
+    def __init__(self, *, keeps_banks: bool = True, clock: _Now | None = None) -> None:
         self.keeps_banks = keeps_banks
+        self.clock: _Now = clock or SystemClock()
         self.stored: dict[str, dict[str | None, bytes]] = {}
         self.stamps: dict[tuple[str, str], BankStamp] = {}
+        #: when the store created each bank object, by its own clock
+        self.stored_at: dict[tuple[str, str], datetime] = {}
         self.banks = _LegacyBanks(self.stored)
         self.puts = 0
         self._lock = threading.Lock()
@@ -117,6 +128,7 @@ class InMemoryBankStore:
             created = name not in named
             if created:  # create-only: the same name is the same content
                 named[name] = data
+                self.stored_at[(run_id, name)] = self.clock.now()
                 if stamp is not None:
                     self.stamps[(run_id, name)] = stamp
             self.puts += 1
@@ -159,6 +171,7 @@ class InMemoryBankStore:
             named.pop(name if name is None else check_object_name(name), None)
             if name is not None:
                 self.stamps.pop((run_id, name), None)
+                self.stored_at.pop((run_id, name), None)
             if not named:
                 self.stored.pop(run_id, None)
 
@@ -168,6 +181,8 @@ class InMemoryBankStore:
             self.stored.pop(run_id, None)
             for key in [k for k in self.stamps if k[0] == run_id]:
                 del self.stamps[key]
+            for key in [k for k in self.stored_at if k[0] == run_id]:
+                del self.stored_at[key]
 
     def stat(self, run_id: str, name: str | None = None) -> StoredBank | None:
         data = self.bank(check_run_id(run_id), name)
@@ -177,12 +192,17 @@ class InMemoryBankStore:
         check_run_id(run_id)
         with self._lock:
             named = dict(self.stored.get(run_id, {}))
-            stamps = dict(self.stamps)
+            stamps, stored_at = dict(self.stamps), dict(self.stored_at)
+            now = self.clock.now()
         legacy = [StoredObject(None, len(named[None]))] if None in named else []
-        return legacy + [
-            StoredObject(name, len(data), stamps.get((run_id, name)))
-            for name, data in sorted((n, d) for n, d in named.items() if n is not None)
-        ]
+        return Listing(
+            legacy
+            + [
+                StoredObject(name, len(data), stamps.get((run_id, name)), stored_at.get((run_id, name)))
+                for name, data in sorted((n, d) for n, d in named.items() if n is not None)
+            ],
+            now,
+        )
 
 
 class FakeSandbox:

@@ -43,6 +43,9 @@ from scratchbank.domain.runs import check_run_id
 
 T = TypeVar("T")
 CALL_TIMEOUT = 30.0
+#: The first connect's deadline: an unreachable server is QUEUE_UNAVAILABLE this soon (the
+#: client would try forever, its reconnects being unbounded for a connection once made).
+CONNECT_SECONDS = 5.0
 
 
 def names(namespace: str = "sb") -> tuple[str, str, str, str]:
@@ -58,23 +61,33 @@ def names(namespace: str = "sb") -> tuple[str, str, str, str]:
 class NatsConnection:
     """One connection to a NATS server, its loop in a thread; ``call`` runs a coroutine on it."""
 
-    def __init__(self, url: str, *, name: str = "scratchbank") -> None:
+    def __init__(
+        self, url: str, *, name: str = "scratchbank", connect_seconds: float = CONNECT_SECONDS
+    ) -> None:
         self.url = url
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="nats-loop", daemon=True)
         self._thread.start()
-        self.nc: Client = self.call(self._connect(name))
+        try:
+            self.nc: Client = self.call(self._connect(name, connect_seconds), timeout=connect_seconds + 5)
+        except BaseException:
+            self._stop_loop()
+            raise
         self.js: JetStreamContext = self.nc.jetstream()
 
-    async def _connect(self, name: str) -> Client:
-        return await nats.connect(
+    async def _connect(self, name: str, seconds: float) -> Client:
+        connecting = nats.connect(
             self.url,
             name=name,
-            connect_timeout=5,
+            connect_timeout=min(5.0, seconds),
             reconnect_time_wait=0.5,
             max_reconnect_attempts=-1,
             allow_reconnect=True,
         )
+        try:
+            return await asyncio.wait_for(connecting, seconds)  # cancelled and ended by then
+        except TimeoutError:
+            raise ConnectionError(f"no server answered within {seconds:g} s") from None
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT) -> T:
         """Run ``coro`` on the loop; every NATS failure becomes QueueUnavailable."""
@@ -88,9 +101,13 @@ class NatsConnection:
     def close(self) -> None:
         with contextlib.suppress(QueueUnavailable):
             self.call(self.nc.close(), timeout=5)
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        self.loop.close()
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 def _payload(delivery: ResumeDelivery) -> bytes:

@@ -247,18 +247,9 @@ def _own_namespace() -> str:
 
 def kubernetes_client() -> Any:
     """An API client from KUBECONFIG (or ~/.kube/config), else the in-cluster service account."""
-    from kubernetes import client as k8s
-    from kubernetes import config as kube_config
+    from .k8s_sandbox import kubernetes_client as client
 
-    configuration = k8s.Configuration()
-    try:
-        kube_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except Exception:
-        try:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except Exception as error:
-            raise ConfigInvalid(f"no Kubernetes configuration (KUBECONFIG or in-cluster): {error}") from None
-    return k8s.ApiClient(configuration)
+    return client()
 
 
 def open_provider(cfg: RunnerConfig) -> SandboxProvider:

@@ -23,10 +23,13 @@ import hashlib
 import socket
 import threading
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
+import attrs
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -43,6 +46,7 @@ from scratchbank.domain.errors import (
 )
 from scratchbank.domain.objects import (
     BankStamp,
+    Listing,
     StoredObject,
     check_object_name,
     object_name,
@@ -285,20 +289,29 @@ class S3BankStore:
     def objects(self, run_id: str, *, named: Collection[str | None] = ()) -> Sequence[StoredObject]:
         """The run's objects with their stamps: one listing, and one HEAD per bank object
         not in ``named`` (a name the caller's records give: its stamp is never read, and
-        the listing says its size; issue 26)."""
+        the listing says its size; issue 26). Times are the store's, from the listing
+        itself (no extra round trip): each object's ``LastModified``, and ``now`` the
+        ``Date`` of the first page's response (``_date``: the earliest, so no age is
+        overstated; None when the server sent none)."""
         folder = self.folder(run_id)
         found: list[StoredObject] = []
+        now: datetime | None = None
+        first = True
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
             for page in pages:
+                if first:
+                    now, first = _date(page), False
                 for obj in page.get("Contents", []):
                     rest, size = str(obj["Key"])[len(folder) :], int(obj.get("Size", 0))
                     listed = self._listed(run_id, rest, size, stamped=rest not in named)
                     if listed is not None:
-                        found.append(listed)
+                        found.append(
+                            attrs.evolve(listed, stored_at=_modified(obj)) if listed.name else listed
+                        )
         except (BotoCoreError, ClientError) as error:
             raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: {error}") from error
-        return found
+        return Listing(found, now)
 
     def _listed(self, run_id: str, rest: str, size: int, *, stamped: bool = True) -> StoredObject | None:
         if rest == LEGACY_NAME:
@@ -317,6 +330,28 @@ class S3BankStore:
             raise
         fields = {str(k): unquote(str(v)) for k, v in head.get("Metadata", {}).items()}
         return StoredObject(name, size, stamp_of(fields))
+
+
+def _modified(obj: dict[str, Any]) -> datetime | None:
+    """An object's ``LastModified`` as the listing gave it (the store's clock; aware UTC)."""
+    at = obj.get("LastModified")
+    if not isinstance(at, datetime):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _date(page: dict[str, Any]) -> datetime | None:
+    """The ``Date`` header of a listing's response: the store's time as it answered (RFC
+    7231 requires it of a server with a clock); None when absent or unreadable."""
+    headers = page.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    raw = headers.get("date") if isinstance(headers, dict) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        at = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _check_digest(archive: Path, sha256: str, where: str) -> None:

@@ -32,6 +32,7 @@ from scratchbank.domain.objects import (
     Reconciliation,
     StoredObject,
     digest_of,
+    listed_now,
     named_objects,
     needed_objects,
     over_bound,
@@ -52,7 +53,6 @@ def prune(
     store: BankStore,
     timeline: Timeline,
     after: Claim,
-    clock: Clock,
     notes: list[str],
     retain: int = RETAIN_CHECKPOINTS,
     *,
@@ -81,7 +81,7 @@ def prune(
     except BankReadFailed as error:
         notes.append(f"bank objects not pruned: the store could not list them ({error.message})")
         return ()
-    doomed = _doomed(state, listing, clock, retain)
+    doomed = _doomed(state, listing, retain)
     stamps = {o.name: o.stamp for o in listing}
     work = Path(tempfile.mkdtemp(prefix="scratchbank-prune-"))
     try:
@@ -160,19 +160,23 @@ def _since(timeline: Timeline, after: Claim, snapshots: SnapshotStore | None) ->
 def _doomed(
     state: ScratchState,
     listing: Sequence[StoredObject],
-    clock: Clock,
     retain: int = RETAIN_CHECKPOINTS,
 ) -> tuple[str | None, ...]:
     """Superseded objects (named by older records, not needed now), the legacy key when
     nothing needs it, and the unreferenced objects past the bound (A17); the names come
-    from the fold (``named_objects``), so a snapshot and its tail decide as the run would."""
+    from the fold (``named_objects``), so a snapshot and its tail decide as the run would.
+    Ages by the store's clock alone: each object's ``stored_at`` against the listing's
+    ``now`` (issue 26: a writer's or this process's clock an hour off never sweeps a put
+    on its way to its record)."""
     needed = needed_objects(state, retain)
     named = state.named_objects
     superseded = [o.name for o in listing if o.name not in needed and (o.name in named or o.name is None)]
     loose = [o for o in listing if o.name not in named and o.name is not None]
     keep = reconciled(state, loose)
     candidates = {o.name for o in (keep.record, *keep.unproven) if o is not None}
-    bounded = [o.name for o in over_bound([o for o in loose if o.name not in candidates], clock.now())]
+    bounded = [
+        o.name for o in over_bound([o for o in loose if o.name not in candidates], listed_now(listing))
+    ]
     return tuple(dict.fromkeys([*superseded, *bounded]))
 
 

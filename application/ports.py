@@ -115,7 +115,12 @@ class BankStore(Protocol):
       handing the bytes over, or None; BankReadFailed when it cannot tell.
     - ``objects`` lists the run's objects with their stamps (the legacy key with none);
       those in ``named`` (the names the caller's records give, whose stamps it never
-      reads) may come without theirs (S3: no HEAD each; issue 26).
+      reads) may come without theirs (S3: no HEAD each; issue 26). Each bank object's
+      ``stored_at`` is when the store created it, and the answer a ``Listing`` whose
+      ``now`` is the store's time in the same conversation, both by the store's own clock
+      (S3: ``LastModified`` and the LIST's ``Date``; files: mtimes), never a process's:
+      A17's bound ages by them alone. A store that cannot say leaves them None (nothing
+      it lists is ever swept as aged); a re-put of an existing object keeps its time.
     - ``keeps_banks`` False: a store that keeps none (T20 names it).
     """
 

@@ -382,9 +382,7 @@ def _bank_at_teardown(
         written = _record(
             timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked
         )
-        _prune_after(
-            store, timeline, written, clock, notes, cancel, retain, snapshots
-        )  # T5, A17: record first
+        _prune_after(store, timeline, written, notes, cancel, retain, snapshots)  # T5, A17: record first
         return TeardownReport(
             plan, record, written.recorded, notes=tuple(notes), superseded=written.lost, execution=named
         )
@@ -438,7 +436,7 @@ def _bank_then_record(
     )
     checked = _Checked(timeline, run_id, claim, mine, execution, run.snapshots)
     written = _record(timeline, run_id, claim, record, budgets, clock, notes, sandbox, run_finished, checked)
-    _prune_after(store, timeline, written, clock, notes, cancel, retain, run.snapshots)  # T4, A17
+    _prune_after(store, timeline, written, notes, cancel, retain, run.snapshots)  # T4, A17
     if written.recorded:
         _still_there(run, record, written)
     return TeardownReport(
@@ -492,9 +490,10 @@ def _no_prune_can_take(run: _Run, name: str, written: Written) -> bool:
     """Issue 26, ADR 0006: no look is needed when this teardown's last put created the
     object and no record before its own names it. A prune deletes an object only as named
     by a record it read and needed by none (its fold then has a record naming it before
-    this one: there is none), or as unreferenced past the bound (older than an hour by its
-    stamp: this put's stamp is this teardown's). "Before its own" is known only when the
-    record landed right at the first read's claim (no record came between)."""
+    this one: there is none), or as unreferenced past the bound (an hour old by the store's
+    own clock, both ends: this put created it moments ago, whatever any process's clock
+    says). "Before its own" is known only when the record landed right at the first read's
+    claim (no record came between)."""
     after, claim = written.after, run.claim
     return (
         run.created
@@ -510,17 +509,17 @@ def _prune_after(
     store: BankStore,
     timeline: Timeline,
     written: Written,
-    clock: Clock,
     notes: list[str],
     cancel: Cancel | None,
     retain: int = RETAIN_CHECKPOINTS,
     snapshots: SnapshotStore | None = None,
 ) -> None:
     """A17: once this teardown's record landed, delete what no record needs (T4's previous
-    bank, T5's, a bank the new one replaced); never before it, never after a cut (L5)."""
+    bank, T5's, a bank the new one replaced); never before it, never after a cut (L5).
+    Ages are the store's (issue 26): no process clock decides what is swept."""
     if written.after is None or (cancel is not None and cancel.is_set()):
         return
-    prune(store, timeline, written.after, clock, notes, retain, snapshots=snapshots)
+    prune(store, timeline, written.after, notes, retain, snapshots=snapshots)
 
 
 def _cut(

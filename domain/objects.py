@@ -64,11 +64,35 @@ class BankStamp:
 
 @attrs.frozen
 class StoredObject:
-    """One object of a run's listing. ``name`` None: the legacy fixed key (no stamp)."""
+    """One object of a run's listing. ``name`` None: the legacy fixed key (no stamp).
+
+    ``stored_at``: when the store created the object, by the store's own clock (S3's
+    ``LastModified``, the file's mtime as the filesystem set it); None when the store
+    did not say (an object of unknown age: A17's bound counts it, never chooses it).
+    The stamp's ``at`` is the writer's clock: shown, never used for an age (issue 26)."""
 
     name: str | None
     bytes: int
     stamp: BankStamp | None = None
+    stored_at: datetime | None = None
+
+
+class Listing(list[StoredObject]):
+    """A run's objects as one listing gave them, and ``now``: the store's own time taken
+    in the same conversation (S3: the ``Date`` of the LIST response; files: a fresh
+    file's mtime), None when it did not say (then no object has a known age). Ages are
+    ``now - stored_at``, both by the store's clock, never a process's (issue 26)."""
+
+    now: datetime | None
+
+    def __init__(self, objects: Iterable[StoredObject] = (), now: datetime | None = None) -> None:
+        super().__init__(objects)
+        self.now = now
+
+
+def listed_now(listing: Sequence[StoredObject]) -> datetime | None:
+    """The store's time of a listing (None: a plain sequence, a store that did not say)."""
+    return listing.now if isinstance(listing, Listing) else None
 
 
 def execution_label(state: ScratchState) -> str:
@@ -173,25 +197,29 @@ def reconciled_record(found: StoredObject) -> ScratchBanked:
 
 def over_bound(
     loose: Sequence[StoredObject],
-    now: datetime,
+    now: datetime | None,
     *,
     keep: int = UNREFERENCED_KEEP,
     age: timedelta = UNREFERENCED_AGE,
 ) -> tuple[StoredObject, ...]:
-    """A17's bound: past ``keep`` unreferenced objects, the oldest ones older than ``age``.
-    Objects of unknown age (no stamped time: legacy) count but are never chosen."""
+    """A17's bound: past ``keep`` unreferenced objects, the oldest ones older than ``age``,
+    by the store's clock at both ends (issue 26): each object's ``stored_at`` against the
+    store's ``now`` of the same listing, never the writer's stamp nor the pruner's clock
+    (two processes an hour apart would sweep a put still on its way to its record).
+    Objects of unknown age (no ``stored_at``, or no ``now``) count but are never chosen."""
+    if now is None:
+        return ()
     aged = sorted(
-        (o for o in loose if o.stamp is not None and o.stamp.at is not None),
-        key=lambda o: _utc(o.stamp.at),  # type: ignore[union-attr, arg-type]
+        (o for o in loose if o.stored_at is not None),
+        key=lambda o: _utc(o.stored_at),  # type: ignore[arg-type]
     )
     excess = len(loose) - keep
     chosen: list[StoredObject] = []
     for found in aged:
         if len(chosen) >= excess:
             break
-        assert found.stamp is not None
-        assert found.stamp.at is not None
-        if _utc(now) - _utc(found.stamp.at) >= age:
+        assert found.stored_at is not None
+        if _utc(now) - _utc(found.stored_at) >= age:
             chosen.append(found)
     return tuple(chosen)
 

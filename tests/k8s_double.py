@@ -82,7 +82,15 @@ class ApiDouble:
         self.watchers: list[tuple[str, dict[str, str], asyncio.Queue[tuple[str, dict[str, Any]]]]] = []
         self.rv = 1
         self.kubelets: set[asyncio.Future[None]] = set()
+        self.closing = asyncio.Event()  # set when the double stops: a stalled answer ends then
         self.created: list[dict[str, Any]] = []  # every pod created through the API, as sent
+
+    async def _stall(self) -> None:
+        """The stall fault: answer nothing for ``stall_api`` seconds, or until the double
+        stops (its cleanup waits for every handler)."""
+        if self.faults.stall_api > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), self.faults.stall_api)
 
     # -- discovery and pods ---------------------------------------------------------------
     async def version(self, request: web.Request) -> web.Response:
@@ -179,7 +187,7 @@ class ApiDouble:
         refused = self._rbac("pods", "get", ns)
         if refused is not None:
             return refused
-        await asyncio.sleep(self.faults.stall_api)
+        await self._stall()
         pod = self.pods.get((ns, name))
         return self._not_found(ns, name) if pod is None else web.json_response(self._pod_json(ns, pod))
 
@@ -396,7 +404,7 @@ class ApiDouble:
         refused = self._forbidden(request) or self._rbac("pods", "watch" if watching else "list", ns)
         if refused is not None:
             return refused
-        await asyncio.sleep(self.faults.stall_api)
+        await self._stall()
         selector = _selector(request.query.get("labelSelector", ""), request.query.get("fieldSelector", ""))
         items = [self._pod_json(ns, p) for (pns, _), p in sorted(self.pods.items()) if pns == ns]
         items = [i for i in items if _selected(i, selector)]
@@ -635,6 +643,7 @@ def running_double() -> Iterator[ApiDouble]:
             if pod.sandbox is not None:
                 pod.sandbox.destroy()
         _remove_containers(double.removable())
+        loop.call_soon_threadsafe(double.closing.set)
         for _, _, queue in list(double.watchers):  # end the watches: the cleanup waits for them
             loop.call_soon_threadsafe(queue.put_nowait, ("END", {}))
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)

@@ -2,15 +2,17 @@
 process would run it, on the real timeline store (SQLite file or PostgreSQL), a
 filesystem bank store shared by all, and the run's lock next to the timeline (A16).
 
-Every racer of a round starts at a barrier shared by all of them; then each waits its
-``stagger`` (0 for all: they start together; a step apart: a later racer reads the run
-while an earlier one is restoring, the window two claims were recorded in). A resume's
-sandbox takes ``restore_pause`` to stage, to hold that window open.
+Every racer of a round starts at a barrier shared by all of them. With a ``window`` (the
+staggered race), the first racer starts alone and the others wait until a restore is staging;
+that restore is held open until every other racer has ended: each later racer reads the run
+while an earlier one is restoring (the window two claims were once recorded in), by events,
+not sleeps.
 """
 
 from __future__ import annotations
 
 import multiprocessing.queues
+import queue
 import time
 import traceback
 from typing import Any
@@ -28,27 +30,46 @@ from scratchbank.domain.errors import ResumeSuperseded, RunLocked
 FILES = {"verify.sh": b"#!/bin/sh\nexit 0\n", "clone/README": b"docs"}
 
 
-class SlowRestore(FakeSandbox):
-    """A sandbox whose staging takes ``pause`` seconds: the restore window stays open."""
+#: How long a held window waits for the other racers (a bug that lets two racers stage
+#: makes each wait this long, then the test's count of claims fails).
+WINDOW_SECONDS = 30.0
 
-    def __init__(self, pause: float) -> None:
+
+class HeldRestore(FakeSandbox):
+    """A sandbox whose staging says so (``staging``) and then waits until ``others`` racers
+    have ended (a token each on ``ended``): the restore window stays open while they race."""
+
+    def __init__(self, window: tuple[Any, Any, int] | None) -> None:
         super().__init__({})
-        self.pause = pause
+        self.window = window
+        self.holding = False
 
     def stage_restore(
         self, src: Any, *, compressed: bool, listing: ByteSink, need_bytes: int = 0
     ) -> StagedRestore:
-        time.sleep(self.pause)
+        if self.window is not None:
+            staging, ended, others = self.window
+            self.holding = True
+            staging.set()
+            deadline = time.monotonic() + WINDOW_SECONDS
+            try:
+                for _ in range(others):
+                    ended.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                pass
         return super().stage_restore(src, compressed=compressed, listing=listing, need_bytes=need_bytes)
 
 
 def race_one(task: dict[str, Any]) -> dict[str, Any]:
     timeline = EventStoreTimeline(task["url"])
     store = FilesystemBankStore(task["banks"])
+    window = task.get("window")
+    box = HeldRestore(window)
     try:
         lock = open_run_lock(task["url"]) if task.get("lock", True) else None
         task["barrier"].wait(timeout=60)
-        time.sleep(task.get("stagger", 0.0))
+        if window is not None and not task["first"]:
+            window[0].wait(timeout=WINDOW_SECONDS)  # the first racer's restore is staging
         if task["role"] == "teardown":
             report = bank_at_teardown(
                 task["run"],
@@ -58,7 +79,6 @@ def race_one(task: dict[str, Any]) -> dict[str, Any]:
                 run_finished=False,
             )
             return {"role": "teardown", "result": "recorded" if report.recorded else "lost"}
-        box = SlowRestore(task.get("restore_pause", 0.0))
         request = ResumeRequest(consents=Consents())
         try:
             out = resume(task["run"], request, timeline=timeline, store=store, sandbox=box, lock=lock)
@@ -67,10 +87,17 @@ def race_one(task: dict[str, Any]) -> dict[str, Any]:
         except RunLocked:
             return {"role": "resume", "result": "locked", "files": box.files}
         restored = out.restore is not None and out.restore.record.restored
-        return {"role": "resume", "result": "restored" if restored else "went on", "files": box.files}
+        return {
+            "role": "resume",
+            "result": "restored" if restored else "went on",
+            "files": box.files,
+            "why": repr(out)[:1500],
+        }
     except Exception:  # reported to the parent, which fails the test with it
         return {"role": task["role"], "result": "error", "error": traceback.format_exc()}
     finally:
+        if window is not None and not box.holding:
+            window[1].put(task["role"])  # one racer fewer to wait for
         timeline.close()
 
 

@@ -10,6 +10,8 @@ the surface's own process makes the surface wait for its verdict (R11).
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,8 @@ from rigs.queue_deployment import (
 from scratchbank.adapters.bootstrap import bootstrap, close, open_home
 from scratchbank.adapters.config import settings_from
 from scratchbank.adapters.http_api import ApiSettings
+from scratchbank.adapters.nats_queue import NatsConnection
+from scratchbank.domain.errors import QueueUnavailable
 from scratchbank.testing.builders import started
 
 
@@ -65,3 +69,15 @@ def test_an_unreachable_queue_is_named_and_nothing_is_written(tmp_path: Path) ->
     assert out.returncode == 5 and "error: QUEUE_UNAVAILABLE" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
     assert _checksum(home, "run-1") == before
+
+
+def test_an_unreachable_queue_is_named_at_its_connect_deadline_and_leaves_no_thread() -> None:
+    """The first connect has a deadline of its own (the client's reconnects are unbounded, so it
+    would try for ever): QUEUE_UNAVAILABLE naming it, and the connection's loop thread ended.
+    Proves ``scratchbank.adapters.nats_queue.NatsConnection``."""
+    before = {t.ident for t in threading.enumerate()}
+    started_at = time.monotonic()
+    with pytest.raises(QueueUnavailable, match=r"within 0\.5 s"):
+        NatsConnection("nats://127.0.0.1:1", connect_seconds=0.5)
+    assert time.monotonic() - started_at < 5.0  # the call's own timeout would be 5.5 s
+    assert not [t.name for t in threading.enumerate() if t.ident not in before]

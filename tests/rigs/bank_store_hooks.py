@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -60,7 +63,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> BankStore:
     return s3_store(request.getfixturevalue("s3_endpoint"))
 
 
-def teardown(timeline: InMemoryTimeline, store: BankStore, files: dict[str, bytes], **budgets: float):  # type: ignore[no-untyped-def]
+def teardown(  # type: ignore[no-untyped-def]
+    timeline: InMemoryTimeline,
+    store: BankStore,
+    files: dict[str, bytes],
+    clock: ManualClock | None = None,
+    **budgets: float,
+):
     return bank_at_teardown(
         RUN,
         timeline=timeline,
@@ -68,7 +77,7 @@ def teardown(timeline: InMemoryTimeline, store: BankStore, files: dict[str, byte
         sandbox=FakeSandbox(dict(files)),
         run_finished=False,
         budgets=Budgets(**budgets),  # type: ignore[arg-type]
-        clock=ManualClock(),  # type: ignore[arg-type]
+        clock=clock or ManualClock(),  # type: ignore[arg-type]
     )
 
 
@@ -96,6 +105,34 @@ def archive_of(files: dict[str, bytes], tmp: Path) -> tuple[Path, str]:
     path = tmp / f"{uuid.uuid4().hex}.tgz"
     path.write_bytes(data)
     return path, hashlib.sha256(data).hexdigest()
+
+
+def stored_hours_ago(store: BankStore, name: str, hours: float) -> None:
+    """Make ``store`` say it stored ``RUN``'s object ``name`` ``hours`` earlier than it did,
+    as its own clock would (A17's ages are the store's, issue 26): memory, its ``stored_at``;
+    files, the object's mtime; S3 (whose server cannot be told), the ``LastModified`` its
+    listings give for that key, shifted on the client's ``after-call``."""
+    back = timedelta(hours=hours)
+    if isinstance(store, InMemoryBankStore):
+        store.stored_at[(RUN, name)] -= back
+    elif isinstance(store, FilesystemBankStore):
+        path = store.path(RUN, name)
+        then = path.stat().st_mtime - back.total_seconds()
+        os.utime(path, (then, then))
+    elif isinstance(store, S3BankStore):
+        shifted: dict[str, timedelta] | None = getattr(store, "_backdated", None)
+        if shifted is None:
+            shifted = {}
+            setattr(store, "_backdated", shifted)  # noqa: B010 - a test's mark on the store
+
+            def shift(parsed: dict[str, Any], **_: object) -> None:
+                for obj in parsed.get("Contents", []):
+                    obj["LastModified"] -= shifted.get(obj["Key"], timedelta())
+
+            store.client.meta.events.register("after-call.s3.ListObjectsV2", shift)
+        shifted[store.key(RUN, name)] = shifted.get(store.key(RUN, name), timedelta()) + back
+    else:
+        raise TypeError(f"no way to age an object of {store!r}")
 
 
 class PutHook:

@@ -98,14 +98,17 @@ def race(
     resumes: int,
     teardowns: int,
     *,
-    stagger: float = 0.0,
-    restore_pause: float = 0.0,
+    window: bool = False,
     lock: bool = True,
 ) -> list[Any]:
+    """One round: ``resumes`` and ``teardowns`` racing processes on a parked run. ``window``:
+    the first resume starts alone and its restore is held open while the others race
+    (race_workers.HeldRestore)."""
     manager, tasks, results = racers
     run_id, version = parked_run(url, banks)
     barrier = manager.Barrier(resumes + teardowns)
     roles = ["teardown"] * teardowns + ["resume"] * resumes
+    held = (manager.Event(), manager.Queue(), len(roles) - 1) if window else None
     for i, role in enumerate(roles):
         task = {
             "url": url,
@@ -115,7 +118,7 @@ def race(
             "barrier": barrier,
             "lock": lock,
         }
-        tasks.put(task | {"stagger": i * stagger, "restore_pause": restore_pause})
+        tasks.put(task | {"window": held, "first": i == teardowns})
     got = [results.get(timeout=120) for _ in roles]
     errors = [g["error"] for g in got if g["result"] == "error"]
     assert not errors, errors[0]

@@ -7,6 +7,7 @@ tests/rigs/ (named for what they hold)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -30,6 +31,7 @@ from scratchbank.domain import (
     merge_try,
 )
 from scratchbank.domain.errors import TimelineUnreadable
+from scratchbank.domain.objects import BankStamp, Listing, StoredObject, listed_now, object_name, over_bound
 from scratchbank.domain.records import RunRewound, ScratchRestored
 from scratchbank.domain.wire import decode, encode
 from scratchbank.testing.builders import (
@@ -273,3 +275,27 @@ def test_A6_malformed_known_record_makes_the_timeline_unreadable(obj: Any, says:
     """Malformed known record makes the timeline unreadable: ``scratchbank.domain.wire.decode``."""
     with pytest.raises(TimelineUnreadable, match=says):
         decode(obj)
+
+
+def test_A17_the_bound_ages_by_the_store_alone_and_never_chooses_an_object_of_unknown_age() -> None:
+    """``over_bound`` reads the store's times only: the writers' stamps (a year behind, a day ahead)
+    change nothing; an object the store gave no time counts, never chosen; no store ``now``, or a
+    store clock gone back, sweeps nothing."""
+    now = datetime(2026, 12, 2, 12, tzinfo=UTC)
+
+    def loose(i: int, stored: timedelta | None, writer: timedelta) -> StoredObject:
+        digest = f"{i:064x}"
+        stamp = BankStamp("run-1", "@9", 1, digest, "", now + writer)
+        return StoredObject(object_name(digest), 1, stamp, None if stored is None else now - stored)
+
+    hour, fresh = timedelta(hours=1), timedelta(seconds=5)
+    old = loose(0, 3 * hour, timedelta(days=1))  # its writer ran a day ahead
+    older = loose(1, 5 * hour, timedelta())
+    unknown = loose(2, None, -timedelta(days=365))
+    young = [loose(3 + i, fresh, -timedelta(days=365)) for i in range(3)]  # their writers a year behind
+    listing = [old, unknown, *young, older]
+    assert over_bound(listing, now) == (older, old)  # 3 past the count; only these two are an hour old
+    assert over_bound([old, unknown, *young[:2]], now) == (old,)
+    assert over_bound(listing, None) == ()
+    assert over_bound(listing, now - 6 * hour) == ()  # the store's clock went back: nothing is old
+    assert listed_now(Listing(listing, now)) == now and listed_now(listing) is None

@@ -486,7 +486,7 @@ def test_A17_the_prune_after_a_record_reads_the_snapshot_and_the_tail(tmp_path: 
     length = timeline.append("run-1", [record])
     timeline.handed = 0
     notes: list[str] = []
-    gone = prune(store, timeline, Claim("run-1", length), ManualClock(), notes, snapshots=timeline)
+    gone = prune(store, timeline, Claim("run-1", length), notes, snapshots=timeline)
     assert timeline.handed <= TAIL + 2 and notes == []
     assert gone == (old,) and {o.name for o in store.objects("run-1")} == {new}
 

@@ -13,11 +13,13 @@ import os
 import threading
 import uuid
 from datetime import timedelta
+from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import anyio
+import attrs
 import httpx
 import operator_rigs
 import pytest
@@ -39,6 +41,7 @@ from rigs.bank_store_hooks import (
     recorded_bank,
     s3_store,
     store,  # noqa: F401 - a fixture
+    stored_hours_ago,
     teardown,
 )
 from rigs.http_api import (
@@ -81,12 +84,12 @@ from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, errors, fold
 from scratchbank.domain.errors import BankGone, BankWriteFailed, TimelineUnreadable
-from scratchbank.domain.objects import BankStamp, StoredObject, object_name
+from scratchbank.domain.objects import BankStamp, StoredObject, listed_now, object_name, over_bound
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.resume_gate import decide_resume
 from scratchbank.domain.wire import decode, encode
 from scratchbank.testing.builders import banked, node, started, unbanked
-from scratchbank.testing.clocks import ManualClock
+from scratchbank.testing.clocks import HUNG_SECONDS, ManualClock
 from scratchbank.testing.contracts import check_bank_store
 
 # ---- from tests/rules/test_[AN]*.py: Banks as content-named, create-only objects the record names (A17), and reconciliation (N3).
@@ -214,15 +217,18 @@ def test_A17_the_prune_never_deletes_a_young_unrecorded_object_and_bounds_old_on
     store: BankStore, tmp_path: Path
 ) -> None:
     """Past the count (3), only objects older than the age (1 h) are swept, oldest first: a
-    put on its way to its record is never pruned. Proves ``scratchbank.domain.objects.object_name``."""
+    put on its way to its record is never pruned. Ages are the store's (issue 26): the writers'
+    stamps here say the opposite (the old object's writer ran a day ahead, the young ones' 3 h
+    behind) and change nothing. Proves ``scratchbank.domain.objects.over_bound``."""
     timeline = InMemoryTimeline()
     timeline.append(RUN, [started()])
     clock = ManualClock()
     strays = []
     for i, hours_old in enumerate((3, 0, 0, 0, 0)):
         path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
-        at = clock.now() - timedelta(hours=hours_old, minutes=i)
+        at = clock.now() + (timedelta(days=1) if hours_old else -timedelta(hours=3, minutes=i))
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+        stored_hours_ago(store, object_name(digest), hours_old)
         strays.append(object_name(digest))
     report = bank_at_teardown(
         RUN, timeline=timeline, store=store, sandbox=FakeSandbox(dict(NEW)), run_finished=False, clock=clock
@@ -376,6 +382,7 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
         path, digest = archive_of(files, tmp_path)
         at = now - timedelta(hours=hours_old, minutes=i)
         store.put(RUN, path, sha256=digest, stamp=BankStamp(RUN, "@9", path.stat().st_size, digest, "", at))
+        stored_hours_ago(store, object_name(digest), hours_old)
     x = object_name(archive_of(OLD, tmp_path)[1])
 
     def swept_as_over_the_bound() -> None:  # the old content was put, found there, then swept
@@ -385,6 +392,59 @@ def test_A17_a_record_naming_an_object_its_put_found_there_is_looked_at(
     assert reports and reports[0].recorded and recorded_bank(timeline).object == x
     assert any("put back" in note for note in reports[0].notes)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def _lagging_put_inside_a_leading_prune(
+    timeline: InMemoryTimeline, store: BankStore, leading: ManualClock, lagging: ManualClock
+) -> list[Any]:
+    """A teardown of ``NEW`` on the ``leading`` clock records; inside its prune's listing a
+    teardown of ``OLD`` on the ``lagging`` clock reads (past that record) and puts; once the
+    prune is done it records (right after its read: its look is skipped). Its report."""
+    lagging_put, pruned = threading.Event(), threading.Event()
+    lagger = AfterPut(store)
+
+    def wait_for_the_prune() -> None:
+        lagging_put.set()
+        assert pruned.wait(HUNG_SECONDS)
+
+    lagger.after_put = wait_for_the_prune
+    reports: list[Any] = []
+    lag = threading.Thread(target=lambda: reports.append(teardown(timeline, lagger, OLD, clock=lagging)))  # type: ignore[arg-type]
+    leader = ObjectsHook(store)
+
+    def the_lagging_teardown_reads_and_puts() -> None:
+        lag.start()
+        assert lagging_put.wait(HUNG_SECONDS)
+
+    leader.before_objects = the_lagging_teardown_reads_and_puts
+    assert teardown(timeline, leader, NEW, clock=leading).recorded  # type: ignore[arg-type]
+    pruned.set()
+    lag.join(HUNG_SECONDS)
+    return reports
+
+
+def test_A17_a_writer_whose_clock_lags_two_hours_loses_no_recorded_bank_to_a_leading_prune(
+    store: BankStore, tmp_path: Path
+) -> None:
+    """Issue 26: teardowns whose clocks are 2 h apart, 3 loose objects beside; the leading one's
+    prune sweeps nothing the store stored a moment ago, so the lagging one's just-put bank, recorded
+    without a look (its put created it), survives.
+    Proves ``scratchbank.domain.objects.over_bound``."""
+    timeline = InMemoryTimeline()
+    timeline.append(RUN, [started()])
+    leading, lagging = ManualClock(), ManualClock()
+    leading.advance(2 * 3600)
+    loose = []
+    for i in range(3):  # loose, and young by every clock
+        path, digest = archive_of({f"f{i}": b"x" * (i + 1)}, tmp_path)
+        stamp = BankStamp(RUN, "@9", path.stat().st_size, digest, "", leading.now())
+        loose.append(store.put(RUN, path, sha256=digest, stamp=stamp))
+    reports = _lagging_put_inside_a_leading_prune(timeline, store, leading, lagging)
+    assert reports and reports[0].recorded
+    assert recorded_bank(timeline).object == object_name(archive_of(OLD, tmp_path)[1])
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+    # nothing swept as aged; the leading bank went as superseded by the lagging record
+    assert {o.name for o in store.objects(RUN)} == {*loose, recorded_bank(timeline).object}
 
 
 def test_A17_our_stores_say_a_put_created_its_object_and_a_second_did_not(
@@ -494,7 +554,10 @@ def test_A17_s3_layout_under_the_prefix_with_its_stamp_as_metadata(s3_endpoint: 
     assert keys == ["team/x/.scratchbank-if-none-match", f"team/x/sessions/run-1/banks/{digest}.tgz"]
     head = client.head_object(Bucket=bucket, Key=keys[1])
     assert head["Metadata"]["sha256"] == digest and head["Metadata"]["execution"] == "%404"
-    assert list(store.objects("run-1")) == [StoredObject(f"banks/{digest}.tgz", 4, STAMP)]
+    listed = store.objects("run-1")  # with the store's times (issue 26)
+    assert [attrs.evolve(o, stored_at=None) for o in listed] == [
+        StoredObject(f"banks/{digest}.tgz", 4, STAMP)
+    ]
 
 
 @pytest.mark.s3
@@ -559,6 +622,33 @@ def test_A17_a_teardown_on_s3_makes_no_round_trip_its_records_already_answer(s3_
     assert sent == ["PutObject", "ListObjectsV2", "GetObject", "DeleteObject"]
     assert_recorded_bank_fetchable_and_matching(timeline, store)
     assert [o.name for o in store.objects(RUN)] == [recorded_bank(timeline).object]
+
+
+@pytest.mark.s3
+def test_A17_s3_ages_come_from_the_listing_response_itself(s3_endpoint: str, tmp_path: Path) -> None:
+    """S3's times are the store's, read off the one LIST it already makes: each object's
+    ``LastModified``, the listing's ``now`` the response's ``Date`` (moved 2 h on here, as a
+    store whose clock says later: the object is then 2 h old, whatever the process's clock says).
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    store = s3_store(s3_endpoint)
+    path, digest = _src(tmp_path, b"aged" * 40)
+    name = store.put(RUN, path, sha256=digest, stamp=STAMP)
+    sent = _counted(store)
+
+    def two_hours_later(parsed: dict[str, Any], **_: object) -> None:
+        headers = parsed["ResponseMetadata"]["HTTPHeaders"]
+        headers["date"] = format_datetime(
+            parsedate_to_datetime(headers["date"]) + timedelta(hours=2), usegmt=True
+        )
+
+    store.client.meta.events.register("after-call.s3.ListObjectsV2", two_hours_later)
+    listed = store.objects(RUN, named={name})
+    assert sent == ["ListObjectsV2"]  # no round trip for the times
+    [found] = listed
+    now = listed_now(listed)
+    assert now is not None and found.stored_at is not None
+    assert timedelta(hours=2) - timedelta(seconds=1) <= now - found.stored_at
+    assert over_bound(listed, now, keep=0) == (found,)
 
 
 @pytest.mark.s3
@@ -800,13 +890,13 @@ def test_A19_a_bad_ask_deadline_is_a_named_config_error() -> None:
 def test_A16_C7_staggered_resumes_record_exactly_one_run_resumed_in_every_round(
     racers: tuple[Any, Any, Any], store_url: str, tmp_path: Path
 ) -> None:
-    """Four processes resume one parked run a step apart, each later one while the first
-    restores: every round records one ``run_resumed`` and one restore; the others are
-    refused RUN_LOCKED (retryable) and write nothing."""
+    """Four processes resume one parked run, the later three while the first restores (its
+    restore held open until they ended): every round records one ``run_resumed`` and one
+    restore; the others are refused RUN_LOCKED (retryable) and write nothing."""
     backend = store_url.split(":", 1)[0]
     counts = COUNTS.setdefault(f"{backend} staggered 4r", {})
     for _ in range(STAGGERED_ROUNDS):
-        got, after = race(racers, store_url, tmp_path / "banks", 4, 0, stagger=0.1, restore_pause=0.5)
+        got, after = race(racers, store_url, tmp_path / "banks", 4, 0, window=True)
         outcomes = [g["result"] for g in got]
         kinds = [type(r).__name__ for r in after]
         for outcome in outcomes:
@@ -815,7 +905,7 @@ def test_A16_C7_staggered_resumes_record_exactly_one_run_resumed_in_every_round(
         counts["rounds"] = counts.get("rounds", 0) + 1
         assert kinds.count("RunResumed") == 1, (outcomes, kinds)
         assert kinds == ["RunResumed", "ScratchRestored"], (outcomes, kinds)
-        assert outcomes.count("restored") == 1, outcomes
+        assert outcomes.count("restored") == 1, (outcomes, [g.get("why") for g in got])
         assert outcomes.count("locked") + outcomes.count("superseded") == 3, outcomes
     print(f"\nraces {COUNTS}")
 

@@ -490,21 +490,29 @@ def test_P7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
 @pytest.mark.docker
 def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
     """An API server that stops answering reads: the watch, the list and the pod read each
-    end by name at their deadline, never hang; nothing is left behind.
-    Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
+    end by name at their deadline, never hang, and each is asked once (urllib3's own retries
+    would make a 1 s deadline a 4 s wait); nothing is left behind.
+    Proves ``scratchbank.adapters.k8s_sandbox.tried_once``."""
     p = KubernetesSandboxProvider(
         api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0, start_seconds=2.0
     )
     box = provider(double).start("run-1")  # a start that may take its time on a loaded machine
+    pods = f"GET /api/v1/namespaces/{NS}/pods"
     double.faults.stall_api = 10.0
+    double.log.clear()
     with pytest.raises(PodStartTimeout):
         p.start("run-2")  # created, then the watch answers nothing
+    assert double.log.count(pods) == 1, double.log  # one watch window, asked once
+    double.log.clear()
     with pytest.raises(SandboxGone):
         KubernetesSandboxProvider(
             api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0
         ).orphans("run-1")
+    assert double.log == [pods]
+    double.log.clear()
     with pytest.raises(ExecFailed):
         KubernetesSandbox(box.pod, namespace=NS, api_client=api(double), request_seconds=1.0)  # type: ignore[attr-defined]
+    assert double.log == [f"{pods}/{box.pod}"]  # type: ignore[attr-defined]
     double.faults.stall_api = 0.0
     p.stop(box)
     assert not double.pods

@@ -226,4 +226,4 @@ def test_R15_unreachable_postgres_is_unreadable_and_writes_fail_by_name(postgres
     ``scratchbank.adapters.event_store.EventStoreTimeline``."""
     dead = "postgresql://postgres@127.0.0.1:9/postgres"
     with pytest.raises((TimelineUnreadable, TimelineWriteFailed)):
-        EventStoreTimeline(dead).read("run-1")
+        EventStoreTimeline(dead, call_seconds=1).read("run-1")  # the store is opened first

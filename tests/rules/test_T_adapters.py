@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from rigs.resume_world import FILES, World
 from rigs.tar_reader import read, with_pax
 
 from scratchbank.adapters.fs_bank import FilesystemBankStore
+from scratchbank.adapters.local_sandbox import LocalSandbox
 from scratchbank.adapters.memory import FakeSandbox, InMemoryTimeline
 from scratchbank.application.bank_format.gzip_codec import GzipCodec
 from scratchbank.application.bank_format.host_archive import BATCH, HostArchive
@@ -237,3 +240,30 @@ def test_T1_a_whole_teardown_on_a_long_run_never_reads_it_whole(tmp_path: Path) 
     )
     assert report.recorded, report.notes
     assert timeline.handed <= 4 * (TAIL + 4)
+
+
+def test_T11_a_local_sandboxs_first_command_sees_its_own_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The namespace is ready only once its init runs: unshare mounts the namespace's /proc in
+    its child before the exec, and a command entered between the two saw the host's /proc (a
+    quiesce then refused the sandbox as the host's PID namespace). An unshare slow to mount
+    (a shim: the same steps, a pause before the mount) shows it every time.
+    Proves ``scratchbank.adapters.local_sandbox.LocalSandbox``."""
+    real = shutil.which("unshare")
+    if real is None or not Path("/proc/self/ns/pid").exists():
+        pytest.skip("no unshare here")
+    shim = tmp_path / "bin" / "unshare"
+    shim.parent.mkdir()
+    shim.write_text(
+        f"#!/bin/sh\nexec {real} --pid --fork --mount --propagation private --kill-child "
+        "sh -c 'sleep 0.3; mount -t proc proc /proc && exec sleep infinity'\n"
+    )
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim.parent}:{os.environ['PATH']}")
+    sandbox = LocalSandbox()
+    try:
+        assert sandbox.facts.process_isolated, sandbox.facts  # its own namespace, through the shim
+        assert sandbox.run("cat /proc/1/cmdline", []).stdout.split(b"\0")[:2] == [b"sleep", b"infinity"]
+    finally:
+        sandbox.destroy()

@@ -19,10 +19,11 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 from scratchbank.application.bank_format.gunzip import GzipReader
@@ -60,7 +61,7 @@ from scratchbank.domain.errors import (
     TimelineUnreadable,
 )
 from scratchbank.domain.fold import Bank, Evidence
-from scratchbank.domain.objects import BankStamp, StoredObject, object_name
+from scratchbank.domain.objects import UNREFERENCED_AGE, BankStamp, StoredObject, listed_now, object_name
 from scratchbank.domain.records import ScratchBanked, UnknownRecord
 from scratchbank.domain.restore import RestoreAttempt, RestoreResult
 from scratchbank.domain.resume_gate import ResumeDecision, Verdict
@@ -214,8 +215,29 @@ class BankStoreContract:
         name = store.put("run-1", path, sha256=digest, stamp=stamp)
         other, odigest = _archive(tmp_path, b"two", "b.tgz")
         store.put("run-2", other, sha256=odigest)
-        assert list(store.objects("run-1")) == [StoredObject(name, 3, stamp)]
+        listed = store.objects("run-1")
+        assert [attrs.evolve(o, stored_at=None) for o in listed] == [StoredObject(name, 3, stamp)]
         assert store.stat("run-1", name) == StoredBank(3, digest)
+
+    def test_A17_objects_are_timed_by_the_store_never_by_their_writer(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
+        """A listing says when the store created each bank object and what time the store
+        says it is (``Listing.now``), both by the store's clock: a fresh object is under
+        the bound's age, whatever its writer's stamp says (A17's bound ages by these; issue 26)."""
+        store = self.make(tmp_path)
+        path, digest = _archive(tmp_path, b"timed")
+        stamp = attrs.evolve(_stamp("run-1", "@3", b"timed"), at=datetime(2001, 1, 1, tzinfo=UTC))
+        name = store.put("run-1", path, sha256=digest, stamp=stamp)
+        listed = store.objects("run-1")
+        now = listed_now(listed)
+        assert now is not None, "the listing carries the store's time (Listing.now)"
+        [found] = listed
+        assert (found.name, found.stamp) == (name, stamp)
+        assert found.stored_at is not None
+        # the store's clock at both ends (S3's Date has whole seconds, LastModified finer)
+        assert timedelta(seconds=-1) <= now - found.stored_at < UNREFERENCED_AGE
+        again = store.put("run-1", path, sha256=digest, stamp=_stamp("run-1", "@4", b"timed"))
+        assert again == name
+        assert [o.stored_at for o in store.objects("run-1")] == [found.stored_at]  # not re-created
 
     def test_A17_a_put_whose_file_is_not_its_digest_is_refused(self, tmp_path: Path) -> None:  # noqa: N802 - named for its rule
         """A put never stores bytes under a name that is not theirs; nothing is left."""
