@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
@@ -649,6 +650,52 @@ def test_A17_s3_ages_come_from_the_listing_response_itself(s3_endpoint: str, tmp
     assert now is not None and found.stored_at is not None
     assert timedelta(hours=2) - timedelta(seconds=1) <= now - found.stored_at
     assert over_bound(listed, now, keep=0) == (found,)
+
+
+def _dated(store: S3BankStore, date: Callable[[str], str]) -> None:
+    """Every listing's ``Date`` header rewritten by ``date`` (a proxy or a server that garbles it)."""
+
+    def rewrite(parsed: dict[str, Any], **_: object) -> None:
+        headers = parsed["ResponseMetadata"]["HTTPHeaders"]
+        headers["date"] = date(headers["date"])
+
+    store.client.meta.events.register("after-call.s3.ListObjectsV2", rewrite)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_date_past_any_calendar_leaves_the_teardown_recorded(s3_endpoint: str) -> None:
+    """A LIST response whose ``Date`` has a year no datetime holds (found by attack: an
+    OverflowError out of the prune's listing crashed the teardown after its record): the
+    listing has no ``now``, nothing is aged. Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+    _dated(store, lambda _: "Wed, 02 Dec 99999999999999999999 15:00:00 GMT")
+    assert teardown(timeline, store, OLD).recorded
+    assert listed_now(store.objects(RUN)) is None
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_date_in_a_zone_it_does_not_name_ages_nothing(s3_endpoint: str, tmp_path: Path) -> None:
+    """A ``Date`` whose zone is not GMT or a numeric offset (``CET``, none at all) is not read
+    as UTC (found by attack: a server's local time an hour ahead of UTC made a just-put object
+    an hour old, chosen by the bound): such a listing has no ``now``.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    store = s3_store(s3_endpoint)
+    path, digest = _src(tmp_path, b"young" * 40)
+    store.put(RUN, path, sha256=digest, stamp=STAMP)
+    zones = ["CET", ""]
+
+    def local(gmt: str) -> str:  # the server's time an hour ahead of UTC, its zone not said
+        ahead = parsedate_to_datetime(gmt) + timedelta(hours=1, minutes=1)
+        return f"{ahead.strftime('%a, %d %b %Y %H:%M:%S')} {zones[0]}".strip()
+
+    _dated(store, local)
+    while zones:
+        listed = store.objects(RUN)
+        assert listed_now(listed) is None, zones[0]
+        zones.pop(0)
+        assert over_bound(listed, listed_now(listed), keep=0) == ()
 
 
 @pytest.mark.s3
