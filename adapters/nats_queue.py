@@ -77,13 +77,12 @@ class NatsConnection:
 
     async def _connect(self, name: str, seconds: float) -> Client:
         client = Client()
+        options: dict[str, Any] = {  # the client's own annotations say int; it takes seconds
+            "connect_timeout": min(5.0, seconds),
+            "reconnect_time_wait": 0.5,
+        }
         connecting = client.connect(
-            self.url,
-            name=name,
-            connect_timeout=min(5.0, seconds),
-            reconnect_time_wait=0.5,
-            max_reconnect_attempts=-1,
-            allow_reconnect=True,
+            self.url, name=name, max_reconnect_attempts=-1, allow_reconnect=True, **options
         )
         handed = False
         try:
