@@ -306,6 +306,8 @@ class S3BankStore:
                         )
         except (BotoCoreError, ClientError) as error:
             raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: {error}") from error
+        except ValueError as error:  # a page botocore cannot parse (a garbled LastModified)
+            raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: unreadable page: {error}") from error
         return Listing(found, now)
 
     def _listed(self, run_id: str, rest: str, size: int, *, stamped: bool = True) -> StoredObject | None:

@@ -10,6 +10,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -84,7 +85,7 @@ from scratchbank.application.resume import resume
 from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, errors, fold
-from scratchbank.domain.errors import BankGone, BankWriteFailed, TimelineUnreadable
+from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, TimelineUnreadable
 from scratchbank.domain.objects import BankStamp, StoredObject, listed_now, object_name, over_bound
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.resume_gate import decide_resume
@@ -672,6 +673,28 @@ def test_A17_a_listing_date_past_any_calendar_leaves_the_teardown_recorded(s3_en
     _dated(store, lambda _: "Wed, 02 Dec 99999999999999999999 15:00:00 GMT")
     assert teardown(timeline, store, OLD).recorded
     assert listed_now(store.objects(RUN)) is None
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_with_a_garbled_last_modified_is_a_named_read_failure(s3_endpoint: str) -> None:
+    """A LIST page whose ``LastModified`` no parser reads (found by attack: botocore's
+    ValueError came out of the prune raw and crashed the teardown after its record) is
+    BankReadFailed: the teardown records, its prune notes it, nothing is deleted.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+
+    def garble(response_dict: dict[str, Any], **_: object) -> None:
+        body = response_dict["body"]
+        response_dict["body"] = re.sub(rb"<LastModified>[^<]*<", b"<LastModified>not a time<", body)
+
+    store.client.meta.events.register("before-parse.s3.ListObjectsV2", garble)
+    report = teardown(timeline, store, OLD)
+    assert report.recorded and any("could not list" in n for n in report.notes), report.notes
+    with pytest.raises(BankReadFailed):
+        store.objects(RUN)
+    store.client.meta.events.unregister("before-parse.s3.ListObjectsV2", garble)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
 
 
