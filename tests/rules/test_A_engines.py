@@ -11,6 +11,8 @@ import io
 import multiprocessing
 import os
 import re
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -696,6 +698,29 @@ def test_A17_a_listing_with_a_garbled_last_modified_is_a_named_read_failure(s3_e
         store.objects(RUN)
     store.client.meta.events.unregister("before-parse.s3.ListObjectsV2", garble)
     assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_a_bank_file_whose_mtime_no_calendar_holds_is_of_unknown_age() -> None:
+    """A files store on a filesystem that keeps 64-bit times (tmpfs, btrfs, XFS): an object
+    whose mtime is past year 9999 (found by attack: ``fromtimestamp``'s ValueError came out
+    of the prune's listing raw and crashed the next teardown) is listed with no age.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore.objects``."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no tmpfs at /dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="scratchbank-mtime-", dir="/dev/shm"))
+    try:
+        timeline, store = InMemoryTimeline(), FilesystemBankStore(root)
+        timeline.append(RUN, [started()])
+        assert teardown(timeline, store, OLD).recorded
+        [old] = store.objects(RUN)
+        assert old.name is not None
+        far = 10**13 * 10**9  # year ~318,000: tmpfs keeps it (ext4 clamps to 2446)
+        os.utime(store.path(RUN, old.name), ns=(far, far))
+        assert [o.stored_at for o in store.objects(RUN)] == [None]
+        assert teardown(timeline, store, NEW).recorded
+        assert_recorded_bank_fetchable_and_matching(timeline, store)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.s3
