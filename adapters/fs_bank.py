@@ -224,8 +224,13 @@ class FilesystemBankStore:
         return Listing(found, now)
 
 
-def _mtime(info: os.stat_result) -> datetime:
-    return datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+def _mtime(info: os.stat_result) -> datetime | None:
+    """The mtime as a time; None past what a datetime holds (a filesystem with 64-bit
+    times, an mtime set by hand: an object of unknown age, never a raw ValueError)."""
+    try:
+        return datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _now(folder: Path) -> datetime | None:
