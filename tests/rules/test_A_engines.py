@@ -76,6 +76,7 @@ from rigs.racing_processes import (
 from rigs.s3_buckets import STAMP, _src, new_bucket, s3_client
 from waiting import eventually
 
+from scratchbank.adapters import fs_bank
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_consent
@@ -1084,3 +1085,27 @@ def test_A16_postgres_racing_first_users_create_the_lock_table_once(postgres_url
     for t in threads:
         t.join(timeout=60)
     assert errors == []
+
+
+def test_A17_a_files_listing_makes_its_clock_file_outside_the_runs_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files store's listing reads the filesystem's time from a file it makes and removes
+    at once: at the store's root, never in the run's folder, which a ``sweep`` (a finished
+    run's) may be removing at that moment: a file made there mid-``rmtree`` failed the sweep.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore.objects``."""
+    timeline, store = InMemoryTimeline(), FilesystemBankStore(tmp_path / "banks")
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    made: list[Path] = []
+    real = fs_bank.tempfile.mkstemp
+
+    def spy(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        fd, name = real(*args, **kwargs)
+        made.append(Path(name))
+        return fd, name
+
+    monkeypatch.setattr(fs_bank.tempfile, "mkstemp", spy)
+    listing = store.objects(RUN)
+    assert listing.now is not None and made
+    assert not [p for p in made if p.is_relative_to(store.run_dir(RUN))], made
