@@ -21,6 +21,7 @@ byte for byte as it was.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import tempfile
 import threading
@@ -47,6 +48,7 @@ from scratchbank.domain.errors import (
     TimelineWriteFailed,
 )
 from scratchbank.domain.fold import Bank
+from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.restore import RestoreAttempt, RestoreResult
 from scratchbank.domain.resume_gate import ResumeDecision
 from scratchbank.domain.teardown import CAP_BYTES
@@ -59,15 +61,43 @@ from .bank_format.writer import CanonicalWriter, dir_modes
 from .cancellation import Cancel
 from .ports import BankStore, Decide, Progress, RestoresInOneExec, RestoreTarget, Sandbox, StagedRestore
 
-__all__ = ["SandboxTarget", "restore_bank"]
+__all__ = ["CHOSEN", "GZIP_BELOW", "SandboxTarget", "restore_bank", "stream_gzip_level"]
 
 T = TypeVar("T")
 
-#: gzip level of the canonical stream into a sandbox (None: plain tar). Measured here
-#: (18 MiB / 2,901 files, local sandbox, 5 interleaved runs): plain 6.1 s median, level 1
-#: 7.2 s; zlib level 1 costs ~1.2 s of one host core for 20 MiB while a pipe, a Docker
-#: socket or an API-server double is not the bottleneck. A slow transport can pass 1.
-STREAM_GZIP_LEVEL: int | None = None
+
+class Choose(enum.Enum):
+    """The restore stream's form left to ``stream_gzip_level`` (the engine, the bank)."""
+
+    BY_ENGINE_AND_BANK = "by engine and bank"
+
+
+CHOSEN = Choose.BY_ENGINE_AND_BANK
+
+#: Per sandbox engine (``SandboxFacts.engine``): the largest bank ratio (the bank's stored
+#: gzip bytes over its manifest's file bytes) at which the canonical stream goes into the
+#: sandbox gzipped (ISA-L level 1 on the host, ``tar xzf`` inside); above it, or for an
+#: engine not named here, a plain tar. Measured per engine (ADR 0003, addendum 2026-12-02:
+#: the figures): gzip pays where the transport costs more per byte than the host's
+#: deflate and the sandbox's inflate, and only on a bank that compresses. The local
+#: sandbox (a pipe) stays plain: 18 MiB / 2,901 files, 5 interleaved runs, plain 6.1 s
+#: median, gzip level 1 7.2 s. A caller may force a form (``gzip_level`` an int or None).
+GZIP_BELOW: dict[str, float] = {"docker": 0.7, "kubernetes": 0.8}
+
+
+#: restore.sh's words for a sandbox that cannot inflate a gzipped stream (it exits 20
+#: before reading it): the chosen form then falls back to a plain tar.
+NO_GUNZIP = "no gunzip in this sandbox"
+
+
+def stream_gzip_level(engine: str, bank: ScratchBanked) -> int | None:
+    """The restore stream's gzip level into a sandbox of ``engine`` for ``bank`` (None: a
+    plain tar): level 1 when the engine's transport is worth it (``GZIP_BELOW``) and the
+    bank compresses at least that well; a record without its manifest's bytes: plain."""
+    below = GZIP_BELOW.get(engine)
+    if below is None or not bank.manifest_bytes:
+        return None
+    return 1 if bank.bytes <= below * bank.manifest_bytes else None
 
 
 def restore_bank(
@@ -79,13 +109,15 @@ def restore_bank(
     into: RestoreTarget | None = None,
     cap: int = CAP_BYTES,
     progress: Progress | None = None,
-    gzip_level: int | None = STREAM_GZIP_LEVEL,
+    gzip_level: int | Choose | None = CHOSEN,
     cancel: Cancel | None = None,
 ) -> RestoreAttempt:
     """Try to restore the decision's bank; say what happened as a RestoreAttempt (X1-X6).
 
     ``into``: the restore target (a host directory's adapter, a sandbox's SandboxTarget);
     ``sandbox``: the same as ``into=SandboxTarget(sandbox, gzip_level)`` when ``into`` is None.
+    ``gzip_level``: the stream's form, forced (an int, None a plain tar) or ``CHOSEN`` by
+    the sandbox's engine and the bank (``stream_gzip_level``).
     ``cap``: the most bytes fetched, never below the bank's recorded size (a bank the host
     banked under a larger teardown cap is restored, not refused as over the cap).
     ``cancel``: the lease's run context (L5). Once cut, the stream stops at its next
@@ -111,10 +143,11 @@ def restore_bank(
 @attrs.frozen
 class SandboxTarget:
     """A sandbox's scratch as a RestoreTarget: the one pipeline of this module's docstring
-    (``gzip_level``: the canonical stream's, None a plain tar)."""
+    (``gzip_level``: the canonical stream's, None a plain tar, ``CHOSEN`` by
+    ``stream_gzip_level`` for the sandbox's engine and the bank)."""
 
     sandbox: Sandbox
-    gzip_level: int | None = STREAM_GZIP_LEVEL
+    gzip_level: int | Choose | None = CHOSEN
 
     @property
     def hands_over(self) -> bool:
@@ -130,16 +163,42 @@ class SandboxTarget:
         progress: Progress | None = None,
         cancel: Cancel | None = None,
     ) -> RestoreAttempt:
-        return _into_sandbox(
+        level = self.level_for(bank)
+        attempt = _into_sandbox(
             run_id,
             bank,
             self.sandbox,
             store=store,
             cap=cap,
             progress=progress,
-            gzip_level=self.gzip_level,
+            gzip_level=level,
             cancel=cancel,
         )
+        if (
+            level is not None
+            and isinstance(self.gzip_level, Choose)
+            and attempt.result is RestoreResult.STREAM_BROKEN
+            and NO_GUNZIP in attempt.detail
+        ):
+            # The sandbox refused the gzipped stream before reading it or making anything
+            # (restore.sh's probe): the chosen form falls back to a plain tar, once.
+            attempt = _into_sandbox(
+                run_id,
+                bank,
+                self.sandbox,
+                store=store,
+                cap=cap,
+                progress=progress,
+                gzip_level=None,
+                cancel=cancel,
+            )
+        return attempt
+
+    def level_for(self, bank: Bank) -> int | None:
+        """The stream's gzip level for ``bank``: as forced, or chosen (``stream_gzip_level``)."""
+        if isinstance(self.gzip_level, Choose):
+            return stream_gzip_level(self.sandbox.facts.engine, bank.record)
+        return self.gzip_level
 
 
 #: Named failures -> what they mean for the restore (X4: the bank is lost; X5: read again).

@@ -56,18 +56,21 @@ trace() { # $1 a stage's name: its end time to stderr, only when SCRATCHBANK_TRA
 walk_tree() { # $1 directory, $2 work directory; 1 when it cannot be walked
     # The entries' stats lines (no names in them) and their names NUL-separated, in the
     # same order. GNU find writes both in ONE walk (-fprintf, -fprint0): ":TYPE SIZE"
-    # lines, TYPE find's %y letter. Elsewhere (BusyBox) two walks of a tree nobody else
-    # writes (a fresh staging directory): stat's "MODEHEX SIZE" lines, then the names.
-    # Not `xargs -0`: BusyBox 1.35's splits names at its buffer boundaries.
+    # lines, TYPE find's %y letter. Elsewhere (BusyBox) one walk too: each name printed
+    # NUL-ended to the names file as it is met, and stat's "MODEHEX SIZE" lines for the
+    # same entries, batched in the same order, to the stats file (fd 3, by a shell per
+    # batch: stat would otherwise share find's stdout). Not `xargs -0`: BusyBox 1.35's
+    # splits names at its buffer boundaries.
     (
         cd "$1/." 2>/dev/null || exit 1
         if find . -maxdepth 0 -fprintf /dev/null '' 2>/dev/null; then
             find . -mindepth 1 -fprintf "$2/stats" ':%y %s\n' -fprint0 "$2/names" 2>/dev/null || exit 1
             exit 0
         fi
-        find . -mindepth 1 -exec stat -c '%f %s' {} + >"$2/stats" 2>/dev/null || exit 1
+        # shellcheck disable=SC2016 # $@ is the batch's shell's
+        find . -mindepth 1 -print0 -exec sh -c 'exec stat -c "%f %s" "$@" >&3' sh {} + \
+            3>"$2/stats" >"$2/names" 2>/dev/null || exit 1
         trace stats
-        find . -mindepth 1 -print0 >"$2/names" 2>/dev/null || exit 1
     )
 }
 
@@ -148,11 +151,22 @@ unframe() { # stdin: frames; stdout: the payload; "COUNT MD5 RECEIVED" to $1 (re
     return 1
 }
 
+gunzips() { # this sandbox inflates a gzip stream (GNU tar runs gzip -d; BusyBox has its own)
+    printf '\037\213\010\000\000\000\000\000\000\377\003\000\000\000\000\000\000\000\000\000' |
+        gzip -dc >/dev/null 2>&1
+}
+
 stage() {
     compress=$4
     need=${5:-0}
     converse=${6:-}
     trace start
+    # Before anything is read or made: a gzipped stream into a sandbox without a gunzip
+    # is a stream it cannot take (20), and the host sends it again plain (restore.py).
+    if [ "$compress" = z ] && ! gunzips; then
+        echo "scratchbank: no gunzip in this sandbox: send the stream plain" >&2
+        exit 20
+    fi
     mkdir -p "$parent" 2>/dev/null || { echo "scratchbank: cannot create $parent" >&2; exit 21; }
     remove_leftovers
     fits "$need" "$parent" || exit 21

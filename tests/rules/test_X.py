@@ -259,3 +259,32 @@ def test_X3_T6_a_hold_recorded_while_banking_is_honoured_at_the_record() -> None
     report, _, _ = teardown(box, timeline=timeline, history=(started(), banked(), resumed()))
     assert not report.recorded and "X3" in report.superseded
     assert timeline.read("run-1")[-1] == restore_failed()
+
+
+# ---- The restore stream's form (issue 24, ADR 0003 addendum 2026-12-02, session 7).
+
+
+@pytest.mark.parametrize(
+    ("engine", "stored", "files", "level"),
+    [
+        ("docker", 70, 100, 1),  # at the engine's bound: gzip
+        ("docker", 71, 100, None),  # past it: plain
+        ("kubernetes", 80, 100, 1),
+        ("kubernetes", 95, 100, None),  # an incompressible bank (the 1 GB tree)
+        ("podman", 10, 100, None),  # plain whatever the bank
+        ("local", 10, 100, None),
+        ("", 10, 100, None),  # an engine that does not say
+        ("docker", 10, 0, None),  # a record without its manifest's bytes: plain, as before
+    ],
+)
+def test_X2_the_stream_form_follows_the_engine_and_the_banks_ratio(
+    engine: str, stored: int, files: int, level: int | None
+) -> None:
+    """gzip level 1 only on an engine whose transport pays for it and a bank that compresses
+    at least that well. Proves ``scratchbank.application.restore.stream_gzip_level``."""
+    from scratchbank.application.restore import stream_gzip_level
+
+    record = ScratchBanked(
+        banked=True, empty=False, unknown=False, bytes=stored, manifest_bytes=files or None
+    )
+    assert stream_gzip_level(engine, record) == level

@@ -15,6 +15,7 @@ import tarfile
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -767,3 +768,85 @@ def test_X2_a_full_scratch_is_refused_by_tar_in_a_namespace(engine: str) -> None
         r.sandbox.facts = _with_scratch(r.sandbox.facts, f"{full}/scratch")
         with pytest.raises(RestoreRefused):
             _restore(r.sandbox, canonical)
+
+
+# ---- The restore stream's form, chosen per engine and per bank (issue 24, ADR 0003 addendum 2026-12-02).
+#: The form each engine's restore stream takes ("z": gzip level 1, "raw": a plain tar) for a
+#: bank that compresses well and for one that does not (``restore.GZIP_BELOW``).
+STREAM_FORMS = {
+    "local": ("raw", "raw"),
+    "docker-busybox": ("z", "raw"),
+    "podman-busybox": ("raw", "raw"),
+    "k8s-double": ("z", "raw"),
+}
+
+
+def _form_bank(compressible: bool) -> tuple[bytes, dict[str, bytes]]:
+    """A small bank of text that gzips ~50x, or of random bytes that does not gzip at all."""
+    import random
+
+    rng = random.Random(24)
+    bodies = {
+        f"d/{i}.txt": (b"line %d of a log\n" % i) * 400 if compressible else rng.randbytes(16_000)
+        for i in range(4)
+    }
+    raw = ustar(member("d", tarfile.DIRTYPE, mode=0o755))
+    raw += b"".join(ustar(member(n, size=len(b)), b) for n, b in bodies.items())
+    return gz(raw + end()), bodies
+
+
+@pytest.mark.parametrize("name", sorted(STREAM_FORMS))
+def test_X2_the_restore_stream_form_is_chosen_per_engine_and_bank(
+    name: str, kept_containers: KeptContainers
+) -> None:
+    """Each engine's resume streams a compressible bank and an incompressible one in the
+    form measured for it (ADR 0003), and both restore byte for byte.
+    Proves ``scratchbank.application.restore.stream_gzip_level``."""
+    with kept_containers.rig(name) as r:
+        forms: list[str] = []
+        execute = r.sandbox.execute
+
+        def spy(exec_: Any) -> Any:
+            if exec_.args[:1] == ("stage",):
+                forms.append(exec_.args[3])
+            return execute(exec_)
+
+        r.sandbox.execute = spy  # type: ignore[method-assign]
+        for compressible in (True, False):
+            data, bodies = _form_bank(compressible)
+            out = restore(data, r.sandbox)
+            assert out.proceeds, out
+            got = r.sh(f"cd {r.scratch} && md5sum d/*.txt")
+            assert got.split() == [
+                w for n, b in sorted(bodies.items()) for w in (hashlib.md5(b).hexdigest(), n)
+            ]
+    assert tuple(forms) == STREAM_FORMS[name]
+
+
+def test_X2_a_sandbox_without_gunzip_takes_the_chosen_gzip_stream_plain(
+    kept_containers: KeptContainers,
+) -> None:
+    """A GNU sandbox whose ``gzip`` is gone refuses the gzipped stream before reading it
+    (nothing staged) and the same restore sends it plain: restored, not refused.
+    Proves ``scratchbank.application.restore.SandboxTarget``."""
+    data, bodies = _form_bank(compressible=True)
+    with kept_containers.rig("docker-gnu") as r:
+        forms: list[str] = []
+        execute = r.sandbox.execute
+
+        def spy(exec_: Any) -> Any:
+            if exec_.args[:1] == ("stage",):
+                forms.append(exec_.args[3])
+            return execute(exec_)
+
+        r.sandbox.execute = spy  # type: ignore[method-assign]
+        gzip = r.sh("command -v gzip").strip()
+        r.sh(f"mv {gzip} {gzip}.gone")
+        try:
+            out = restore(data, r.sandbox)
+        finally:
+            r.sh(f"mv {gzip}.gone {gzip}")
+        assert out.proceeds, out
+        assert r.sh(f"cat {r.scratch}/d/0.txt").encode() == bodies["d/0.txt"]
+        assert r.beside() == "0"
+    assert forms == ["z", "raw"]
