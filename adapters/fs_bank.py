@@ -198,7 +198,8 @@ class FilesystemBankStore:
         local stamp costs no round trip, so ``named`` ones come with theirs too. Times
         are the filesystem's (issue 26): each object's mtime (set as its bytes were
         written, before the link; a later same-content put leaves it), and the listing's
-        ``now`` the mtime of a fresh file made in the same folder (``_now``)."""
+        ``now`` the mtime of a fresh file made at the store's root (``_now``: never in the
+        run's folder, which a ``sweep`` may be removing: a file made there mid-sweep failed it)."""
         folder = self.run_dir(run_id)
         found: list[StoredObject] = []
         now = None
@@ -208,7 +209,7 @@ class FilesystemBankStore:
                 found.append(StoredObject(None, legacy.stat().st_size))
             banks = folder / BANKS
             if banks.is_dir():
-                now = _now(banks)
+                now = _now(self.root)
             for path in sorted(banks.glob("*.tgz")) if banks.is_dir() else ():
                 name = f"{BANKS}/{path.name}"
                 try:
@@ -224,14 +225,19 @@ class FilesystemBankStore:
         return Listing(found, now)
 
 
-def _mtime(info: os.stat_result) -> datetime:
-    return datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+def _mtime(info: os.stat_result) -> datetime | None:
+    """The mtime as a time; None past what a datetime holds (a filesystem with 64-bit
+    times, an mtime set by hand: an object of unknown age, never a raw ValueError)."""
+    try:
+        return datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _now(folder: Path) -> datetime | None:
     """The filesystem's time now: the mtime it gives a file made in ``folder`` (the
-    objects' own clock: a shared mount's server, not this process). Named as a put's
-    temporary file, so one left by a crash goes with the next ``delete`` or ``sweep``.
+    objects' own clock: a shared mount's server, not this process), removed at once (one
+    left by a crash is three bytes at the root, named as a put's temporary file).
     None when no file can be made there (a read-only mount: no object gets an age)."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=".put-now-", suffix=".part", dir=folder)

@@ -16,16 +16,18 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
 import attrs
+import certifi
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream.ws_client import V5_CHANNEL_PROTOCOL, create_websocket
-from websocket import ABNF, WebSocketBadStatusException, WebSocketException
+from kubernetes.stream.ws_client import V4_CHANNEL_PROTOCOL, V5_CHANNEL_PROTOCOL, websocket_proxycare
+from websocket import ABNF, WebSocket, WebSocketBadStatusException, WebSocketException
 
 from scratchbank.application.ports import SandboxFacts
 from scratchbank.domain.errors import ConfigInvalid, ExecFailed, SandboxGone, StreamBroken
@@ -128,6 +130,7 @@ class KubernetesSandbox(ScriptedSandbox):
     ) -> None:
         self.api_client = tried_once(api_client or k8s.ApiClient())
         self.pod, self.namespace, self.container = pod, namespace, container
+        self.request_seconds = request_seconds
         self.admin_user = None
         try:
             found = k8s.CoreV1Api(self.api_client).read_namespaced_pod(
@@ -172,8 +175,8 @@ class KubernetesSandbox(ScriptedSandbox):
     def _open(self, argv: list[str], stdin: bool) -> Any:
         """The exec websocket; gone vs failed by the handshake's status."""
         try:
-            return create_websocket(  # type: ignore[no-untyped-call]
-                self.api_client.configuration, self._url(argv, stdin), headers=self._headers()
+            return _websocket(
+                self.api_client.configuration, self._url(argv, stdin), self._headers(), self.request_seconds
             )
         except WebSocketBadStatusException as error:
             if error.status_code == 404:
@@ -183,6 +186,37 @@ class KubernetesSandbox(ScriptedSandbox):
             raise ExecFailed(f"exec handshake failed ({error.status_code})") from None
         except (OSError, WebSocketException) as error:
             raise ExecFailed(f"cannot open the exec stream: {error}") from error
+
+
+def _websocket(configuration: Any, url: str, headers: dict[str, str], seconds: float) -> Any:
+    """``kubernetes.stream.ws_client.create_websocket`` with a deadline on its connect and
+    handshake (P8; found by attack: the library's has none, so an API server that accepts
+    and never answers held an exec for ever). The library's own options otherwise; once
+    open, the stream blocks as before (the exec pump's deadlines and ``_cut`` end it)."""
+    header = []
+    if "authorization" in headers:
+        header.append(f"authorization: {headers['authorization']}")
+    header.append(f"sec-websocket-protocol: {V5_CHANNEL_PROTOCOL},{V4_CHANNEL_PROTOCOL}")
+    ssl_opts: dict[str, Any]
+    if url.startswith("wss://") and configuration.verify_ssl:
+        ssl_opts = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": configuration.ssl_ca_cert or certifi.where()}
+        if configuration.assert_hostname is not None:
+            ssl_opts["check_hostname"] = configuration.assert_hostname
+    else:
+        ssl_opts = {"cert_reqs": ssl.CERT_NONE}
+    if configuration.cert_file:
+        ssl_opts["certfile"] = configuration.cert_file
+    if configuration.key_file:
+        ssl_opts["keyfile"] = configuration.key_file
+    if configuration.tls_server_name:
+        ssl_opts["server_hostname"] = configuration.tls_server_name
+    ws = WebSocket(sslopt=ssl_opts, skip_utf8_validation=False)
+    options: dict[str, Any] = {"header": header}
+    if configuration.proxy or configuration.proxy_headers:
+        options = websocket_proxycare(options, configuration, url, headers)  # type: ignore[no-untyped-call]
+    ws.connect(url, timeout=seconds, **options)  # type: ignore[no-untyped-call]
+    ws.settimeout(None)  # the open stream blocks as the library's did
+    return ws
 
 
 def _cut(ws: Any) -> None:

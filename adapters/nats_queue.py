@@ -76,18 +76,25 @@ class NatsConnection:
         self.js: JetStreamContext = self.nc.jetstream()
 
     async def _connect(self, name: str, seconds: float) -> Client:
-        connecting = nats.connect(
-            self.url,
-            name=name,
-            connect_timeout=min(5.0, seconds),
-            reconnect_time_wait=0.5,
-            max_reconnect_attempts=-1,
-            allow_reconnect=True,
+        client = Client()
+        options: dict[str, Any] = {  # the client's own annotations say int; it takes seconds
+            "connect_timeout": min(5.0, seconds),
+            "reconnect_time_wait": 0.5,
+        }
+        connecting = client.connect(
+            self.url, name=name, max_reconnect_attempts=-1, allow_reconnect=True, **options
         )
+        handed = False
         try:
-            return await asyncio.wait_for(connecting, seconds)  # cancelled and ended by then
+            await asyncio.wait_for(connecting, seconds)  # cancelled and ended by then
+            handed = True
+            return client
         except TimeoutError:
             raise ConnectionError(f"no server answered within {seconds:g} s") from None
+        finally:
+            if not handed:  # a socket a silent server accepted goes too (found by attack)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), 1.0)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT) -> T:
         """Run ``coro`` on the loop; every NATS failure becomes QueueUnavailable."""

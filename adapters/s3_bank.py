@@ -86,7 +86,12 @@ def s3_client(endpoint_url: str | None = None, *, in_flight: int = IN_FLIGHT, **
         read_timeout=READ_TIMEOUT,
         max_pool_connections=in_flight,
     )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config, **session)
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config, **session)
+    # botocore reads its paginator models at a client's first ``get_paginator`` (every listing
+    # of a store): 200 first listings at once each read and parsed them, ~13 ms apiece with
+    # the GIL held (issue 26). Read once here, before any call can race it.
+    client.can_paginate("list_objects_v2")
+    return client
 
 
 def _code(error: ClientError) -> str:
@@ -306,6 +311,8 @@ class S3BankStore:
                         )
         except (BotoCoreError, ClientError) as error:
             raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: {error}") from error
+        except ValueError as error:  # a page botocore cannot parse (a garbled LastModified)
+            raise BankReadFailed(f"listing s3://{self.bucket}/{folder}: unreadable page: {error}") from error
         return Listing(found, now)
 
     def _listed(self, run_id: str, rest: str, size: int, *, stamped: bool = True) -> StoredObject | None:
@@ -337,16 +344,19 @@ def _modified(obj: dict[str, Any]) -> datetime | None:
 
 def _date(page: dict[str, Any]) -> datetime | None:
     """The ``Date`` header of a listing's response: the store's time as it answered (RFC
-    7231 requires it of a server with a clock); None when absent or unreadable."""
+    7231 requires it of a server with a clock, in GMT); None when absent or unreadable:
+    a year past any calendar (OverflowError), or a zone it does not name as GMT or an
+    offset (``CET``, none, ``-0000``: read as UTC, a local time ahead of it would age a
+    young put; found by attack)."""
     headers = page.get("ResponseMetadata", {}).get("HTTPHeaders", {})
     raw = headers.get("date") if isinstance(headers, dict) else None
     if not isinstance(raw, str):
         return None
     try:
         at = parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return at if at.tzinfo is not None else None
 
 
 def _check_digest(archive: Path, sha256: str, where: str) -> None:

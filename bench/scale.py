@@ -154,11 +154,13 @@ class TreeCpu:
         self._thread.join()
 
 
-def server_roots() -> list[int]:
+def server_roots(
+    names: tuple[str, ...] = ("SCRATCHBANK_S3_ENDPOINT", "SCRATCHBANK_POSTGRES_URL"),
+) -> list[int]:
     """The S3 (moto) and PostgreSQL servers this bench talks to: the processes whose command
     line names the port of ``SCRATCHBANK_S3_ENDPOINT`` or ``SCRATCHBANK_POSTGRES_URL``."""
     ports = set()
-    for name in ("SCRATCHBANK_S3_ENDPOINT", "SCRATCHBANK_POSTGRES_URL"):
+    for name in names:
         with contextlib.suppress(ValueError):
             if port := urlparse(os.environ.get(name, "")).port:
                 ports.add(str(port))
@@ -190,18 +192,130 @@ def servers_seconds(roots: list[int]) -> float:
     return total
 
 
+def own_and_children() -> tuple[float, float, float]:
+    """(this process's own CPU s, its waited-for children's, user + system; our own system s)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, me.ru_stime
+
+
+class UtilTrace:
+    """Where a phase's cores went, sampled every ``EVERY`` s (issue 26, goal 3: "waits" or
+    the measurement?): our process's own CPU (Python's threads: one GIL, so at most one
+    core of Python at a time), its waited-for children's (tar, gzip), the S3 server's
+    and the machine's busy share, in ``SLICES`` equal slices of the wall time (the ramp
+    and the tail beside the middle) and over the middle 80% (``steady``); PostgreSQL's
+    (its backends: a scan of /proc) over the whole phase only. Each sample reads three
+    small files: a sampler that scanned /proc for the servers' trees every 0.25 s held
+    the GIL for a sixth of a phase's samples (py-spy) and starved itself."""
+
+    EVERY = 0.25
+    SLICES = 10
+
+    def __init__(self) -> None:
+        self.s3, self.pg = (
+            server_roots(("SCRATCHBANK_S3_ENDPOINT",)),
+            server_roots(("SCRATCHBANK_POSTGRES_URL",)),
+        )
+        self.pg0 = servers_seconds(self.pg) if self.pg else 0.0
+        self.rows: list[tuple[float, float, float, float, int, int, float, int]] = []
+        self._stop = threading.Event()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="util-trace", daemon=True)
+        self._thread.start()
+
+    def _s3_seconds(self) -> float:
+        total = 0.0
+        for pid in self.s3:  # moto: one process (its threads are in its own figures)
+            with contextlib.suppress(OSError, ValueError):
+                text = Path(f"/proc/{pid}/stat").read_text()
+                fields = text[text.rindex(")") + 2 :].split()
+                total += sum(int(x) for x in fields[11:15]) / TICKS
+        return total
+
+    def _sample(self) -> None:
+        own, kids, own_sys = own_and_children()
+        busy, total = machine_jiffies()
+        switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        self.rows.append((time.perf_counter(), own, kids, self._s3_seconds(), busy, total, own_sys, switches))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.EVERY):
+            self._sample()
+
+    def figures(self, cores: int, tail_from: float | None = None) -> dict[str, Any]:
+        """``tail_from``: seconds into the phase when its first run ended (``tail``: from
+        there to the end, the stretch in which the runs end; ``before_tail``: up to it)."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        rows, t0 = self.rows, self.rows[0][0]
+        wall = max(rows[-1][0] - t0, 1e-9)
+
+        def between(a: float, b: float) -> dict[str, Any]:
+            """Shares of the cores from the sample at or before ``a`` to the one at or after ``b``."""
+            first = max((r for r in rows if r[0] - t0 <= a), key=lambda r: r[0], default=rows[0])
+            last = min((r for r in rows if r[0] - t0 >= b), key=lambda r: r[0], default=rows[-1])
+            span = max(last[0] - first[0], 1e-9)
+            own, kids, s3 = (round((last[k] - first[k]) / span / cores, 3) for k in (1, 2, 3))
+            machine = round((last[4] - first[4]) / max(last[5] - first[5], 1), 3)
+            return {
+                "own": own,
+                "children": kids,
+                "s3": s3,
+                "machine": machine,
+                "samples": rows.index(last) - rows.index(first),
+            }
+
+        whole = between(0, wall)
+        first, last = rows[0], rows[-1]
+        return {
+            #: our process's own CPU per core (1 / cores: one core of Python, the GIL's ceiling)
+            "own_util": whole["own"],
+            #: of which in the kernel (thread switches, futexes: the GIL handed between threads)
+            "own_sys_util": round((last[6] - first[6]) / wall / cores, 3),
+            #: our threads' voluntary context switches per second (a wait for the GIL is one)
+            "own_switches_per_s": round((last[7] - first[7]) / wall),
+            "children_util": whole["children"],
+            "s3_util": whole["s3"],
+            "postgres_util": round(
+                ((servers_seconds(self.pg) if self.pg else 0.0) - self.pg0) / wall / cores, 3
+            ),
+            "steady": between(0.1 * wall, 0.9 * wall),
+            **(
+                {"before_tail": between(0, tail_from), "tail": between(tail_from, wall)}
+                if tail_from is not None and 0 < tail_from < wall
+                else {}
+            ),
+            "slices": [
+                between(i * wall / self.SLICES, (i + 1) * wall / self.SLICES) for i in range(self.SLICES)
+            ],
+        }
+
+
+def background(seconds: float = 0.5) -> float:
+    """The machine's busy share over ``seconds`` while this process waits (others' load,
+    the kernel's threads, the servers' idle ticks): what a phase's ``machine_util`` holds
+    that is not the phase's."""
+    busy0, total0 = machine_jiffies()
+    time.sleep(seconds)
+    busy1, total1 = machine_jiffies()
+    return round((busy1 - busy0) / max(total1 - total0, 1), 3)
+
+
 class CpuMeter:
     """CPU utilisation over a stretch of wall time: this process and its children per
     core (``tree``: also every descendant still running, from /proc), and the whole
-    machine's busy share (``figures``)."""
+    machine's busy share (``figures``); ``trace``: where the cores went over time
+    (``UtilTrace``)."""
 
-    def __init__(self, tree: bool = False) -> None:
+    def __init__(self, tree: bool = False, trace: bool = False) -> None:
         self.tree = TreeCpu() if tree else None
         self.servers = server_roots()
         self.servers0 = servers_seconds(self.servers)
+        self.trace = UtilTrace() if trace else None
         self.cpu0, self.jiffies0, self.t0 = cpu_seconds(), machine_jiffies(), time.perf_counter()
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self, tail_from: float | None = None) -> dict[str, Any]:
         wall = max(time.perf_counter() - self.t0, 1e-9)
         cores = os.cpu_count() or 1
         used = waited = cpu_seconds() - self.cpu0
@@ -221,6 +335,7 @@ class CpuMeter:
             #: the S3 and PostgreSQL servers' share of the cores (shared: others' calls count too)
             "servers_util": round((servers_seconds(self.servers) - self.servers0) / wall / cores, 3),
             "bound": bound,
+            **(self.trace.figures(cores, tail_from) if self.trace is not None else {}),
         }
 
 
@@ -334,7 +449,8 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
     for t in threads:
         t.start()
         sampler.watched.add(t.ident or 0)
-    meter, fds = CpuMeter(), FdPeak()
+    idle_before = background()  # the n threads wait at the barrier: the machine without this phase
+    meter, fds = CpuMeter(trace=True), FdPeak()
     if sample:
         sampler.__enter__()
     barrier.wait()  # the meters start before the work does (a slow meter's setup is not the work's)
@@ -352,7 +468,10 @@ def phase(n: int, work: Callable[[int], str], sample: bool = False) -> dict[str,
         "per_s": round(len(ok) / wall, 2),
         "p50_s": percentile(ok, 50),
         "p95_s": percentile(ok, 95),
-        **meter.figures(),
+        #: when the first run of the phase ended (the ramp: every run still in progress before)
+        "first_done_s": round(min(took), 3) if took else None,
+        **meter.figures(tail_from=min(took) if took else None),
+        "machine_background": idle_before,
         "errors": dict(Counter(e for e in ended if e != "ok")),
         "peak_fds": fds.peak,
         **({"samples": sampler.figures()} if sample else {}),
@@ -425,7 +544,12 @@ def child_runs(backend: str, n: int, files: int, kib: int, work: Path) -> dict[s
         seconds.clear()
         return got
 
-    timeline = Counted(timeline_url(backend, work, "runs"))
+    url = timeline_url(backend, work, "runs")
+    # SCRATCHBANK_SCALE_IN_FLIGHT sets the timeline's in-flight bound (ADR 0010; the store's
+    # default otherwise): the comparison of issue 26's goal 3, not the product's setting
+    if given := os.environ.get("SCRATCHBANK_SCALE_IN_FLIGHT"):
+        url += f"{'&' if '?' in url else '?'}in_flight={int(given)}"
+    timeline = Counted(url)
     service = ScratchService(timeline, bank_store(backend, work), snapshots=timeline)
     runs = [f"run-{i}" for i in range(n)]
     old, new = [], []
@@ -653,13 +777,32 @@ def runs_line(r: dict[str, Any]) -> str:
         return f"runs {r['backend']:8} N={r['n']:<4} FAILED {r['stderr'][-300:]}"
     t, s = r["teardown"], r["resume"]
     return (
-        f"runs {r['backend']:8} N={r['n']:<4} teardown {t['per_s']:6.1f}/s p50 {t['p50_s'] or 0:.2f} "
-        f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_util']:.2f} ({t['bound']}) | resume {s['per_s']:6.1f}/s "
-        f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
-        f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
-        f"peak {r['peak_mib']} MiB, {t.get('peak_fds')}/{s.get('peak_fds')} fds; store calls {r.get('store_call_errors') or {}}"
-    ) + "".join(
-        f"\n  failed: {reason[:1500]}" for seen in (r.get("failures") or {}).values() for reason in seen[:1]
+        (
+            f"runs {r['backend']:8} N={r['n']:<4} teardown {t['per_s']:6.1f}/s p50 {t['p50_s'] or 0:.2f} "
+            f"p95 {t['p95_s'] or 0:.2f} cpu {t['cpu_util']:.2f} ({t['bound']}) | resume {s['per_s']:6.1f}/s "
+            f"p50 {s['p50_s'] or 0:.2f} p95 {s['p95_s'] or 0:.2f} cpu {s['cpu_util']:.2f} ({s['bound']}) | "
+            f"errors {t['errors'] or {}} {s['errors'] or {}} false recorded {r['false_recorded']} "
+            f"peak {r['peak_mib']} MiB, {t.get('peak_fds')}/{s.get('peak_fds')} fds; store calls {r.get('store_call_errors') or {}}"
+        )
+        + "".join(
+            f"\n  {name}: own {p['own_util']:.2f} (sys {p.get('own_sys_util', 0):.2f}, "
+            f"{p.get('own_switches_per_s', 0)} switches/s) children {p['children_util']:.2f} s3 {p['s3_util']:.2f} "
+            f"postgres {p['postgres_util']:.2f} machine {p['machine_util']:.2f} (background "
+            f"{p.get('machine_background', 0):.2f}); steady own {p['steady']['own']:.2f} machine "
+            f"{p['steady']['machine']:.2f}; first done {p.get('first_done_s') or 0:.2f} s of {p['wall_s']:.2f}"
+            + (
+                f" (from then own {p['tail']['own']:.2f} s3 {p['tail']['s3']:.2f} machine {p['tail']['machine']:.2f})"
+                if "tail" in p
+                else ""
+            )
+            for name, p in (("teardown", t), ("resume", s))
+            if "own_util" in p
+        )
+        + "".join(
+            f"\n  failed: {reason[:1500]}"
+            for seen in (r.get("failures") or {}).values()
+            for reason in seen[:1]
+        )
     )
 
 

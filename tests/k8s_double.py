@@ -38,7 +38,7 @@ class Faults:
     # -- the pod lifecycle (issue 23) --
     pod_start: str = "run"  # run | image_pull | unschedulable | evicted | pending
     rbac: frozenset[tuple[str, str]] | None = None  # (resource, verb) allowed; None: all
-    stall_api: float = 0.0  # seconds every pod read, list and watch waits before answering
+    stall_api: float = 0.0  # seconds every pod read, list, watch and exec handshake waits before answering
     hold_exec: str | None = None  # the first exec whose command holds this text waits for `release`
     held: threading.Event = attrs.Factory(threading.Event)
     release: threading.Event = attrs.Factory(threading.Event)
@@ -209,6 +209,7 @@ class ApiDouble:
                 {"kind": "Status", "status": "Failure", "code": 400, "message": "container not running"},
                 status=400,
             )
+        await self._stall()  # the handshake answers nothing either
         offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
         protocols = (V4,) if self.faults.v4_only else (V5, V4)
         ws = web.WebSocketResponse(protocols=protocols, max_msg_size=FRAME_LIMIT)

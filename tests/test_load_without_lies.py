@@ -76,6 +76,26 @@ def test_the_s3_stores_client_keeps_a_connection_for_each_call_in_flight() -> No
         server.server_close()
 
 
+def test_the_s3_stores_client_lists_without_loading_botocores_paginators_at_the_call() -> None:
+    """The client comes with its paginators loaded: a listing loads no botocore model file (200
+    teardowns' first LISTs at once each loaded and parsed it, ~13 ms of the GIL apiece: issue 26)."""
+    from scratchbank.adapters.s3_bank import s3_client
+
+    client = s3_client(
+        "http://127.0.0.1:9", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    loaded: list[tuple[object, ...]] = []
+    load = client._loader.load_service_model
+
+    def counted(*args: object, **kwargs: object) -> object:
+        loaded.append(args)
+        return load(*args, **kwargs)
+
+    client._loader.load_service_model = counted
+    client.get_paginator("list_objects_v2")  # what every listing of a store calls first
+    assert loaded == []
+
+
 def test_an_s3_bank_urls_in_flight_sizes_its_client_and_a_bad_one_is_named() -> None:
     """``s3://bucket/prefix?in_flight=N`` (default 64): 0, negative, not a number, huge, twice
     or an unknown setting is CONFIG_INVALID naming it, no store built (issue 26)."""

@@ -10,6 +10,10 @@ the surface's own process makes the surface wait for its verdict (R11).
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -81,3 +85,29 @@ def test_an_unreachable_queue_is_named_at_its_connect_deadline_and_leaves_no_thr
         NatsConnection("nats://127.0.0.1:1", connect_seconds=0.5)
     assert time.monotonic() - started_at < 5.0  # the call's own timeout would be 5.5 s
     assert not [t.name for t in threading.enumerate() if t.ident not in before]
+
+
+def test_a_server_that_accepts_and_never_answers_leaks_no_descriptor_over_failed_connects() -> None:
+    """A NATS server that accepts TCP and never sends INFO: each first connect ends at its
+    deadline, and its socket goes with it (found by attack: one descriptor leaked per failed
+    connect, 40 after 40, still held after a collection). Proves ``scratchbank.adapters.nats_queue.NatsConnection``."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # until the test closes it
+            while True:
+                held.append(silent.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(QueueUnavailable):
+            NatsConnection(url, connect_seconds=0.2)
+    for peer in held:  # the server's ends (this process's too) are not the client's leak
+        peer.close()
+    gc.collect()
+    assert len(held) == 3 and len(os.listdir("/proc/self/fd")) <= before
+    silent.close()

@@ -10,8 +10,12 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
+import shutil
+import tempfile
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
@@ -72,6 +76,7 @@ from rigs.racing_processes import (
 from rigs.s3_buckets import STAMP, _src, new_bucket, s3_client
 from waiting import eventually
 
+from scratchbank.adapters import fs_bank
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.inprocess import InProcessLease
 from scratchbank.adapters.mcp_server import ask_seconds, consent_name, judge_consent
@@ -83,7 +88,7 @@ from scratchbank.application.resume import resume
 from scratchbank.application.service import ScratchService
 from scratchbank.application.teardown import bank_at_teardown
 from scratchbank.domain import ResumeRequest, errors, fold
-from scratchbank.domain.errors import BankGone, BankWriteFailed, TimelineUnreadable
+from scratchbank.domain.errors import BankGone, BankReadFailed, BankWriteFailed, TimelineUnreadable
 from scratchbank.domain.objects import BankStamp, StoredObject, listed_now, object_name, over_bound
 from scratchbank.domain.records import ScratchBanked
 from scratchbank.domain.resume_gate import decide_resume
@@ -651,6 +656,97 @@ def test_A17_s3_ages_come_from_the_listing_response_itself(s3_endpoint: str, tmp
     assert over_bound(listed, now, keep=0) == (found,)
 
 
+def _dated(store: S3BankStore, date: Callable[[str], str]) -> None:
+    """Every listing's ``Date`` header rewritten by ``date`` (a proxy or a server that garbles it)."""
+
+    def rewrite(parsed: dict[str, Any], **_: object) -> None:
+        headers = parsed["ResponseMetadata"]["HTTPHeaders"]
+        headers["date"] = date(headers["date"])
+
+    store.client.meta.events.register("after-call.s3.ListObjectsV2", rewrite)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_date_past_any_calendar_leaves_the_teardown_recorded(s3_endpoint: str) -> None:
+    """A LIST response whose ``Date`` has a year no datetime holds (found by attack: an
+    OverflowError out of the prune's listing crashed the teardown after its record): the
+    listing has no ``now``, nothing is aged. Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+    _dated(store, lambda _: "Wed, 02 Dec 99999999999999999999 15:00:00 GMT")
+    assert teardown(timeline, store, OLD).recorded
+    assert listed_now(store.objects(RUN)) is None
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_with_a_garbled_last_modified_is_a_named_read_failure(s3_endpoint: str) -> None:
+    """A LIST page whose ``LastModified`` no parser reads (found by attack: botocore's
+    ValueError came out of the prune raw and crashed the teardown after its record) is
+    BankReadFailed: the teardown records, its prune notes it, nothing is deleted.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    timeline, store = InMemoryTimeline(), s3_store(s3_endpoint)
+    timeline.append(RUN, [started()])
+
+    def garble(response_dict: dict[str, Any], **_: object) -> None:
+        body = response_dict["body"]
+        response_dict["body"] = re.sub(rb"<LastModified>[^<]*<", b"<LastModified>not a time<", body)
+
+    store.client.meta.events.register("before-parse.s3.ListObjectsV2", garble)
+    report = teardown(timeline, store, OLD)
+    assert report.recorded and any("could not list" in n for n in report.notes), report.notes
+    with pytest.raises(BankReadFailed):
+        store.objects(RUN)
+    store.client.meta.events.unregister("before-parse.s3.ListObjectsV2", garble)
+    assert_recorded_bank_fetchable_and_matching(timeline, store)
+
+
+def test_A17_a_bank_file_whose_mtime_no_calendar_holds_is_of_unknown_age() -> None:
+    """A files store on a filesystem that keeps 64-bit times (tmpfs, btrfs, XFS): an object
+    whose mtime is past year 9999 (found by attack: ``fromtimestamp``'s ValueError came out
+    of the prune's listing raw and crashed the next teardown) is listed with no age.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore.objects``."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no tmpfs at /dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="scratchbank-mtime-", dir="/dev/shm"))
+    try:
+        timeline, store = InMemoryTimeline(), FilesystemBankStore(root)
+        timeline.append(RUN, [started()])
+        assert teardown(timeline, store, OLD).recorded
+        [old] = store.objects(RUN)
+        assert old.name is not None
+        far = 10**13 * 10**9  # year ~318,000: tmpfs keeps it (ext4 clamps to 2446)
+        os.utime(store.path(RUN, old.name), ns=(far, far))
+        assert [o.stored_at for o in store.objects(RUN)] == [None]
+        assert teardown(timeline, store, NEW).recorded
+        assert_recorded_bank_fetchable_and_matching(timeline, store)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.s3
+def test_A17_a_listing_date_in_a_zone_it_does_not_name_ages_nothing(s3_endpoint: str, tmp_path: Path) -> None:
+    """A ``Date`` whose zone is not GMT or a numeric offset (``CET``, none at all) is not read
+    as UTC (found by attack: a server's local time an hour ahead of UTC made a just-put object
+    an hour old, chosen by the bound): such a listing has no ``now``.
+    Proves ``scratchbank.adapters.s3_bank.S3BankStore.objects``."""
+    store = s3_store(s3_endpoint)
+    path, digest = _src(tmp_path, b"young" * 40)
+    store.put(RUN, path, sha256=digest, stamp=STAMP)
+    zones = ["CET", ""]
+
+    def local(gmt: str) -> str:  # the server's time an hour ahead of UTC, its zone not said
+        ahead = parsedate_to_datetime(gmt) + timedelta(hours=1, minutes=1)
+        return f"{ahead.strftime('%a, %d %b %Y %H:%M:%S')} {zones[0]}".strip()
+
+    _dated(store, local)
+    while zones:
+        listed = store.objects(RUN)
+        assert listed_now(listed) is None, zones[0]
+        zones.pop(0)
+        assert over_bound(listed, listed_now(listed), keep=0) == ()
+
+
 @pytest.mark.s3
 def test_A17_a_store_that_ignores_if_none_match_never_says_its_put_created(
     s3_endpoint: str, tmp_path: Path
@@ -989,3 +1085,27 @@ def test_A16_postgres_racing_first_users_create_the_lock_table_once(postgres_url
     for t in threads:
         t.join(timeout=60)
     assert errors == []
+
+
+def test_A17_a_files_listing_makes_its_clock_file_outside_the_runs_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files store's listing reads the filesystem's time from a file it makes and removes
+    at once: at the store's root, never in the run's folder, which a ``sweep`` (a finished
+    run's) may be removing at that moment: a file made there mid-``rmtree`` failed the sweep.
+    Proves ``scratchbank.adapters.fs_bank.FilesystemBankStore.objects``."""
+    timeline, store = InMemoryTimeline(), FilesystemBankStore(tmp_path / "banks")
+    timeline.append(RUN, [started()])
+    assert teardown(timeline, store, OLD).recorded
+    made: list[Path] = []
+    real = fs_bank.tempfile.mkstemp
+
+    def spy(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        fd, name = real(*args, **kwargs)
+        made.append(Path(name))
+        return fd, name
+
+    monkeypatch.setattr(fs_bank.tempfile, "mkstemp", spy)
+    listing = store.objects(RUN)
+    assert listing.now is not None and made
+    assert not [p for p in made if p.is_relative_to(store.run_dir(RUN))], made

@@ -65,6 +65,7 @@ from scratchbank.adapters.nats_queue import NatsDeliveryQueue
 from scratchbank.adapters.reference_engine import ReferenceEngine
 from scratchbank.adapters.runner_process import configure, parse
 from scratchbank.adapters.runner_settings import runner_config
+from scratchbank.adapters.scripted import Exec
 from scratchbank.application.runner import Handled, Runner, RunnerSettings, Verdicts
 from scratchbank.domain.errors import (
     ConfigInvalid,
@@ -489,7 +490,8 @@ def test_P7_a_runner_killed_mid_teardown_is_taken_over_and_its_pod_swept(
 
 @pytest.mark.docker
 def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
-    """An API server that stops answering reads: the watch, the list and the pod read each
+    """An API server that stops answering reads: the watch, the list, the pod read and the exec
+    handshake each
     end by name at their deadline, never hang, and each is asked once (urllib3's own retries
     would make a 1 s deadline a 4 s wait); nothing is left behind.
     Proves ``scratchbank.adapters.k8s_sandbox.tried_once``."""
@@ -497,8 +499,11 @@ def test_P8_every_api_call_has_a_deadline(double: ApiDouble) -> None:
         api(double), namespace=NS, template=TEMPLATE, scratch=SCRATCH, request_seconds=1.0, start_seconds=2.0
     )
     box = provider(double).start("run-1")  # a start that may take its time on a loaded machine
+    near = KubernetesSandbox(box.pod, namespace=NS, api_client=api(double), request_seconds=1.0)  # type: ignore[attr-defined]
     pods = f"GET /api/v1/namespaces/{NS}/pods"
     double.faults.stall_api = 10.0
+    with pytest.raises(ExecFailed):  # found by attack: the exec handshake had no deadline at all
+        near.execute(Exec("true"))
     double.log.clear()
     with pytest.raises(PodStartTimeout):
         p.start("run-2")  # created, then the watch answers nothing
