@@ -164,16 +164,20 @@ class SandboxTarget:
         cancel: Cancel | None = None,
     ) -> RestoreAttempt:
         level = self.level_for(bank)
-        attempt = _into_sandbox(
-            run_id,
-            bank,
-            self.sandbox,
-            store=store,
-            cap=cap,
-            progress=progress,
-            gzip_level=level,
-            cancel=cancel,
-        )
+
+        def attempt_at(gzip_level: int | None) -> RestoreAttempt:
+            return _into_sandbox(
+                run_id,
+                bank,
+                self.sandbox,
+                store=store,
+                cap=cap,
+                progress=progress,
+                gzip_level=gzip_level,
+                cancel=cancel,
+            )
+
+        attempt = attempt_at(level)
         if (
             level is not None
             and isinstance(self.gzip_level, Choose)
@@ -182,16 +186,7 @@ class SandboxTarget:
         ):
             # The sandbox refused the gzipped stream before reading it or making anything
             # (restore.sh's probe): the chosen form falls back to a plain tar, once.
-            attempt = _into_sandbox(
-                run_id,
-                bank,
-                self.sandbox,
-                store=store,
-                cap=cap,
-                progress=progress,
-                gzip_level=None,
-                cancel=cancel,
-            )
+            attempt = attempt_at(None)
         return attempt
 
     def level_for(self, bank: Bank) -> int | None:

@@ -795,6 +795,20 @@ def _form_bank(compressible: bool) -> tuple[bytes, dict[str, bytes]]:
     return gz(raw + end()), bodies
 
 
+def _stream_forms(sandbox: Any) -> list[str]:
+    """The form (``z`` or ``raw``) of every restore stream ``sandbox`` stages from now on."""
+    forms: list[str] = []
+    execute = sandbox.execute
+
+    def spy(exec_: Any) -> Any:
+        if exec_.args[:1] == ("stage",):
+            forms.append(exec_.args[3])
+        return execute(exec_)
+
+    sandbox.execute = spy
+    return forms
+
+
 @pytest.mark.parametrize("name", sorted(STREAM_FORMS))
 def test_X2_the_restore_stream_form_is_chosen_per_engine_and_bank(
     name: str, kept_containers: KeptContainers
@@ -803,15 +817,7 @@ def test_X2_the_restore_stream_form_is_chosen_per_engine_and_bank(
     form measured for it (ADR 0003), and both restore byte for byte.
     Proves ``scratchbank.application.restore.stream_gzip_level``."""
     with kept_containers.rig(name) as r:
-        forms: list[str] = []
-        execute = r.sandbox.execute
-
-        def spy(exec_: Any) -> Any:
-            if exec_.args[:1] == ("stage",):
-                forms.append(exec_.args[3])
-            return execute(exec_)
-
-        r.sandbox.execute = spy  # type: ignore[method-assign]
+        forms = _stream_forms(r.sandbox)
         for compressible in (True, False):
             data, bodies = _form_bank(compressible)
             out = restore(data, r.sandbox)
@@ -831,15 +837,7 @@ def test_X2_a_sandbox_without_gunzip_takes_the_chosen_gzip_stream_plain(
     Proves ``scratchbank.application.restore.SandboxTarget``."""
     data, bodies = _form_bank(compressible=True)
     with kept_containers.rig("docker-gnu") as r:
-        forms: list[str] = []
-        execute = r.sandbox.execute
-
-        def spy(exec_: Any) -> Any:
-            if exec_.args[:1] == ("stage",):
-                forms.append(exec_.args[3])
-            return execute(exec_)
-
-        r.sandbox.execute = spy  # type: ignore[method-assign]
+        forms = _stream_forms(r.sandbox)
         gzip = r.sh("command -v gzip").strip()
         r.sh(f"mv {gzip} {gzip}.gone")
         try:
