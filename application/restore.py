@@ -82,7 +82,7 @@ CHOSEN = Choose.BY_ENGINE_AND_BANK
 #: deflate and the sandbox's inflate, and only on a bank that compresses. The local
 #: sandbox (a pipe) stays plain: 18 MiB / 2,901 files, 5 interleaved runs, plain 6.1 s
 #: median, gzip level 1 7.2 s. A caller may force a form (``gzip_level`` an int or None).
-GZIP_BELOW: dict[str, float] = {"docker": 0.7, "kubernetes": 0.8}
+GZIP_BELOW: dict[str, float] = {"docker": 0.6, "kubernetes": 0.8}
 
 
 #: restore.sh's words for a sandbox that cannot inflate a gzipped stream (it exits 20

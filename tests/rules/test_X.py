@@ -267,8 +267,8 @@ def test_X3_T6_a_hold_recorded_while_banking_is_honoured_at_the_record() -> None
 @pytest.mark.parametrize(
     ("engine", "stored", "files", "level"),
     [
-        ("docker", 70, 100, 1),  # at the engine's bound: gzip
-        ("docker", 71, 100, None),  # past it: plain
+        ("docker", 60, 100, 1),  # at the engine's bound: gzip
+        ("docker", 61, 100, None),  # past it: plain
         ("kubernetes", 80, 100, 1),
         ("kubernetes", 95, 100, None),  # an incompressible bank (the 1 GB tree)
         ("podman", 10, 100, None),  # plain whatever the bank
