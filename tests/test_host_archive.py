@@ -50,3 +50,61 @@ def test_a_lane_that_failed_keeps_draining_and_keeps_its_first_error() -> None:
     lane.close()
     assert seen == [b"0"]
     assert str(lane.error) == "failed on b'0'"
+
+
+def test_an_archive_under_one_batch_is_worked_in_the_callers_thread(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A small bank (the usual scratch) starts no lane thread: the one batch is compressed,
+    hashed, written and checked at ``finish``, with the same facts a laned archive has; a
+    larger one still starts both lanes."""
+    import gzip
+    import hashlib
+    import threading
+
+    from scratchbank.application.bank_format import host_archive
+
+    started: list[str] = []
+
+    class Counted(threading.Thread):
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+
+    monkeypatch.setattr(host_archive.threading, "Thread", Counted)
+    small = raw_tar(files=3)
+    assert len(small) < BATCH
+    facts = HostArchive(tmp_path / "s.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30)
+    facts.write(small)
+    done = facts.finish()
+    stored = (tmp_path / "s.tgz").read_bytes()
+    assert started == []
+    assert gzip.decompress(stored) == small
+    assert (done.bytes, done.sha256) == (len(stored), hashlib.sha256(stored).hexdigest())
+    assert done.manifest is not None and done.manifest.entries == 3 and done.refused == ""
+
+    big = HostArchive(tmp_path / "b.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30)
+    big.write(raw_tar()[: 2 * BATCH])
+    big.close()
+    assert sorted(started) == ["bank-check", "bank-store"]
+
+
+def test_a_failed_inline_batch_is_named_as_a_failed_lane_is(tmp_path: Path) -> None:
+    """The caller's-thread path keeps the lanes' contract: the host's failure to keep the
+    bank (here its compressor fails) is HostArchiveFailed, never a raw error."""
+    import pytest
+
+    from scratchbank.domain.errors import HostArchiveFailed
+
+    class Failing:
+        def open(self) -> Failing:
+            return self
+
+        def compress(self, data: bytes) -> bytes:
+            raise OSError("no space left on device")
+
+        def flush(self) -> bytes:
+            return b""
+
+    sink = HostArchive(tmp_path / "x.tgz", gzipped_input=False, gzip_level=1, cap=1 << 30, codec=Failing())  # type: ignore[arg-type]
+    sink.write(raw_tar(files=2))
+    with pytest.raises(HostArchiveFailed, match="no space left on device"):
+        sink.finish()

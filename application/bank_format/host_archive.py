@@ -2,7 +2,8 @@
 
 The sandbox streams a tar (or a tar.gz) into this sink. Its ``write`` only gathers the
 bytes into 1 MiB batches and hands each batch to two lanes, each a thread of its own
-behind a short bounded queue, so neither holds the transport up:
+behind a short bounded queue, so neither holds the transport up (an archive under one
+batch is worked at ``finish``, in the caller's thread: no thread for a small bank):
 
 - the store lane compresses the batch when it came raw (ISA-L or zlib, see
   gzip_codec), hashes what will be stored (SHA-256) and writes it to a host temporary
@@ -52,30 +53,43 @@ class ArchiveFacts:
 class Lane:
     """A worker thread fed batches through a bounded queue; it keeps the first error.
 
-    After an error it goes on draining (so a producer never blocks on it) but does no
-    more work. ``close`` waits for every batch queued before it.
+    The thread starts with the first batch ``put``: an archive that fits in one batch never
+    needs it (``finish`` hands that batch to ``do``, in the caller's thread: a small bank
+    costs no thread). After an error it goes on draining (so a producer never blocks on it)
+    but does no more work. ``close`` waits for every batch queued before it.
     """
 
     def __init__(self, name: str, work: Callable[[bytes], None]) -> None:
+        self._name = name
         self._work = work
-        self._queue: queue.Queue[bytes | None] = queue.Queue(DEPTH)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(DEPTH)  # its thread's inbox
+        self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def put(self, batch: bytes) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put(batch)
+
+    def do(self, batch: bytes) -> None:
+        """The batch's work in the caller's thread (the lane's thread never started)."""
+        if self.error is None:
+            try:
+                self._work(batch)
+            except BaseException as error:  # kept for finish(), as the thread keeps it
+                self.error = error
 
     def _run(self) -> None:
         while (batch := self._queue.get()) is not None:
-            if self.error is None:
-                try:
-                    self._work(batch)
-                except BaseException as error:  # kept for finish(); the lane keeps draining
-                    self.error = error
-
-    def put(self, batch: bytes) -> None:
-        self._queue.put(batch)
+            self.do(batch)
 
     def close(self) -> None:
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
 
@@ -187,7 +201,12 @@ class HostArchive:
 
     def finish(self) -> ArchiveFacts:
         """Wait for both lanes; raise HostArchiveFailed if the host could not keep the bank."""
-        if self._pending:
+        if self._pending and not self._lanes[0].started:
+            batch = b"".join(self._pending)  # the whole archive, under one batch: no thread
+            self._pending, self._pending_bytes = [], 0
+            for lane in self._lanes:
+                lane.do(batch)
+        elif self._pending:
             self._send()
         self._stop_lanes()
         try:
