@@ -16,8 +16,10 @@ the most) until it is placed.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,28 @@ if __name__ == "__main__":
     import sys
 
     print("\n".join(files_of(sys.argv[1], Path(__file__).resolve().parents[1])))
+
+
+#: ``SCRATCHBANK_TEST_TIMELINE=FILE``: each test's worker, start and end (the monotonic clock, s) and
+#: id appended to FILE, one line a test: where a parallel run's time went (collection, the
+#: tail, a worker idle). Measurement only; nothing reads it back.
+_TIMELINE = os.environ.get("SCRATCHBANK_TEST_TIMELINE", "")
+_STARTED: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    if _TIMELINE:
+        _STARTED[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    if _TIMELINE and nodeid in _STARTED:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(_TIMELINE, "a") as out:
+            out.write(f"{worker}\t{_STARTED.pop(nodeid):.3f}\t{time.monotonic():.3f}\t{nodeid}\n")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _TIMELINE and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(_TIMELINE, "a") as out:
+            out.write(f"session\t{time.monotonic():.3f}\t{time.monotonic():.3f}\t-\n")
