@@ -84,6 +84,7 @@ class ApiDouble:
         self.kubelets: set[asyncio.Future[None]] = set()
         self.closing = asyncio.Event()  # set when the double stops: a stalled answer ends then
         self.created: list[dict[str, Any]] = []  # every pod created through the API, as sent
+        self.containers: list[str] = []  # every container a kubelet started, by id
 
     async def _stall(self) -> None:
         """The stall fault: answer nothing for ``stall_api`` seconds, or until the double
@@ -372,11 +373,11 @@ class ApiDouble:
         elif how == "image_pull":
             pod.waiting, pod.message = "ErrImagePull", "pull access denied for the image"
         else:
-            await self._run_container(pod)
+            await self._run_container(ns, pod)
         if self.pods.get((ns, pod.name)) is pod:
             self._changed("MODIFIED", ns, pod)
 
-    async def _run_container(self, pod: Pod) -> None:
+    async def _run_container(self, ns: str, pod: Pod) -> None:
         assert pod.manifest is not None
         spec = pod.manifest.get("spec", {})
         container = spec["containers"][0]
@@ -396,6 +397,12 @@ class ApiDouble:
             pod.waiting, pod.message = "ErrImagePull", err.decode(errors="replace")[:300]
             return
         pod.container_id = out.decode().strip()
+        self.containers.append(pod.container_id)
+        if (ns, pod.name) not in self.pods or self.pods[(ns, pod.name)] is not pod:
+            # deleted while its container started (a start given up at once): no one else
+            # will remove it (_remove found no container yet)
+            await (await asyncio.create_subprocess_exec("docker", "rm", "-f", pod.container_id)).wait()
+            return
         if pod.phase == "Pending":
             pod.phase = "Running"
 
@@ -579,6 +586,12 @@ def _selected(body: dict[str, Any], selector: dict[str, str]) -> bool:
     return True
 
 
+async def _settled(kubelets: set[asyncio.Future[None]]) -> None:
+    """Wait for the kubelets still starting a container (each ``docker run`` ends)."""
+    if kubelets:
+        await asyncio.wait(list(kubelets), timeout=110)
+
+
 def _remove_containers(ids: list[str]) -> None:
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=60, check=False)
@@ -638,6 +651,10 @@ def running_double() -> Iterator[ApiDouble]:
         yield double
     finally:
         double.faults.release.set()
+        # Every kubelet's `docker run` ended first: a pod created just before the end (a
+        # start refused on a missing permission) got its container after the removal
+        # below and was left running (one busybox container left by every suite run).
+        asyncio.run_coroutine_threadsafe(_settled(double.kubelets), loop).result(120)
         # Pods first: an exec a client cut at its deadline still runs there, and the
         # server's cleanup waits for its handler to end.
         for pod in double.pods.values():

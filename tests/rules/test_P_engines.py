@@ -322,6 +322,28 @@ def test_P4_each_permission_is_needed_and_its_lack_is_named(
 
 
 @pytest.mark.docker
+def test_P4_a_pod_whose_start_is_refused_leaves_no_container_once_the_double_ends(docker_url: str) -> None:
+    """The start stops at the missing watch permission just after the pod was created (and
+    deletes it), while the double's kubelet still starts its container: once the double has
+    ended, no container it started is left (one was left running by every suite run, before
+    the kubelet removed a container whose pod went while it started, and the double's end
+    waited for its kubelets). Proves ``scratchbank.adapters.k8s_provider.KubernetesSandboxProvider``."""
+    with running_double() as d:
+        d.faults.rbac = NEEDS - {("pods", "watch")}
+        with pytest.raises(ScratchbankError):
+            provider(d).start("run-1")
+    assert d.created and d.containers, "the kubelet never started the pod's container"
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--no-trunc", *(f"--filter=id={c}" for c in d.containers)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert left.stdout.strip() == "", f"the double left its containers {left.stdout.split()}"
+
+
+@pytest.mark.docker
 def test_P5_kubectl_sees_the_runs_pods_by_label_and_deletes_one(double: ApiDouble) -> None:
     """An operator's `kubectl get -l` lists what the provider labelled; `kubectl delete`
     removes it, and the provider's own delete after that is no error.
