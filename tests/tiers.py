@@ -198,26 +198,38 @@ if __name__ == "__main__":
     print("\n".join(files_of(sys.argv[1], Path(__file__).resolve().parents[1])))
 
 
-#: ``SCRATCHBANK_TEST_TIMELINE=FILE``: each test's worker, start and end (the monotonic clock, s) and
-#: id appended to FILE, one line a test: where a parallel run's time went (collection, the
-#: tail, a worker idle). Measurement only; nothing reads it back.
+#: ``SCRATCHBANK_TEST_TIMELINE=FILE``: each test's worker, start and end (the monotonic clock,
+#: s), the CPU seconds its worker process spent meanwhile (every thread of it) and those of
+#: the child processes it waited for, and its id, appended to FILE, one line a test: where a
+#: parallel run's time and CPU went (collection, the tail, a worker idle, the costliest tests).
+#: Measurement only; nothing reads it back.
 _TIMELINE = os.environ.get("SCRATCHBANK_TEST_TIMELINE", "")
-_STARTED: dict[str, float] = {}
+_STARTED: dict[str, tuple[float, float, float]] = {}
+
+
+def _children_cpu() -> float:
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
     if _TIMELINE:
-        _STARTED[nodeid] = time.monotonic()
+        _STARTED[nodeid] = (time.monotonic(), time.process_time(), _children_cpu())
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     if _TIMELINE and nodeid in _STARTED:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        start, cpu, children = _STARTED.pop(nodeid)
+        used, waited = time.process_time() - cpu, _children_cpu() - children
         with open(_TIMELINE, "a") as out:
-            out.write(f"{worker}\t{_STARTED.pop(nodeid):.3f}\t{time.monotonic():.3f}\t{nodeid}\n")
+            out.write(f"{worker}\t{start:.3f}\t{time.monotonic():.3f}\t{used:.3f}\t{waited:.3f}\t{nodeid}\n")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _TIMELINE and "PYTEST_XDIST_WORKER" not in os.environ:
+        now = time.monotonic()
         with open(_TIMELINE, "a") as out:
-            out.write(f"session\t{time.monotonic():.3f}\t{time.monotonic():.3f}\t-\n")
+            out.write(f"session\t{now:.3f}\t{now:.3f}\t0\t0\t-\n")
