@@ -15,8 +15,9 @@ the one boundary where any exception raised while parsing becomes a named refusa
 (UnreadableArchive), at bank time and at restore time alike; a failure of what
 consumes the parsed stream (``on_member``/``on_data``) passes through as it is.
 
-The accepted members go to a MemberLog on disk (spill_log.py): the manifest (path,
-type, size) recorded with a bank and checked against the restored tree.
+The accepted members go to a MemberLog (spill_log.py: in memory for a small bank, on disk
+past one batch): the manifest (path, type, size) recorded with a bank and checked against
+the restored tree.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ class TarReader:
             raise refuse("no end-of-archive marker (truncated)")
         if any(self._buf[self._pos :]):
             raise refuse("trailing data after the end-of-archive marker")
-        self.log.flush()
+        self.log.finish()
         if self.limits.host_directory:
             escaping = first_escaping_link(self.log)
             if escaping is not None:

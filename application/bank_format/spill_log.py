@@ -94,6 +94,11 @@ def _s(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _utf8(line: str) -> bytes:
+    """A manifest line as the database stores TEXT (and orders it: by these bytes)."""
+    return line.encode("utf-8", "surrogatepass")
+
+
 #: The default temp-disk budget of a member log: a legitimate bank of a million files
 #: with long paths (~200 bytes each) takes ~700 MB; 2 GiB leaves room for twice that.
 DEFAULT_BUDGET = 2 << 30
@@ -117,7 +122,9 @@ _Row = tuple[int, bytes, bytes, str, int, int, int, bytes, str]
 
 
 class MemberLog:
-    """Accepted members, in order, on disk. Iterating yields them as ``Member``.
+    """Accepted members, in order: in memory until a first batch of ``BATCH`` rows lands, on
+    disk from then on (a small bank's log never opens a database). Iterating yields them as
+    ``Member``.
 
     Writes are batched (``BATCH`` rows per ``executemany``, looked up in memory until
     then). A conflict is raised as PathTaken by ``add`` itself: with the pending batch
@@ -129,18 +136,12 @@ class MemberLog:
     BATCH = 2048
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
-        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
-        self._db.execute("PRAGMA cache_size = -4096")
-        self._db.execute("PRAGMA temp_store = FILE")
-        self._db.execute("PRAGMA journal_mode = OFF")  # a private, throwaway database: never rolled back
-        self._db.execute("PRAGMA synchronous = OFF")
+        self._db: sqlite3.Connection | None = None  # opened when the first batch lands (``flush``)
         self.budget = budget
         self._filter = bytearray()  # built when the first batch lands (``flush``): issue 26
         self._mask, self._marks = _FILTER_BITS - 1, 0
         self._indexed: set[str] = set()
-        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
-        self._db.executescript(_SCHEMA)
-        self._db.execute("BEGIN")
+        self._page_size = 0
         self._pending: dict[bytes, _Row] = {}
         self._salt = secrets.token_bytes(16)
         self._hasher = hashlib.blake2b(digest_size=16, key=self._salt)  # copied per key
@@ -148,8 +149,24 @@ class MemberLog:
         self._seq = 0
         self.count = 0
 
+    def _open(self) -> sqlite3.Connection:
+        """The log's database, opened at the first batch that lands: a log that never holds
+        ``BATCH`` rows (a small bank's) keeps them in memory and opens none (~0.3 ms)."""
+        if self._db is None:
+            db = sqlite3.connect("", isolation_level=None, check_same_thread=False)  # one user at a time
+            db.execute("PRAGMA cache_size = -4096")
+            db.execute("PRAGMA temp_store = FILE")
+            db.execute("PRAGMA journal_mode = OFF")  # a private, throwaway database: never rolled back
+            db.execute("PRAGMA synchronous = OFF")
+            self._page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+            db.executescript(_SCHEMA)
+            db.execute("BEGIN")
+            self._db = db
+        return self._db
+
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
     # -- writing --------------------------------------------------------------------------
     def add(self, m: Member) -> None:
@@ -174,10 +191,13 @@ class MemberLog:
         if held is not None and not (held[0] == IMPLICIT and m.type == DIR):
             raise PathTaken(m.path, held[0])
         self._seq += 1
+        size, link = m.size, _b(m.linkname)
         if held is None:
             self._mark(key)
+        else:  # an implicit parent arriving as a directory keeps its size and link, pending or
+            size, link = held[1], held[2]  # landed alike (the upsert sets neither)
         path = b"" if m.type == IMPLICIT else _b(m.path)
-        self._pending[key] = (self._seq, key, path, m.type, m.size, m.mode, m.mtime, _b(m.linkname), line)
+        self._pending[key] = (self._seq, key, path, m.type, size, m.mode, m.mtime, link, line)
         if len(self._pending) >= self.BATCH:
             self.flush()
 
@@ -194,14 +214,28 @@ class MemberLog:
             for row in rows:
                 self._mark(row[1])
         self._landed = True
-        before = self._db.total_changes
-        self._db.executemany(_UPSERT, rows)
-        if self._db.total_changes - before != len(rows):
+        db = self._open()
+        before = db.total_changes
+        db.executemany(_UPSERT, rows)
+        if db.total_changes - before != len(rows):
             self._conflict(rows)
         self._check_budget(self.budget)
 
+    def finish(self) -> None:
+        """The stream ended: what is pending lands if a batch landed before (as ``flush``);
+        a log that never landed keeps its rows in memory (each was checked as it came)."""
+        if self._landed:
+            self.flush()
+
+    def _in_memory(self) -> list[_Row] | None:
+        """Every row, in order (``seq``), when none has landed: the reads below answer from
+        them as the database would (``None`` once a batch landed: they read the database)."""
+        return None if self._landed else sorted(self._pending.values())
+
     def disk_bytes(self) -> int:
-        """The size of the log's database (what it takes on the temp disk)."""
+        """The size of the log's database (what it takes on the temp disk; none yet: 0)."""
+        if self._db is None:
+            return 0
         return int(self._db.execute("PRAGMA page_count").fetchone()[0]) * self._page_size
 
     def _check_budget(self, budget: int) -> None:
@@ -211,7 +245,7 @@ class MemberLog:
 
     def _conflict(self, rows: list[_Row]) -> None:
         for row in rows:
-            found = self._db.execute("SELECT seq, type FROM members WHERE key = ?", (row[1],)).fetchone()
+            found = self._open().execute("SELECT seq, type FROM members WHERE key = ?", (row[1],)).fetchone()
             if found is not None and found[0] != row[0]:
                 raise PathTaken(_s(row[2]), str(found[1]))
 
@@ -230,7 +264,7 @@ class MemberLog:
         pending) marked again: three rebuilds on the way to a million rows, ~0.5 M keys re-read."""
         bits = min(_FILTER_BITS, (self._mask + 1) * 16)
         self._filter, self._mask, self._marks = bytearray(bits // 8), bits - 1, 0
-        for (key,) in self._db.execute("SELECT key FROM members"):
+        for (key,) in self._open().execute("SELECT key FROM members"):
             self._mark(bytes(key))
         for key in self._pending:
             self._mark(key)
@@ -242,7 +276,7 @@ class MemberLog:
     def _index_lines(self, *tables: str) -> None:
         for table in tables:
             if table not in self._indexed:
-                self._db.execute(_LINE_INDEXES[table])
+                self._open().execute(_LINE_INDEXES[table])
                 self._indexed.add(table)
                 self._check_budget(2 * self.budget)
 
@@ -256,7 +290,7 @@ class MemberLog:
             return held[3], held[4], held[7]
         if not self._landed or not self._may_hold(key):
             return None
-        found = self._db.execute("SELECT type, size, link FROM members WHERE key = ?", (key,)).fetchone()
+        found = self._open().execute("SELECT type, size, link FROM members WHERE key = ?", (key,)).fetchone()
         return None if found is None else (str(found[0]), int(found[1]), bytes(found[2]))
 
     def kind(self, path: str) -> str | None:
@@ -281,8 +315,15 @@ class MemberLog:
         return line_of(m.path, m.type, m.size if m.type == FILE else 0)
 
     def __iter__(self) -> Iterator[Member]:
-        self.flush()
-        rows = self._db.execute("SELECT path, type, size, mode, mtime, link FROM members ORDER BY seq")
+        held = self._in_memory()
+        rows: Iterable[tuple[bytes, str, int, int, int, bytes]]
+        if held is not None:
+            rows = [(r[2], r[3], r[4], r[5], r[6], r[7]) for r in held]
+        else:
+            self.flush()
+            rows = self._open().execute(
+                "SELECT path, type, size, mode, mtime, link FROM members ORDER BY seq"
+            )
         for path, kind, size, mode, mtime, link in rows:
             if kind not in (FIFO, IMPLICIT):
                 yield Member(_s(path), kind, size, mode, mtime, _s(link))
@@ -291,18 +332,30 @@ class MemberLog:
         """Members of one kind (not IMPLICIT: their paths are not kept)."""
         if kind == IMPLICIT:
             raise ValueError("implicit parents are kept by key only")
-        self.flush()
-        order = "path DESC" if deepest_first else "seq"
-        rows = self._db.execute(
-            f"SELECT path, size, mode, mtime, link FROM members WHERE type = ? ORDER BY {order}", (kind,)
-        )
+        held = self._in_memory()
+        rows: Iterable[tuple[bytes, int, int, int, bytes]]
+        if held is not None:
+            chosen = [r for r in held if r[3] == kind]
+            if deepest_first:
+                chosen.sort(key=lambda r: r[2], reverse=True)  # as the database's path DESC: bytes
+            rows = [(r[2], r[4], r[5], r[6], r[7]) for r in chosen]
+        else:
+            self.flush()
+            order = "path DESC" if deepest_first else "seq"
+            rows = self._open().execute(
+                f"SELECT path, size, mode, mtime, link FROM members WHERE type = ? ORDER BY {order}", (kind,)
+            )
         for path, size, mode, mtime, link in rows:
             yield Member(_s(path), kind, size, mode, mtime, _s(link))
 
     def lines(self) -> Iterator[str]:
+        held = self._in_memory()
+        if held is not None:  # in the database's order of TEXT: its UTF-8 bytes
+            yield from sorted((r[8] for r in held if r[8] != ""), key=_utf8)
+            return
         self.flush()
         self._index_lines("members")
-        for (line,) in self._db.execute("SELECT line FROM members WHERE line != '' ORDER BY line"):
+        for (line,) in self._open().execute("SELECT line FROM members WHERE line != '' ORDER BY line"):
             yield str(line)
 
     def manifest(self) -> Manifest:
@@ -312,16 +365,24 @@ class MemberLog:
             digest.update(b"\n" if entries else b"")
             digest.update(line.encode("ascii"))
             entries += 1
-        row = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM members WHERE type = 'file'").fetchone()
+        held = self._in_memory()
+        if held is not None:
+            return Manifest(entries, sum(r[4] for r in held if r[3] == FILE), digest.hexdigest())
+        files = "SELECT COALESCE(SUM(size), 0) FROM members WHERE type = 'file'"
+        row = self._open().execute(files).fetchone()
         return Manifest(entries, int(row[0]), digest.hexdigest())
 
     # -- the restored tree, compared with the manifest (listing.py) ----------------------
     def sorted_lines(self) -> Iterator[bytes]:
         """The manifest lines as bytes, in byte order (its index): one side of the merge
         that compares a restored tree's sorted listing with the manifest."""
+        held = self._in_memory()
+        if held is not None:
+            yield from sorted(_utf8(r[8]) for r in held if r[8] != "")
+            return
         self.flush()
         self._index_lines("members")
-        rows = self._db.execute("SELECT CAST(line AS BLOB) FROM members WHERE line != '' ORDER BY line")
+        rows = self._open().execute("SELECT CAST(line AS BLOB) FROM members WHERE line != '' ORDER BY line")
         while batch := rows.fetchmany(4096):
             yield from [row[0] for row in batch]
 

@@ -1490,3 +1490,109 @@ def test_X5_a_cut_ends_a_docker_exec_read_blocked_mid_frame_at_once() -> None:
             assert not reader.is_alive(), "the cut did not end the blocked read"
             running.close()
         assert b"".join(data for _, data in got) in (b"", b"ab", b"abc")
+
+
+# ---- A small member log answers from memory (no database until a batch lands), as its database would.
+
+_LOG_PATHS = st.text(alphabet="ab/é\udc80 ", min_size=1, max_size=4)
+_LOG_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("implicit"), _LOG_PATHS, st.just(""), st.just(0)),
+        st.tuples(
+            st.sampled_from(["file", "dir", "symlink", "hardlink", "fifo"]),
+            _LOG_PATHS,
+            _LOG_PATHS,
+            st.integers(min_value=0, max_value=2**40),
+        ),
+    ),
+    max_size=30,
+)
+
+
+def _log_answers(log: MemberLog, paths: set[str]) -> tuple[Any, ...]:
+    """Everything a member log answers, as values."""
+    kinds = ("file", "dir", "symlink", "hardlink", "fifo")
+    return (
+        [attrs_tuple(m) for m in log],
+        {k: [attrs_tuple(m) for m in log.members_of(k)] for k in kinds},
+        {k: [attrs_tuple(m) for m in log.members_of(k, deepest_first=True)] for k in kinds},
+        list(log.lines()),
+        log.manifest(),
+        list(log.sorted_lines()),
+        {p: (log.kind(p), log.link_of(p), log.file_size(p)) for p in sorted(paths)},
+        log.count,
+    )
+
+
+def attrs_tuple(m: Member) -> tuple[Any, ...]:
+    return (m.path, m.type, m.size, m.mode, m.mtime, m.linkname)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_LOG_STEPS)
+def test_X2_a_small_member_log_answers_from_memory_as_its_database_would(
+    steps: list[tuple[str, str, str, int]],
+) -> None:
+    """A log under one batch keeps its rows in memory and opens no database; every answer
+    (the members in order, each kind in both orders, the manifest lines and their bytes, the
+    manifest, each path's kind, link and size, the refusals) is what the same log answers
+    once every row has landed in its database (a batch of one row).
+    Proves ``scratchbank.application.bank_format.spill_log.MemberLog``."""
+    from scratchbank.application.bank_format.members import PathTaken
+
+    small, landed = MemberLog(), MemberLog()
+    landed.BATCH = 1  # type: ignore[misc]  # every row lands as it comes
+    paths: set[str] = set()
+    try:
+        for kind, path, link, size in steps:
+            paths |= {path, link}
+            outcomes = []
+            for log in (small, landed):
+                try:
+                    if kind == "implicit":
+                        log.add_implicit(path)
+                    else:
+                        log.add(Member(path, kind, size if kind == "file" else 0, 0o644, 7, link))
+                    outcomes.append("added")
+                except PathTaken as taken:
+                    outcomes.append(str(taken))
+            assert outcomes[0] == outcomes[1], (kind, path, outcomes)
+        small.finish()
+        landed.finish()
+        assert small.disk_bytes() == 0, "a log under one batch opened a database"
+        assert _log_answers(small, paths) == _log_answers(landed, paths)
+    finally:
+        small.close()
+        landed.close()
+
+
+def test_X2_a_small_bank_check_opens_no_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader of a bank of a few members opens no SQLite database (~0.3 ms each: a
+    teardown's check and a restore's comparison of a small scratch); one past a batch does.
+    Proves ``scratchbank.application.bank_format.spill_log.MemberLog``."""
+    from scratchbank.application.bank_format import spill_log
+
+    opened: list[str] = []
+    real = spill_log.sqlite3.connect
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        opened.append("db")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spill_log.sqlite3, "connect", counted)
+    small = io.BytesIO()
+    with tarfile.open(fileobj=small, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(20):
+            info = tarfile.TarInfo(f"d/f{i}")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    reader = TarReader(Limits())
+    reader.feed(small.getvalue())
+    reader.close()
+    assert reader.members.manifest().entries == 20 and opened == []  # the files (d is implicit: no line)
+    reader.members.close()
+    log = MemberLog()
+    for i in range(MemberLog.BATCH):
+        log.add(Member(f"f{i}", "file", 0, 0o644, 0))
+    assert opened == ["db"]
+    log.close()
