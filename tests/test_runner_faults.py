@@ -63,15 +63,19 @@ class Cluster:
     def close(self) -> None:
         """End the runner processes (continued first if stopped), their sandboxes, the
         connection, the timeline and the NATS server."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-            proc.wait(10)
-        _end_leftover_sandboxes(self.tmp / "sandboxes")
-        self.conn.close()
-        self.timeline.close()
-        self.nats.stop()
+        try:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.kill()
+            for proc in self.procs:
+                proc.wait(10)
+        finally:  # a runner that outlived its wait still leaves no server or connection behind
+            # (two NATS servers were left running when a traced run made a wait time out)
+            _end_leftover_sandboxes(self.tmp / "sandboxes")
+            self.conn.close()
+            self.timeline.close()
+            self.nats.stop()
 
     def runner(self, holder: str, **opts: float) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.tmp / f"{holder}.log"
