@@ -193,21 +193,17 @@ class HostArchive:
             self._send()
         return len(data)
 
-    def _send(self) -> None:
+    def _send(self, *, here: bool = False) -> None:
+        """The pending bytes as one batch to both lanes (``here``: worked in this thread)."""
         batch = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
         for lane in self._lanes:
-            lane.put(batch)
+            (lane.do if here else lane.put)(batch)
 
     def finish(self) -> ArchiveFacts:
         """Wait for both lanes; raise HostArchiveFailed if the host could not keep the bank."""
-        if self._pending and not self._lanes[0].started:
-            batch = b"".join(self._pending)  # the whole archive, under one batch: no thread
-            self._pending, self._pending_bytes = [], 0
-            for lane in self._lanes:
-                lane.do(batch)
-        elif self._pending:
-            self._send()
+        if self._pending:  # the whole archive, when under one batch: no lane thread started
+            self._send(here=not self._lanes[0].started)
         self._stop_lanes()
         try:
             failed = next((lane.error for lane in self._lanes if lane.error is not None), None)
