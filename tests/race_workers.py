@@ -77,6 +77,7 @@ def race_one(task: dict[str, Any]) -> dict[str, Any]:
                 store=store,
                 sandbox=FakeSandbox(dict(FILES)),
                 run_finished=False,
+                execution=task.get("execution"),
             )
             return {"role": "teardown", "result": "recorded" if report.recorded else "lost"}
         request = ResumeRequest(consents=Consents())

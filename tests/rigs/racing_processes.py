@@ -19,7 +19,8 @@ from scratchbank.adapters.event_store import EventStoreTimeline
 from scratchbank.adapters.fs_bank import FilesystemBankStore
 from scratchbank.adapters.memory import FakeSandbox
 from scratchbank.application.teardown import bank_at_teardown
-from scratchbank.testing.builders import node, started
+from scratchbank.domain.records import RunStarted
+from scratchbank.testing.builders import node
 
 #: Rounds per shape and store; the counts are printed (pytest -s) for the report.
 ROUNDS = 3
@@ -36,6 +37,13 @@ WORKERS = 8
 
 
 COUNTS: dict[str, dict[str, int]] = {}
+
+
+#: The parked execution's id: the racing teardown is that execution's sandbox's (A18), as the
+#: service's and the runner's teardowns name theirs. (A teardown that names none banks the
+#: execution latest at its first read: one that first reads after a resume's claim would bank as
+#: the new execution's, and the race would be another test's.)
+PARKED = "x-parked"
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +81,18 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def parked_run(url: str, banks: Path) -> tuple[str, int]:
-    """A run parked with a bank of FILES; (run id, the timeline's length)."""
+    """A run parked with a bank of FILES by its execution ``PARKED``; (run id, the timeline's length)."""
     run_id = "run-" + uuid.uuid4().hex[:8]
     timeline = EventStoreTimeline(url)
     try:
-        timeline.append(run_id, [started(), node("clone", "tool")], expected=0)
+        timeline.append(run_id, [RunStarted(execution=PARKED), node("clone", "tool")], expected=0)
         report = bank_at_teardown(
             run_id,
             timeline=timeline,
             store=FilesystemBankStore(banks),
             sandbox=FakeSandbox(dict(FILES)),
             run_finished=False,
+            execution=PARKED,
         )
         assert report.recorded
         return run_id, len(timeline.read(run_id))
@@ -117,6 +126,7 @@ def race(
             "role": role,
             "barrier": barrier,
             "lock": lock,
+            "execution": PARKED,
         }
         tasks.put(task | {"window": held, "first": i == teardowns})
     got = [results.get(timeout=120) for _ in roles]

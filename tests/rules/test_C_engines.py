@@ -39,6 +39,7 @@ from rigs.queue_deployment import (
 )
 from rigs.racing_processes import (
     COUNTS,
+    PARKED,
     ROUNDS,
     SHAPES,
     race,
@@ -122,8 +123,8 @@ def test_C7_exactly_one_racer_claims_the_run_and_the_others_write_nothing(
         assert sum(isinstance(r, ScratchRestored) for r in after) == 1, kinds
         recorded = teardown.count("recorded")
         assert sum(isinstance(r, ScratchBanked) for r in after) == recorded, (teardown, kinds)
-        if recorded:  # a teardown that won recorded before every claim
-            assert isinstance(after[0], ScratchBanked), kinds
+        if recorded:  # the parked execution's teardown won: it recorded before every claim
+            assert isinstance(after[0], ScratchBanked) and after[0].execution == PARKED, kinds
         assert len(after) == 2 + recorded, kinds
         for key in ("rounds", f"teardown {'won' if recorded else 'lost'}" if teardowns else ""):
             if key:
