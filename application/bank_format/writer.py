@@ -48,13 +48,10 @@ class CanonicalWriter:
         self.tar_bytes += len(data)
         if self._z is not None:
             data = self._z.compress(data)
-        if data:
-            self._out.write(data)
-            self.bytes += len(data)
-            if self._digest is not None:
-                self._digest.update(data)
+        self._emit(data)
 
     def _emit(self, data: bytes) -> None:
+        """Bytes as they leave (compressed when the stream is): written, counted, digested."""
         if data:
             self._out.write(data)
             self.bytes += len(data)
