@@ -6,8 +6,9 @@ A later file's run at the same (backend, N) replaces an earlier one's (a re-run)
 
 Top left: runs per second against runs at once (teardowns and resumes, each backend).
 Top right: the first decision in a fresh process (cold) against the run's length, log-log.
-Bottom left: ``cpu_util`` per phase against runs at once (1.0: every core busy with this
-work; the dotted line at 0.9 is "CPU-bound", issue 26's goal), each point's load average
+Bottom left: ``work_util`` per phase against runs at once (the share of the cores the machine
+had free that the phase held, 1.0: none idle; ``cpu_util``, our process and its children, for
+results older than it; the dotted line at 0.9 is "CPU-bound", issue 26's goal), each point's load average
 in the results. Bottom right: the runner on NATS, deliveries per second against runner
 processes (1, 2), each backend.
 """
@@ -102,8 +103,9 @@ def main(srcs: list[str], dest: str) -> None:
             continue
         for op in ("teardown", "resume"):
             runs.setdefault(f"{r['backend']} {op}s/s", []).append((r["n"], r[op]["per_s"]))
-            if "cpu_util" in r[op]:
-                cpu.setdefault(f"{r['backend']} {op} cpu_util", []).append((r["n"], r[op]["cpu_util"]))
+            util = "work_util" if "work_util" in r[op] else "cpu_util"
+            if util in r[op]:
+                cpu.setdefault(f"{r['backend']} {op} {util}", []).append((r["n"], r[op][util]))
     decisions: dict[str, list[tuple[float, float]]] = {}
     for d in data["decisions"]:
         if "failed" in d:
@@ -115,7 +117,7 @@ def main(srcs: list[str], dest: str) -> None:
             )
     body = panel(0, "throughput vs runs at once", "runs at once (N)", "per second", runs, False)
     body += panel(W + 20, "first decision in a fresh process", "records (log)", "ms (log)", decisions, True)
-    body += panel(0, "CPU use vs runs at once", "runs at once (N)", "cpu_util", cpu, False, H + 10, 0.9)
+    body += panel(0, "CPU use vs runs at once", "runs at once (N)", "share of the free cores", cpu, False, H + 10, 0.9)
     body += panel(
         W + 20, "runner on NATS", "runner processes", "deliveries per second", runner, False, H + 10
     )
