@@ -416,8 +416,13 @@ class EventStoreTimeline:
         self._outbox_indexed = False
 
     def _open(self, settings: Mapping[str, str]) -> None:
+        """Open the store; one that fails to open is closed before the error is raised (a
+        PostgreSQL store's pool, made before its first connection failed, would otherwise go on
+        trying to connect in its own threads until collected: by one of them, which then
+        cannot join itself)."""
+        made: InfrastructureFactory[Any] | None = None
         try:
-            self._factory = InfrastructureFactory.construct(env=settings)
+            self._factory = made = InfrastructureFactory.construct(env=settings)
             _server_timeouts(self._factory, self.call_seconds)
             _size_pool(self._factory, self.in_flight, self.call_seconds)
             self._cutter = _Cutter(self._factory)
@@ -426,6 +431,9 @@ class EventStoreTimeline:
             self._insert_events = _once(self._recorder, "insert_events")
             self._snapshots: AggregateRecorder = self._factory.aggregate_recorder("snapshots")
         except Exception as error:  # any backend's driver error: sqlite3, psycopg, ...
+            if made is not None:
+                with contextlib.suppress(Exception):
+                    made.close()
             raise TimelineUnreadable(f"cannot open the timeline store {self.url}: {error}") from error
 
     def _no_longer_quiet(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +19,33 @@ class TestInMemoryTimeline(TimelineContract):
         return InMemoryTimeline()
 
 
-class TestSQLiteTimeline(TimelineContract):
+class _Closed(TimelineContract):
+    """Every event store a contract test made is closed after it: a PostgreSQL one holds a
+    connection pool and its four threads, which outlived each test and were counted by the
+    thread tests that ran after it on the same worker (session 8's flake)."""
+
+    url: str
+
+    @pytest.fixture(autouse=True)
+    def _close_made(self) -> Iterator[None]:
+        self._made: list[EventStoreTimeline] = []
+        yield
+        for timeline in self._made:
+            timeline.close()
+
+    def make(self) -> Timeline:
+        self._made.append(EventStoreTimeline(self.url))
+        return self._made[-1]
+
+
+class TestSQLiteTimeline(_Closed):
     @pytest.fixture(autouse=True)
     def _db(self, tmp_path: Path) -> None:
         self.url = f"sqlite:///{tmp_path}/timeline.db"
 
-    def make(self) -> Timeline:
-        return EventStoreTimeline(self.url)
-
 
 @pytest.mark.postgres
-class TestPostgresTimeline(TimelineContract):
+class TestPostgresTimeline(_Closed):
     @pytest.fixture(autouse=True)
     def _db(self, postgres_url: str) -> None:
         import psycopg
@@ -37,9 +54,6 @@ class TestPostgresTimeline(TimelineContract):
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         self.url = postgres_url.rsplit("/", 1)[0] + "/" + name
-
-    def make(self) -> Timeline:
-        return EventStoreTimeline(self.url)
 
 
 def test_unsupported_url_is_refused() -> None:

@@ -227,3 +227,20 @@ def test_R15_unreachable_postgres_is_unreadable_and_writes_fail_by_name(postgres
     dead = "postgresql://postgres@127.0.0.1:9/postgres"
     with pytest.raises((TimelineUnreadable, TimelineWriteFailed)):
         EventStoreTimeline(dead, call_seconds=1).read("run-1")  # the store is opened first
+
+
+@pytest.mark.postgres
+def test_R15_a_postgres_timeline_that_cannot_open_leaves_no_pool_trying_behind(postgres_url: str) -> None:
+    """R15: a timeline whose store cannot be opened is refused by name and leaves nothing
+    running: its connection pool, made before the first connection failed, is closed (it went
+    on trying to connect in four threads of its own until collected, and then, collected by one
+    of them, failed to join itself: an error in whichever test ran next).
+    Proves ``scratchbank.adapters.event_store.EventStoreTimeline``."""
+    import threading
+
+    dead = "postgresql://postgres@127.0.0.1:9/postgres"
+    before = set(threading.enumerate())
+    with pytest.raises(TimelineUnreadable, match="cannot open the timeline store"):
+        EventStoreTimeline(dead, call_seconds=1)
+    left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("pool-")]
+    assert left == []
