@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import resource
 import uuid
+from collections.abc import Iterator
 
 import boto3
 import pytest
@@ -43,13 +44,18 @@ def s3_store(s3_endpoint: str) -> S3BankStore:
 
 
 @pytest.fixture
-def pg_timeline(postgres_url: str) -> EventStoreTimeline:
+def pg_timeline(postgres_url: str) -> Iterator[EventStoreTimeline]:
+    """A fresh database's timeline, closed after the test (its pool's threads go with it)."""
     import psycopg
 
     name = "e2e_" + uuid.uuid4().hex[:10]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    return EventStoreTimeline(postgres_url.rsplit("/", 1)[0] + "/" + name)
+    timeline = EventStoreTimeline(postgres_url.rsplit("/", 1)[0] + "/" + name)
+    try:
+        yield timeline
+    finally:
+        timeline.close()
 
 
 @pytest.mark.parametrize("engine", CONTAINERS)
