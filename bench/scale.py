@@ -79,9 +79,15 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def cpu_fields() -> list[int]:
+    """/proc/stat's first line: every core's time since boot by kind (user, nice, system,
+    idle, iowait, irq, softirq, steal...), in clock ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
+
 def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of every core since boot, from /proc/stat's first line."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    """(busy, total) CPU time of every core since boot."""
+    fields = cpu_fields()
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return sum(fields) - idle, sum(fields)
 
@@ -330,7 +336,7 @@ def kernel_seconds() -> float:
 def irq_jiffies() -> int:
     """Interrupt and softirq time of every core since boot (/proc/stat's irq and softirq
     columns: the network stack's and the disk's, charged to no thread)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    fields = cpu_fields()
     return fields[5] + fields[6] if len(fields) > 6 else 0
 
 
